@@ -1,0 +1,274 @@
+//! A connection pool that knows nothing of what it pools.
+//!
+//! The pool does bookkeeping only: which connections are idle, how many exist or are being opened, who is
+//! waiting. It never opens or closes a connection itself. [`Pool::acquire`] hands out either an idle
+//! connection ([`Grant::Idle`]) or the right to open a new one ([`Grant::Open`], a [`Slot`]); the caller
+//! connects, fills the slot and gets a [`Lease`]. Dropping a lease gives the connection back; a lease that
+//! is [`discard`](Lease::discard)ed frees its place instead. Waiters are served first come, first served.
+//!
+//! Growth is lazy when `grow_after` is set: a caller that finds no idle connection waits that long for one
+//! to come back before it is allowed to open another, so a burst of short transactions shares one or two
+//! connections instead of opening one each.
+//!
+//! The bookkeeping sits behind a short synchronous mutex that is never held across an `.await`, and a lease
+//! returns its connection inline on drop (no task is spawned: inside Lambda a spawned task may only run after
+//! the environment thaws).
+
+mod lease;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+pub use lease::{Grant, Lease, Meta, Slot};
+
+/// Sizing of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Most connections open or being opened at once.
+    pub max_size: usize,
+    /// How long a caller waits for an idle connection before it may open a new one (zero: at once).
+    pub grow_after: Duration,
+}
+
+/// The pool was closed; no more connections are handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed;
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the pool is closed")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+/// A snapshot of the pool's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Connections open or being opened.
+    pub size: usize,
+    /// Of those, idle ones.
+    pub idle: usize,
+    /// Callers waiting.
+    pub waiting: usize,
+    /// Current limit.
+    pub max_size: usize,
+}
+
+/// A pool of `C`. Cheap to clone; clones share the pool.
+#[derive(Debug)]
+pub struct Pool<C> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C> Clone for Pool<C> {
+    fn clone(&self) -> Self {
+        Pool { shared: Arc::clone(&self.shared) }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared<C> {
+    state: Mutex<State<C>>,
+}
+
+#[derive(Debug)]
+struct State<C> {
+    /// Idle connections, most recently returned last: they are lent from the back so that the others age out.
+    idle: VecDeque<(C, Meta)>,
+    /// Connections open or being opened (leases, slots, idle entries, and grants in flight to waiters).
+    size: usize,
+    config: PoolConfig,
+    waiters: VecDeque<Waiter<C>>,
+    next_waiter: u64,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Waiter<C> {
+    id: u64,
+    tx: oneshot::Sender<Grant<C>>,
+}
+
+impl<C> Pool<C> {
+    /// An empty pool.
+    pub fn new(config: PoolConfig) -> Self {
+        let state =
+            State { idle: VecDeque::new(), size: 0, config, waiters: VecDeque::new(), next_waiter: 0, closed: false };
+        Pool { shared: Arc::new(Shared { state: Mutex::new(state) }) }
+    }
+
+    /// Waits for an idle connection or the right to open one, in arrival order. Callers bound the wait
+    /// with a timeout; dropping the future leaves the queue cleanly.
+    pub async fn acquire(&self) -> Result<Grant<C>, Closed> {
+        let (id, grow_after, mut rx) = {
+            let mut st = self.shared.lock();
+            if st.closed {
+                return Err(Closed);
+            }
+            if st.waiters.is_empty() {
+                if let Some((conn, meta)) = st.idle.pop_back() {
+                    return Ok(Grant::Idle(Lease::new(&self.shared, conn, meta)));
+                }
+                // With nothing open there is nothing to wait for: open at once, lazy growth or not.
+                if st.size < st.config.max_size && (st.config.grow_after.is_zero() || st.size == 0) {
+                    st.size += 1;
+                    return Ok(Grant::Open(Slot::new(&self.shared)));
+                }
+            }
+            let id = st.next_waiter;
+            st.next_waiter += 1;
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push_back(Waiter { id, tx });
+            (id, st.config.grow_after, rx)
+        };
+        if !grow_after.is_zero() {
+            tokio::select! {
+                grant = &mut rx => return grant.map_err(|_| Closed),
+                _ = tokio::time::sleep(grow_after) => {
+                    if let Some(slot) = self.grow_for(id) {
+                        return Ok(Grant::Open(slot));
+                    }
+                }
+            }
+        }
+        // At the limit, or a grant is already on its way: wait for it.
+        rx.await.map_err(|_| Closed)
+    }
+
+    /// Lets waiter `id` open a connection if it is still queued and the pool is below its limit.
+    fn grow_for(&self, id: u64) -> Option<Slot<C>> {
+        let mut st = self.shared.lock();
+        if st.closed || st.size >= st.config.max_size {
+            return None;
+        }
+        let pos = st.waiters.iter().position(|w| w.id == id)?;
+        st.waiters.remove(pos);
+        st.size += 1;
+        Some(Slot::new(&self.shared))
+    }
+
+    /// Counters at this moment.
+    pub fn status(&self) -> Status {
+        let st = self.shared.lock();
+        Status { size: st.size, idle: st.idle.len(), waiting: st.waiters.len(), max_size: st.config.max_size }
+    }
+
+    /// Changes the limit. Growing lets waiters open connections at once; shrinking closes nothing by
+    /// itself: [`evict_idle`](Self::evict_idle) then takes out idle connections above the limit.
+    pub fn set_max_size(&self, max_size: usize) {
+        let slots = {
+            let mut st = self.shared.lock();
+            st.config.max_size = max_size;
+            st.grant_free_slots()
+        };
+        Shared::deliver_slots(&self.shared, slots);
+    }
+
+    /// Removes idle connections for which `expired` says yes, and the oldest idle ones while the pool is
+    /// over its limit, and returns them for the caller to close.
+    pub fn evict_idle(&self, mut expired: impl FnMut(&Meta) -> bool) -> Vec<C> {
+        let (out, slots) = {
+            let mut st = self.shared.lock();
+            let mut out = Vec::new();
+            let mut keep = VecDeque::with_capacity(st.idle.len());
+            while let Some((conn, meta)) = st.idle.pop_front() {
+                let excess = st.size - out.len() > st.config.max_size;
+                if excess || expired(&meta) {
+                    out.push(conn);
+                } else {
+                    keep.push_back((conn, meta));
+                }
+            }
+            st.idle = keep;
+            st.size -= out.len();
+            (out, st.grant_free_slots())
+        };
+        Shared::deliver_slots(&self.shared, slots);
+        out
+    }
+
+    /// Stops lending: waiters get [`Closed`], later `acquire`s fail. Connections still leased come back
+    /// to the idle list when their leases drop, for [`drain_idle`](Self::drain_idle) to collect.
+    pub fn close(&self) {
+        let waiters = {
+            let mut st = self.shared.lock();
+            st.closed = true;
+            std::mem::take(&mut st.waiters)
+        };
+        // Dropping the senders wakes every waiter with an error.
+        drop(waiters);
+    }
+
+    /// Takes every idle connection out of the pool for the caller to close.
+    pub fn drain_idle(&self) -> Vec<C> {
+        self.evict_idle(|_| true)
+    }
+}
+
+impl<C> Shared<C> {
+    fn lock(&self) -> MutexGuard<'_, State<C>> {
+        // A panic while holding this lock leaves plain counters behind; keep serving rather than poison.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts a connection back: to the first live waiter, else onto the idle list.
+    pub(crate) fn release(self: &Arc<Self>, conn: C, meta: Meta) {
+        let mut item = (conn, meta);
+        loop {
+            let waiter = {
+                let mut st = self.lock();
+                match st.waiters.pop_front() {
+                    Some(w) => w,
+                    None => {
+                        st.idle.push_back(item);
+                        return;
+                    }
+                }
+            };
+            // Sent outside the lock: a failed send hands the lease back, and dropping a lease locks.
+            let lease = Lease::new(self, item.0, item.1);
+            match waiter.tx.send(Grant::Idle(lease)) {
+                Ok(()) => return,
+                Err(Grant::Idle(lease)) => item = lease.into_parts(),
+                Err(Grant::Open(_)) => unreachable!("sent an idle grant"),
+            }
+        }
+    }
+
+    /// Frees the place of a connection that was discarded or never opened, and lets a waiter open one.
+    pub(crate) fn forget(self: &Arc<Self>) {
+        let slots = {
+            let mut st = self.lock();
+            st.size -= 1;
+            st.grant_free_slots()
+        };
+        Self::deliver_slots(self, slots);
+    }
+
+    fn deliver_slots(self: &Arc<Self>, mut waiters: Vec<Waiter<C>>) {
+        for w in waiters.drain(..) {
+            // If the waiter is gone the slot comes back as an error and its drop frees the place again.
+            let _ = w.tx.send(Grant::Open(Slot::new(self)));
+        }
+    }
+}
+
+impl<C> State<C> {
+    /// Reserves a place for each waiter that can open a connection under the current limit.
+    fn grant_free_slots(&mut self) -> Vec<Waiter<C>> {
+        let mut out = Vec::new();
+        while !self.closed && self.size < self.config.max_size {
+            let Some(w) = self.waiters.pop_front() else { break };
+            self.size += 1;
+            out.push(w);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+//! Pool behaviour under paused time: ordering, limits, lazy growth, cancellation and eviction.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+
+fn pool(max_size: usize, grow_after_ms: u64) -> Pool<u32> {
+    Pool::new(PoolConfig { max_size, grow_after: Duration::from_millis(grow_after_ms) })
+}
+
+async fn open(p: &Pool<u32>, id: u32) -> Lease<u32> {
+    match p.acquire().await.unwrap() {
+        Grant::Open(slot) => slot.fill(id),
+        Grant::Idle(l) => panic!("expected a slot, got idle connection {}", *l),
+    }
+}
+
+async fn idle(p: &Pool<u32>) -> Lease<u32> {
+    match p.acquire().await.unwrap() {
+        Grant::Idle(l) => l,
+        Grant::Open(_) => panic!("expected an idle connection, got a slot"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_returned_connection_is_lent_again() {
+    let p = pool(2, 0);
+    let l = open(&p, 1).await;
+    assert_eq!(l.meta().lends, 1);
+    drop(l);
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 2 });
+    let l = idle(&p).await;
+    assert_eq!((*l, l.meta().lends), (1, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_most_recently_returned_connection_is_lent_first() {
+    let p = pool(2, 0);
+    let a = open(&p, 1).await;
+    let b = open(&p, 2).await;
+    drop(a);
+    drop(b);
+    assert_eq!(*idle(&p).await, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_arrival_order_at_the_limit() {
+    let p = pool(1, 0);
+    let held = open(&p, 7).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for who in 0..3 {
+        let p = p.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let l = idle(&p).await;
+            tx.send(who).unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            drop(l);
+        });
+        // Let each task queue before the next one starts.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(p.status().waiting, 3);
+    drop(held);
+    let order: Vec<i32> = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+    assert_eq!(order, vec![0, 1, 2]);
+    assert_eq!(p.status().size, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_gives_up_loses_nothing() {
+    let p = pool(1, 0);
+    let held = open(&p, 1).await;
+    let gave_up = tokio::time::timeout(Duration::from_millis(10), p.acquire()).await;
+    assert!(gave_up.is_err());
+    assert_eq!(p.status().waiting, 1, "the dead waiter is only found on release");
+    drop(held);
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 1 });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_sent_to_a_waiter_that_then_vanishes_comes_back() {
+    let p = pool(1, 0);
+    let held = open(&p, 1).await;
+    let mut pending = Box::pin(p.acquire());
+    assert!(futures_poll(&mut pending).is_none());
+    drop(held); // the lease is sent into the waiter's channel
+    drop(pending); // and the waiter disappears before reading it
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 1 });
+}
+
+fn futures_poll<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match std::pin::Pin::new(f).poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn discarding_a_broken_connection_lets_a_waiter_open_another() {
+    let p = pool(1, 0);
+    let held = open(&p, 1).await;
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { matches!(p.acquire().await, Ok(Grant::Open(_))) }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(held.discard(), 1);
+    assert!(waiter.await.unwrap());
+    assert_eq!(p.status().size, 0, "the waiter's slot was dropped unfilled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unfilled_slot_gives_its_place_back() {
+    let p = pool(1, 0);
+    let Grant::Open(slot) = p.acquire().await.unwrap() else { panic!() };
+    assert_eq!(p.status().size, 1);
+    drop(slot);
+    assert_eq!(p.status().size, 0);
+    open(&p, 2).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lazy_growth_waits_for_a_return_before_opening() {
+    let p = pool(10, 5);
+    let first = open(&p, 1).await;
+    // Returned within the grace period: the waiter reuses it, nothing new is opened.
+    let reuse = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    drop(first);
+    assert_eq!(reuse.await.unwrap(), 1);
+    assert_eq!(p.status().size, 1);
+
+    // Not returned in time: the waiter may open a second connection after 5 ms.
+    let held = idle(&p).await;
+    let start = Instant::now();
+    let second = open(&p, 2).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(5));
+    assert_eq!(p.status().size, 2);
+    drop((held, second));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lazy_growth_opens_at_once_when_nothing_is_open() {
+    let p = pool(10, 50);
+    let start = Instant::now();
+    open(&p, 1).await;
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn raising_the_limit_wakes_waiters_to_open() {
+    let p = pool(1, 0);
+    let _held = open(&p, 1).await;
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { matches!(p.acquire().await, Ok(Grant::Open(_))) }
+    });
+    tokio::task::yield_now().await;
+    p.set_max_size(2);
+    assert!(waiter.await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn eviction_takes_expired_and_excess_idle_connections() {
+    let p = pool(3, 0);
+    let a = open(&p, 1).await;
+    let b = open(&p, 2).await;
+    let c = open(&p, 3).await;
+    drop(a);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    drop(b);
+    drop(c);
+    let old = p.evict_idle(|m| m.idle_since.elapsed() >= Duration::from_secs(5));
+    assert_eq!(old, vec![1]);
+    p.set_max_size(1);
+    let excess = p.evict_idle(|_| false);
+    assert_eq!(excess, vec![2], "the oldest idle one goes first");
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 1 });
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_fails_waiters_and_collects_returns() {
+    let p = pool(1, 0);
+    let held = open(&p, 1).await;
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { p.acquire().await.err() }
+    });
+    tokio::task::yield_now().await;
+    p.close();
+    assert_eq!(waiter.await.unwrap(), Some(Closed));
+    assert!(matches!(p.acquire().await, Err(Closed)));
+    drop(held);
+    assert_eq!(p.drain_idle(), vec![1]);
+    assert_eq!(p.status().size, 0);
+}

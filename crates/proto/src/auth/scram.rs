@@ -1,0 +1,401 @@
+//! SCRAM-SHA-256 as PostgreSQL speaks it: no channel binding (pgmux does not offer `-PLUS`), the user name
+//! inside the SCRAM messages ignored in favour of the start-up packet's, passwords normalised with SASLprep
+//! when they can be.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use hmac::{KeyInit, Mac};
+use sha2::{Digest, Sha256};
+
+/// The mechanism name offered in `AuthenticationSASL`.
+pub const MECHANISM: &str = "SCRAM-SHA-256";
+/// PostgreSQL's default iteration count.
+pub const DEFAULT_ITERATIONS: u32 = 4096;
+
+type HmacSha256 = hmac::Hmac<Sha256>;
+
+/// Why a SCRAM exchange failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScramError {
+    /// A message did not follow RFC 5802's grammar.
+    #[error("malformed SCRAM message: {0}")]
+    Malformed(&'static str),
+    /// The client asked for channel binding, which pgmux does not offer.
+    #[error("channel binding is not supported")]
+    ChannelBinding,
+    /// The nonce changed between messages.
+    #[error("SCRAM nonce mismatch")]
+    Nonce,
+    /// The client's proof is wrong: the password is wrong.
+    #[error("SCRAM proof does not match")]
+    InvalidProof,
+    /// The server's signature is wrong: it does not know the password.
+    #[error("server signature does not match")]
+    InvalidServerSignature,
+    /// The server reported an error in its final message.
+    #[error("server reported SCRAM error {0}")]
+    ServerError(String),
+    /// A message arrived in the wrong state.
+    #[error("unexpected SCRAM message")]
+    OutOfOrder,
+}
+
+/// What a server keeps to verify a password: the same data as a `SCRAM-SHA-256$…` entry in `pg_authid`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ScramSecret {
+    /// PBKDF2 iterations.
+    pub iterations: u32,
+    /// Salt.
+    pub salt: Vec<u8>,
+    /// `H(ClientKey)`.
+    pub stored_key: [u8; 32],
+    /// `HMAC(SaltedPassword, "Server Key")`.
+    pub server_key: [u8; 32],
+}
+
+impl fmt::Debug for ScramSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScramSecret").field("iterations", &self.iterations).finish_non_exhaustive()
+    }
+}
+
+impl ScramSecret {
+    /// Derives the secret for `password` with a given salt and iteration count.
+    pub fn from_password(password: &str, salt: &[u8], iterations: u32) -> Self {
+        let salted = salted_password(password, salt, iterations);
+        ScramSecret {
+            iterations,
+            salt: salt.to_vec(),
+            stored_key: sha256(&hmac(&salted, b"Client Key")),
+            server_key: hmac(&salted, b"Server Key"),
+        }
+    }
+
+    /// Derives the secret with a fresh random 16-byte salt.
+    pub fn generate(password: &str, iterations: u32) -> Self {
+        let mut salt = [0u8; 16];
+        rand::fill(&mut salt);
+        Self::from_password(password, &salt, iterations)
+    }
+}
+
+/// SASLprep when the password allows it, the raw bytes otherwise (PostgreSQL does the same).
+fn prepare(password: &str) -> Cow<'_, str> {
+    stringprep::saslprep(password).unwrap_or(Cow::Borrowed(password))
+}
+
+fn salted_password(password: &str, salt: &[u8], iterations: u32) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    pbkdf2::pbkdf2_hmac::<Sha256>(prepare(password).as_bytes(), salt, iterations, &mut out);
+    out
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
+    // HMAC accepts keys of any length, so this cannot fail.
+    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
+    mac.update(data);
+    mac.finalize().into_bytes().into()
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+fn xor(a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
+    std::array::from_fn(|i| a[i] ^ b[i])
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn random_nonce() -> String {
+    let mut raw = [0u8; 18];
+    rand::fill(&mut raw);
+    B64.encode(raw)
+}
+
+fn utf8(msg: &[u8]) -> Result<&str, ScramError> {
+    std::str::from_utf8(msg).map_err(|_| ScramError::Malformed("not UTF-8"))
+}
+
+/// The value of a `k=value` attribute.
+fn attr(part: Option<&str>, key: char) -> Result<&str, ScramError> {
+    let part = part.ok_or(ScramError::Malformed("missing attribute"))?;
+    let mut chars = part.chars();
+    if chars.next() != Some(key) || chars.next() != Some('=') {
+        return Err(ScramError::Malformed("unexpected attribute"));
+    }
+    Ok(&part[2..])
+}
+
+/// pgmux as the SCRAM server, checking a client's password.
+#[derive(Debug)]
+pub struct ScramServer {
+    secret: ScramSecret,
+    state: ServerState,
+}
+
+#[derive(Debug)]
+enum ServerState {
+    Initial { server_nonce: String },
+    SentFirst { client_first_bare: String, server_first: String, nonce: String, gs2_header: String },
+    Done,
+}
+
+impl ScramServer {
+    /// A server exchange with a random nonce.
+    pub fn new(secret: ScramSecret) -> Self {
+        Self::with_nonce(secret, random_nonce())
+    }
+
+    /// A server exchange with a given nonce suffix (for tests).
+    pub fn with_nonce(secret: ScramSecret, server_nonce: String) -> Self {
+        ScramServer { secret, state: ServerState::Initial { server_nonce } }
+    }
+
+    /// Handles the client-first message and returns the server-first message.
+    pub fn client_first(&mut self, msg: &[u8]) -> Result<Vec<u8>, ScramError> {
+        let ServerState::Initial { server_nonce } = &self.state else {
+            return Err(ScramError::OutOfOrder);
+        };
+        let msg = utf8(msg)?;
+        let mut parts = msg.splitn(3, ',');
+        let cbind = parts.next().unwrap_or_default();
+        match cbind {
+            "n" | "y" => {}
+            c if c.starts_with("p=") => return Err(ScramError::ChannelBinding),
+            _ => return Err(ScramError::Malformed("bad channel binding flag")),
+        }
+        let authzid = parts.next().ok_or(ScramError::Malformed("missing authzid"))?;
+        if !authzid.is_empty() && !authzid.starts_with("a=") {
+            return Err(ScramError::Malformed("bad authzid"));
+        }
+        let bare = parts.next().ok_or(ScramError::Malformed("missing client-first-bare"))?;
+        let mut attrs = bare.split(',');
+        let first = attrs.next();
+        if first.is_some_and(|a| a.starts_with("m=")) {
+            return Err(ScramError::Malformed("mandatory extensions are not supported"));
+        }
+        attr(first, 'n')?;
+        let client_nonce = attr(attrs.next(), 'r')?;
+        if client_nonce.is_empty() || !client_nonce.bytes().all(|b| b.is_ascii_graphic() && b != b',') {
+            return Err(ScramError::Malformed("bad client nonce"));
+        }
+        let nonce = format!("{client_nonce}{server_nonce}");
+        let server_first = format!("r={nonce},s={},i={}", B64.encode(&self.secret.salt), self.secret.iterations);
+        let gs2_header = msg[..msg.len() - bare.len()].to_owned();
+        self.state = ServerState::SentFirst {
+            client_first_bare: bare.to_owned(),
+            server_first: server_first.clone(),
+            nonce,
+            gs2_header,
+        };
+        Ok(server_first.into_bytes())
+    }
+
+    /// Handles the client-final message; returns the server-final message if the proof is right.
+    pub fn client_final(&mut self, msg: &[u8]) -> Result<Vec<u8>, ScramError> {
+        let ServerState::SentFirst { client_first_bare, server_first, nonce, gs2_header } =
+            std::mem::replace(&mut self.state, ServerState::Done)
+        else {
+            return Err(ScramError::OutOfOrder);
+        };
+        let msg = utf8(msg)?;
+        let proof_at = msg.rfind(",p=").ok_or(ScramError::Malformed("missing proof"))?;
+        let without_proof = &msg[..proof_at];
+        let proof = B64.decode(&msg[proof_at + 3..]).map_err(|_| ScramError::Malformed("proof is not base64"))?;
+        let mut attrs = without_proof.split(',');
+        let cbind =
+            B64.decode(attr(attrs.next(), 'c')?).map_err(|_| ScramError::Malformed("channel binding is not base64"))?;
+        if cbind != gs2_header.as_bytes() {
+            return Err(ScramError::ChannelBinding);
+        }
+        if attr(attrs.next(), 'r')? != nonce {
+            return Err(ScramError::Nonce);
+        }
+        let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+        let client_signature = hmac(&self.secret.stored_key, auth_message.as_bytes());
+        let proof: [u8; 32] = proof.try_into().map_err(|_| ScramError::InvalidProof)?;
+        let client_key = xor(&proof, &client_signature);
+        if !constant_time_eq(&sha256(&client_key), &self.secret.stored_key) {
+            return Err(ScramError::InvalidProof);
+        }
+        let server_signature = hmac(&self.secret.server_key, auth_message.as_bytes());
+        Ok(format!("v={}", B64.encode(server_signature)).into_bytes())
+    }
+}
+
+/// pgmux as the SCRAM client, logging in to PostgreSQL.
+pub struct ScramClient {
+    password: String,
+    client_first_bare: String,
+    client_nonce: String,
+    state: ClientState,
+}
+
+enum ClientState {
+    Initial,
+    SentFinal { server_signature: [u8; 32] },
+    Done,
+}
+
+impl fmt::Debug for ScramClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScramClient").finish_non_exhaustive()
+    }
+}
+
+impl ScramClient {
+    /// A client exchange with a random nonce and an empty user name (PostgreSQL uses the start-up user).
+    pub fn new(password: &str) -> Self {
+        Self::with_nonce("", password, random_nonce())
+    }
+
+    /// A client exchange with a given user name and nonce (for tests against published vectors).
+    pub fn with_nonce(user: &str, password: &str, client_nonce: String) -> Self {
+        ScramClient {
+            password: password.to_owned(),
+            client_first_bare: format!("n={user},r={client_nonce}"),
+            client_nonce,
+            state: ClientState::Initial,
+        }
+    }
+
+    /// The client-first message, to send in SASLInitialResponse.
+    pub fn client_first(&self) -> Vec<u8> {
+        format!("n,,{}", self.client_first_bare).into_bytes()
+    }
+
+    /// Handles the server-first message and returns the client-final message.
+    pub fn server_first(&mut self, msg: &[u8]) -> Result<Vec<u8>, ScramError> {
+        if !matches!(self.state, ClientState::Initial) {
+            return Err(ScramError::OutOfOrder);
+        }
+        let server_first = utf8(msg)?;
+        let mut attrs = server_first.split(',');
+        let nonce = attr(attrs.next(), 'r')?;
+        let salt = B64.decode(attr(attrs.next(), 's')?).map_err(|_| ScramError::Malformed("salt is not base64"))?;
+        let iterations: u32 =
+            attr(attrs.next(), 'i')?.parse().map_err(|_| ScramError::Malformed("bad iteration count"))?;
+        if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
+            return Err(ScramError::Nonce);
+        }
+        if iterations == 0 {
+            return Err(ScramError::Malformed("bad iteration count"));
+        }
+        let salted = salted_password(&self.password, &salt, iterations);
+        let client_key = hmac(&salted, b"Client Key");
+        let stored_key = sha256(&client_key);
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
+        let proof = xor(&client_key, &hmac(&stored_key, auth_message.as_bytes()));
+        let server_key = hmac(&salted, b"Server Key");
+        self.state = ClientState::SentFinal { server_signature: hmac(&server_key, auth_message.as_bytes()) };
+        Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server-final message: the server must prove it knows the password too.
+    pub fn server_final(&mut self, msg: &[u8]) -> Result<(), ScramError> {
+        let ClientState::SentFinal { server_signature } = std::mem::replace(&mut self.state, ClientState::Done) else {
+            return Err(ScramError::OutOfOrder);
+        };
+        let msg = utf8(msg)?;
+        if let Some(err) = msg.strip_prefix("e=") {
+            return Err(ScramError::ServerError(err.to_owned()));
+        }
+        let verifier = msg.split(',').next();
+        let sig =
+            B64.decode(attr(verifier, 'v')?).map_err(|_| ScramError::Malformed("server signature is not base64"))?;
+        if constant_time_eq(&sig, &server_signature) { Ok(()) } else { Err(ScramError::InvalidServerSignature) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The SCRAM-SHA-256 example of RFC 7677, section 3.
+    const CLIENT_NONCE: &str = "rOprNGfwEbeRWgbNEkqO";
+    const SERVER_NONCE: &str = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+    const SALT_B64: &str = "W22ZaJ0SNY7soEsUEjb6gQ==";
+    const SERVER_FIRST: &str = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+    const CLIENT_FINAL: &str = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+                                p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
+    const SERVER_FINAL: &str = "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=";
+
+    fn rfc_secret() -> ScramSecret {
+        ScramSecret::from_password("pencil", &B64.decode(SALT_B64).unwrap(), 4096)
+    }
+
+    #[test]
+    fn client_matches_rfc7677() {
+        let mut c = ScramClient::with_nonce("user", "pencil", CLIENT_NONCE.into());
+        assert_eq!(c.client_first(), b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
+        assert_eq!(c.server_first(SERVER_FIRST.as_bytes()).unwrap(), CLIENT_FINAL.as_bytes());
+        assert_eq!(c.server_final(SERVER_FINAL.as_bytes()), Ok(()));
+    }
+
+    #[test]
+    fn server_matches_rfc7677() {
+        let mut s = ScramServer::with_nonce(rfc_secret(), SERVER_NONCE.into());
+        let first = s.client_first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO").unwrap();
+        assert_eq!(first, SERVER_FIRST.as_bytes());
+        assert_eq!(s.client_final(CLIENT_FINAL.as_bytes()).unwrap(), SERVER_FINAL.as_bytes());
+    }
+
+    #[test]
+    fn wrong_password_is_an_invalid_proof() {
+        let mut s = ScramServer::new(ScramSecret::generate("right", DEFAULT_ITERATIONS));
+        let mut c = ScramClient::new("wrong");
+        let first = s.client_first(&c.client_first()).unwrap();
+        let fin = c.server_first(&first).unwrap();
+        assert_eq!(s.client_final(&fin), Err(ScramError::InvalidProof));
+    }
+
+    #[test]
+    fn client_and_server_agree() {
+        let mut s = ScramServer::new(ScramSecret::generate("pässwörd", 4096));
+        let mut c = ScramClient::new("pässwörd");
+        let first = s.client_first(&c.client_first()).unwrap();
+        let fin = c.server_first(&first).unwrap();
+        let last = s.client_final(&fin).unwrap();
+        assert_eq!(c.server_final(&last), Ok(()));
+    }
+
+    #[test]
+    fn client_rejects_a_server_that_does_not_know_the_password() {
+        let mut s = ScramServer::new(ScramSecret::generate("other", 4096));
+        let mut c = ScramClient::new("mine");
+        let first = s.client_first(&c.client_first()).unwrap();
+        c.server_first(&first).unwrap();
+        let forged = format!("v={}", B64.encode([0u8; 32]));
+        assert_eq!(c.server_final(forged.as_bytes()), Err(ScramError::InvalidServerSignature));
+        let mut c2 = ScramClient::new("mine");
+        let bad_nonce = "r=someoneelse,s=AAAA,i=4096";
+        assert_eq!(c2.server_first(bad_nonce.as_bytes()), Err(ScramError::Nonce));
+    }
+
+    #[test]
+    fn malformed_client_messages_are_errors() {
+        let secret = rfc_secret();
+        for bad in [&b""[..], b"x,,n=,r=a", b"n,,r=abc", b"n,,n=u", b"p=tls-unique,,n=,r=a", b"\xff"] {
+            let mut s = ScramServer::new(secret.clone());
+            assert!(s.client_first(bad).is_err(), "{bad:?} accepted");
+        }
+        let mut s = ScramServer::with_nonce(secret, SERVER_NONCE.into());
+        s.client_first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO").unwrap();
+        assert!(s.client_final(b"c=biws,r=x").is_err());
+        let mut s = ScramServer::new(rfc_secret());
+        assert_eq!(s.client_final(CLIENT_FINAL.as_bytes()), Err(ScramError::OutOfOrder));
+    }
+
+    #[test]
+    fn secrets_do_not_print_their_keys() {
+        let dbg = format!("{:?}", rfc_secret());
+        assert!(!dbg.contains("stored_key") && !dbg.contains("server_key"), "{dbg}");
+    }
+}

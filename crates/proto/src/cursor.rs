@@ -1,0 +1,59 @@
+//! A bounds-checked reader over a message body, so that parsing never indexes past the end.
+
+use crate::ParseError;
+
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Cursor { buf, what }
+    }
+
+    fn short(&self) -> ParseError {
+        ParseError::new(self.what, "message is truncated")
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, ParseError> {
+        let (&b, rest) = self.buf.split_first().ok_or_else(|| self.short())?;
+        self.buf = rest;
+        Ok(b)
+    }
+
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
+        if self.buf.len() < n {
+            return Err(self.short());
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    pub(crate) fn i32(&mut self) -> Result<i32, ParseError> {
+        let b = self.bytes(4)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// A NUL-terminated string that must be UTF-8.
+    pub(crate) fn cstr(&mut self) -> Result<&'a str, ParseError> {
+        let end = self
+            .buf
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or_else(|| ParseError::new(self.what, "string is not terminated"))?;
+        let s = std::str::from_utf8(&self.buf[..end])
+            .map_err(|_| ParseError::new(self.what, "string is not valid UTF-8"))?;
+        self.buf = &self.buf[end + 1..];
+        Ok(s)
+    }
+
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+
+    pub(crate) fn finish(&self) -> Result<(), ParseError> {
+        if self.buf.is_empty() { Ok(()) } else { Err(ParseError::new(self.what, "message has trailing bytes")) }
+    }
+}

@@ -1,0 +1,306 @@
+//! Builders for the messages pgmux writes itself: its own errors, authentication, start-up and control
+//! messages. Each appends one whole message to a `BytesMut`, so several can be batched into one write.
+
+use std::borrow::Cow;
+
+use bytes::{BufMut, BytesMut};
+
+use crate::backend::TxStatus;
+
+/// Writes a tagged message: the tag, a length patched in at the end, and what `body` puts.
+fn message(buf: &mut BytesMut, tag: u8, body: impl FnOnce(&mut BytesMut)) {
+    buf.put_u8(tag);
+    untagged(buf, body);
+}
+
+/// Writes a message without a tag (start-up packets): a length patched in at the end, then the body.
+fn untagged(buf: &mut BytesMut, body: impl FnOnce(&mut BytesMut)) {
+    let at = buf.len();
+    buf.put_u32(0);
+    body(buf);
+    let len = (buf.len() - at) as u32;
+    buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn cstr(buf: &mut BytesMut, s: &str) {
+    // A NUL inside a string would end it early; PostgreSQL strings cannot hold one.
+    buf.put_slice(s.replace('\0', "").as_bytes());
+    buf.put_u8(0);
+}
+
+/// The severity of an error pgmux reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// The statement failed; the session goes on.
+    Error,
+    /// The session ends after this message.
+    Fatal,
+}
+
+impl Severity {
+    fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "ERROR",
+            Severity::Fatal => "FATAL",
+        }
+    }
+}
+
+/// An `ErrorResponse` written by pgmux, with an optional detail and hint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorMessage {
+    /// ERROR or FATAL.
+    pub severity: Severity,
+    /// SQLSTATE.
+    pub code: Cow<'static, str>,
+    /// Primary message.
+    pub message: String,
+    /// Optional detail.
+    pub detail: Option<String>,
+    /// Optional hint.
+    pub hint: Option<String>,
+}
+
+impl ErrorMessage {
+    /// An ERROR with a code and a message.
+    pub fn error(code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        ErrorMessage { severity: Severity::Error, code: code.into(), message: message.into(), detail: None, hint: None }
+    }
+
+    /// A FATAL error with a code and a message.
+    pub fn fatal(code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        ErrorMessage { severity: Severity::Fatal, ..Self::error(code, message) }
+    }
+
+    /// Adds a hint.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Adds a detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// The message as bytes, ready to queue.
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        let mut buf = BytesMut::new();
+        self.encode(&mut buf);
+        buf.freeze()
+    }
+
+    /// Appends the `ErrorResponse`.
+    pub fn encode(&self, buf: &mut BytesMut) {
+        message(buf, b'E', |b| {
+            let sev = self.severity.as_str();
+            b.put_u8(b'S');
+            cstr(b, sev);
+            b.put_u8(b'V');
+            cstr(b, sev);
+            b.put_u8(b'C');
+            cstr(b, &self.code);
+            b.put_u8(b'M');
+            cstr(b, &self.message);
+            if let Some(d) = &self.detail {
+                b.put_u8(b'D');
+                cstr(b, d);
+            }
+            if let Some(h) = &self.hint {
+                b.put_u8(b'H');
+                cstr(b, h);
+            }
+            b.put_u8(0);
+        });
+    }
+}
+
+/// `ReadyForQuery`.
+pub fn ready_for_query(buf: &mut BytesMut, status: TxStatus) {
+    message(buf, b'Z', |b| b.put_u8(status.byte()));
+}
+
+/// `AuthenticationOk`.
+pub fn auth_ok(buf: &mut BytesMut) {
+    message(buf, b'R', |b| b.put_i32(0));
+}
+
+/// `AuthenticationCleartextPassword`.
+pub fn auth_cleartext(buf: &mut BytesMut) {
+    message(buf, b'R', |b| b.put_i32(3));
+}
+
+/// `AuthenticationMD5Password`.
+pub fn auth_md5(buf: &mut BytesMut, salt: [u8; 4]) {
+    message(buf, b'R', |b| {
+        b.put_i32(5);
+        b.put_slice(&salt);
+    });
+}
+
+/// `AuthenticationSASL` offering the given mechanisms.
+pub fn auth_sasl(buf: &mut BytesMut, mechanisms: &[&str]) {
+    message(buf, b'R', |b| {
+        b.put_i32(10);
+        for m in mechanisms {
+            cstr(b, m);
+        }
+        b.put_u8(0);
+    });
+}
+
+/// `AuthenticationSASLContinue`.
+pub fn auth_sasl_continue(buf: &mut BytesMut, data: &[u8]) {
+    message(buf, b'R', |b| {
+        b.put_i32(11);
+        b.put_slice(data);
+    });
+}
+
+/// `AuthenticationSASLFinal`.
+pub fn auth_sasl_final(buf: &mut BytesMut, data: &[u8]) {
+    message(buf, b'R', |b| {
+        b.put_i32(12);
+        b.put_slice(data);
+    });
+}
+
+/// `ParameterStatus`.
+pub fn parameter_status(buf: &mut BytesMut, name: &str, value: &str) {
+    message(buf, b'S', |b| {
+        cstr(b, name);
+        cstr(b, value);
+    });
+}
+
+/// `BackendKeyData` with a protocol 3.0 key.
+pub fn backend_key_data(buf: &mut BytesMut, pid: i32, secret: i32) {
+    message(buf, b'K', |b| {
+        b.put_i32(pid);
+        b.put_i32(secret);
+    });
+}
+
+/// `NegotiateProtocolVersion`: the newest minor version pgmux speaks and the options it did not recognise.
+pub fn negotiate_protocol_version(buf: &mut BytesMut, newest_minor: i32, unrecognized: &[&str]) {
+    message(buf, b'v', |b| {
+        b.put_i32(newest_minor);
+        b.put_i32(unrecognized.len() as i32);
+        for o in unrecognized {
+            cstr(b, o);
+        }
+    });
+}
+
+/// A simple `Query`.
+pub fn query(buf: &mut BytesMut, sql: &str) {
+    message(buf, b'Q', |b| cstr(b, sql));
+}
+
+/// `Sync`.
+pub fn sync(buf: &mut BytesMut) {
+    message(buf, b'S', |_| {});
+}
+
+/// `CopyFail` with a reason.
+pub fn copy_fail(buf: &mut BytesMut, reason: &str) {
+    message(buf, b'f', |b| cstr(b, reason));
+}
+
+/// `Terminate`.
+pub fn terminate(buf: &mut BytesMut) {
+    message(buf, b'X', |_| {});
+}
+
+/// `StartupMessage` for protocol 3.0.
+pub fn startup_message(buf: &mut BytesMut, params: &[(&str, &str)]) {
+    untagged(buf, |b| {
+        b.put_i32(crate::frontend::PROTOCOL_3_0);
+        for (k, v) in params {
+            cstr(b, k);
+            cstr(b, v);
+        }
+        b.put_u8(0);
+    });
+}
+
+/// `CancelRequest` with a protocol 3.0 key.
+pub fn cancel_request(buf: &mut BytesMut, pid: i32, secret: i32) {
+    untagged(buf, |b| {
+        b.put_i32(crate::frontend::CANCEL_REQUEST_CODE);
+        b.put_i32(pid);
+        b.put_i32(secret);
+    });
+}
+
+/// `PasswordMessage` carrying a cleartext or `md5…` password.
+pub fn password_message(buf: &mut BytesMut, password: &str) {
+    message(buf, b'p', |b| cstr(b, password));
+}
+
+/// `SASLInitialResponse`.
+pub fn sasl_initial_response(buf: &mut BytesMut, mechanism: &str, data: &[u8]) {
+    message(buf, b'p', |b| {
+        cstr(b, mechanism);
+        b.put_i32(data.len() as i32);
+        b.put_slice(data);
+    });
+}
+
+/// `SASLResponse`.
+pub fn sasl_response(buf: &mut BytesMut, data: &[u8]) {
+    message(buf, b'p', |b| b.put_slice(data));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(f: impl FnOnce(&mut BytesMut)) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        f(&mut b);
+        b.to_vec()
+    }
+
+    #[test]
+    fn golden_control_messages() {
+        assert_eq!(bytes(|b| ready_for_query(b, TxStatus::Idle)), b"Z\0\0\0\x05I");
+        assert_eq!(bytes(sync), b"S\0\0\0\x04");
+        assert_eq!(bytes(terminate), b"X\0\0\0\x04");
+        assert_eq!(bytes(auth_ok), b"R\0\0\0\x08\0\0\0\0");
+        assert_eq!(bytes(|b| query(b, "select 1")), b"Q\0\0\0\x0dselect 1\0");
+        assert_eq!(bytes(|b| backend_key_data(b, 1, 2)), b"K\0\0\0\x0c\0\0\0\x01\0\0\0\x02");
+        assert_eq!(bytes(|b| parameter_status(b, "a", "b")), b"S\0\0\0\x08a\0b\0", "name and value are NUL-terminated");
+    }
+
+    #[test]
+    fn golden_startup_and_cancel() {
+        assert_eq!(bytes(|b| startup_message(b, &[("user", "u")])), b"\0\0\0\x10\0\x03\0\0user\0u\0\0".to_vec());
+        assert_eq!(bytes(|b| cancel_request(b, 5, 6)), b"\0\0\0\x10\x04\xd2\x16\x2e\0\0\0\x05\0\0\0\x06".to_vec());
+    }
+
+    #[test]
+    fn golden_error_response_round_trips_through_the_parser() {
+        let msg = ErrorMessage::error("53300", "no server").with_hint("raise pool_max");
+        let raw = bytes(|b| msg.encode(b));
+        assert_eq!(raw, b"E\0\0\0\x35SERROR\0VERROR\0C53300\0Mno server\0Hraise pool_max\0\0".to_vec());
+        let parsed = crate::backend::ErrorFields::parse(&raw[5..]).unwrap();
+        assert_eq!((parsed.severity, parsed.code, parsed.message), ("ERROR", "53300", "no server"));
+        assert_eq!(parsed.hint, Some("raise pool_max"));
+    }
+
+    #[test]
+    fn negotiate_protocol_version_lists_options() {
+        assert_eq!(
+            bytes(|b| negotiate_protocol_version(b, 0, &["_pq_.x"])),
+            b"v\0\0\0\x13\0\0\0\0\0\0\0\x01_pq_.x\0".to_vec()
+        );
+    }
+
+    #[test]
+    fn embedded_nul_cannot_end_a_string_early() {
+        let raw = bytes(|b| query(b, "a\0b"));
+        assert_eq!(raw, b"Q\0\0\0\x07ab\0");
+    }
+}

@@ -1,0 +1,255 @@
+//! Splitting a byte stream into protocol messages without copying or decoding them.
+//!
+//! A PostgreSQL message is a one-byte tag, a four-byte big-endian length that counts itself, and a body.
+//! [`Framer`] looks at the front of a buffer and says how many bytes the next message takes; the caller
+//! decides what to do with them (forward, inspect, drop) and advances its own buffer. Nothing here owns a
+//! socket or awaits, so every decision is testable with byte fixtures.
+//!
+//! Two kinds of message may be larger than anyone wants to hold in memory: `DataRow` / `CopyData` from the
+//! server and `CopyData` from the client. Those are *streamed*: once their header is in, their bytes are
+//! handed on as they arrive and never buffered whole. Every other message is bounded by a per-tag limit
+//! before any allocation is made for it.
+
+use thiserror::Error;
+
+/// Bytes in a message header: the tag and the length.
+pub const HEADER_LEN: usize = 5;
+
+/// PostgreSQL's own limit for messages that may carry data (`PQ_LARGE_MESSAGE_LIMIT`).
+pub const LARGE_MESSAGE_LIMIT: usize = (1 << 30) - 1;
+/// PostgreSQL's own limit for control messages such as Sync or Describe (`PQ_SMALL_MESSAGE_LIMIT`).
+pub const SMALL_MESSAGE_LIMIT: usize = 10_000;
+/// PostgreSQL's limit for a startup packet (`MAX_STARTUP_PACKET_LENGTH`).
+pub const STARTUP_PACKET_LIMIT: usize = 10_000;
+/// PostgreSQL's limit for a password or SASL message (`PG_MAX_AUTH_TOKEN_LENGTH`).
+pub const AUTH_MESSAGE_LIMIT: usize = 65_535;
+
+/// A message larger than this that may be streamed is passed on in pieces instead of being buffered whole.
+pub const STREAM_THRESHOLD: usize = 16 * 1024;
+
+/// Which peer sent the bytes being framed; it decides which tags are valid and how large they may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sender {
+    /// A client (frontend) after start-up.
+    Frontend,
+    /// A server (backend).
+    Backend,
+}
+
+/// Why a stream cannot be framed. Each of these is a protocol violation by the peer.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum FrameError {
+    /// The tag is not one the peer may send.
+    #[error("invalid message type {}", describe_tag(*.0))]
+    UnknownTag(u8),
+    /// The length field is smaller than the four bytes it occupies.
+    #[error("invalid message length {len} for message type {}", describe_tag(*.tag))]
+    BadLength {
+        /// Message tag.
+        tag: u8,
+        /// The length as sent.
+        len: u32,
+    },
+    /// The message is longer than its type allows.
+    #[error("message of type {} is {len} bytes, over the limit of {limit}", describe_tag(*.tag))]
+    TooLong {
+        /// Message tag.
+        tag: u8,
+        /// The length as sent.
+        len: usize,
+        /// The largest length accepted for this tag.
+        limit: usize,
+    },
+}
+
+fn describe_tag(tag: u8) -> String {
+    if tag.is_ascii_graphic() { format!("'{}'", tag as char) } else { format!("0x{tag:02x}") }
+}
+
+/// What the front of a buffer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A whole message of `len` bytes, header included, starts the buffer.
+    Message {
+        /// Message tag.
+        tag: u8,
+        /// Length of the whole message including the tag byte.
+        len: usize,
+    },
+    /// The first `take` bytes of the buffer belong to a streamed message: pass them on as they are.
+    /// `tag` is the streamed message's type; `start` is true for the piece that holds its header.
+    Stream {
+        /// Message tag of the streamed message.
+        tag: u8,
+        /// How many bytes to pass on.
+        take: usize,
+        /// Whether this piece begins the message.
+        start: bool,
+    },
+    /// Not enough bytes; the buffer should hold at least `want` bytes before the next step.
+    NeedMore {
+        /// Total bytes wanted from the buffer start.
+        want: usize,
+    },
+}
+
+/// Frames one direction of a connection. It remembers only how much of a streamed message is still to come.
+#[derive(Clone, Debug)]
+pub struct Framer {
+    sender: Sender,
+    /// Bytes of the current streamed message not yet passed on; zero between messages.
+    streaming: usize,
+    streaming_tag: u8,
+}
+
+impl Framer {
+    /// A framer for messages sent by `sender`.
+    pub fn new(sender: Sender) -> Self {
+        Framer { sender, streaming: 0, streaming_tag: 0 }
+    }
+
+    /// True while a streamed message has been started but not finished.
+    pub fn mid_message(&self) -> bool {
+        self.streaming > 0
+    }
+
+    /// Looks at the front of `buf` and says what it holds. The caller must consume exactly the bytes a
+    /// `Message` or `Stream` step names before calling again.
+    pub fn step(&mut self, buf: &[u8]) -> Result<Step, FrameError> {
+        if self.streaming > 0 {
+            if buf.is_empty() {
+                return Ok(Step::NeedMore { want: 1 });
+            }
+            let take = self.streaming.min(buf.len());
+            self.streaming -= take;
+            return Ok(Step::Stream { tag: self.streaming_tag, take, start: false });
+        }
+        let Some(header) = buf.get(..HEADER_LEN) else {
+            return Ok(Step::NeedMore { want: HEADER_LEN });
+        };
+        let tag = header[0];
+        let raw = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        let limit = limit_for(self.sender, tag)?;
+        if raw < 4 {
+            return Err(FrameError::BadLength { tag, len: raw });
+        }
+        let len = raw as usize + 1;
+        if len - 1 > limit {
+            return Err(FrameError::TooLong { tag, len: len - 1, limit });
+        }
+        if buf.len() >= len {
+            return Ok(Step::Message { tag, len });
+        }
+        if len > STREAM_THRESHOLD && streamable(self.sender, tag) {
+            self.streaming = len - buf.len();
+            self.streaming_tag = tag;
+            return Ok(Step::Stream { tag, take: buf.len(), start: true });
+        }
+        Ok(Step::NeedMore { want: len })
+    }
+}
+
+fn streamable(sender: Sender, tag: u8) -> bool {
+    match sender {
+        Sender::Frontend => tag == b'd',
+        Sender::Backend => tag == b'D' || tag == b'd',
+    }
+}
+
+/// The largest body length (length field value) accepted for `tag` from `sender`.
+fn limit_for(sender: Sender, tag: u8) -> Result<usize, FrameError> {
+    let limit = match sender {
+        Sender::Frontend => match tag {
+            b'Q' | b'P' | b'B' | b'F' | b'd' => LARGE_MESSAGE_LIMIT,
+            b'D' | b'E' | b'C' | b'H' | b'S' | b'c' | b'X' => SMALL_MESSAGE_LIMIT,
+            // CopyFail carries a message; PostgreSQL reads it with the small limit too.
+            b'f' => SMALL_MESSAGE_LIMIT,
+            b'p' => AUTH_MESSAGE_LIMIT,
+            other => return Err(FrameError::UnknownTag(other)),
+        },
+        Sender::Backend => match tag {
+            b'R' | b'K' | b'S' | b'Z' | b'T' | b'D' | b'C' | b'E' | b'N' | b'A' | b'I' | b'1' | b'2' | b'3' | b'n'
+            | b's' | b't' | b'G' | b'H' | b'W' | b'd' | b'c' | b'V' | b'v' => LARGE_MESSAGE_LIMIT,
+            other => return Err(FrameError::UnknownTag(other)),
+        },
+    };
+    Ok(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn whole_messages_are_reported_with_their_length() {
+        let mut buf = msg(b'Z', b"I");
+        buf.extend(msg(b'C', b"SELECT 1\0"));
+        let mut f = Framer::new(Sender::Backend);
+        assert_eq!(f.step(&buf), Ok(Step::Message { tag: b'Z', len: 6 }));
+        assert_eq!(f.step(&buf[6..]), Ok(Step::Message { tag: b'C', len: 14 }));
+        assert_eq!(f.step(&buf[20..]), Ok(Step::NeedMore { want: HEADER_LEN }));
+    }
+
+    #[test]
+    fn a_partial_small_message_waits_for_the_rest() {
+        let buf = msg(b'T', &[0u8; 100]);
+        let mut f = Framer::new(Sender::Backend);
+        assert_eq!(f.step(&buf[..3]), Ok(Step::NeedMore { want: HEADER_LEN }));
+        assert_eq!(f.step(&buf[..50]), Ok(Step::NeedMore { want: 105 }));
+    }
+
+    #[test]
+    fn a_large_data_row_is_streamed_in_pieces() {
+        let body = vec![7u8; STREAM_THRESHOLD * 2];
+        let buf = msg(b'D', &body);
+        let mut f = Framer::new(Sender::Backend);
+        assert_eq!(f.step(&buf[..1000]), Ok(Step::Stream { tag: b'D', take: 1000, start: true }));
+        assert!(f.mid_message());
+        assert_eq!(f.step(&[]), Ok(Step::NeedMore { want: 1 }));
+        let rest = buf.len() - 1000;
+        // More than the message remains in the buffer: only the message's bytes are taken.
+        let mut tail = buf[1000..].to_vec();
+        tail.extend(msg(b'Z', b"I"));
+        assert_eq!(f.step(&tail), Ok(Step::Stream { tag: b'D', take: rest, start: false }));
+        assert!(!f.mid_message());
+        assert_eq!(f.step(&tail[rest..]), Ok(Step::Message { tag: b'Z', len: 6 }));
+    }
+
+    #[test]
+    fn a_large_query_is_buffered_not_streamed() {
+        let buf = msg(b'Q', &vec![b'x'; STREAM_THRESHOLD * 2]);
+        let mut f = Framer::new(Sender::Frontend);
+        assert_eq!(f.step(&buf[..100]), Ok(Step::NeedMore { want: buf.len() }));
+    }
+
+    #[test]
+    fn lengths_are_bounded_per_tag_before_allocation() {
+        let mut f = Framer::new(Sender::Frontend);
+        let sync = [b'S', 0, 1, 0, 0];
+        assert_eq!(f.step(&sync), Err(FrameError::TooLong { tag: b'S', len: 65536, limit: SMALL_MESSAGE_LIMIT }));
+        let query = [b'Q', 0x7f, 0xff, 0xff, 0xff];
+        assert!(matches!(f.step(&query), Err(FrameError::TooLong { tag: b'Q', .. })));
+        let short = [b'Q', 0, 0, 0, 3];
+        assert_eq!(f.step(&short), Err(FrameError::BadLength { tag: b'Q', len: 3 }));
+    }
+
+    #[test]
+    fn unknown_tags_are_rejected_per_direction() {
+        let mut f = Framer::new(Sender::Frontend);
+        assert_eq!(f.step(b"Z\0\0\0\x05I"), Err(FrameError::UnknownTag(b'Z')));
+        let mut b = Framer::new(Sender::Backend);
+        assert_eq!(b.step(b"Q\0\0\0\x05x"), Err(FrameError::UnknownTag(b'Q')));
+        assert_eq!(
+            FrameError::UnknownTag(0).to_string(),
+            "invalid message type 0x00",
+            "non-printable tags are shown in hex"
+        );
+    }
+}
