@@ -1,0 +1,259 @@
+//! pgmux's configuration: one struct, read from a TOML file and then from `PGMUX_<KEY>` environment
+//! variables, checked once at start-up.
+//!
+//! Every key is declared once, in the table below; the struct, the defaults, the `--help` listing and the
+//! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
+//! that names the key and where it came from.
+
+mod value;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use value::{ClientAuth, DatabaseUrl, LogFormat, SslMode};
+use value::{ConfigValue, Raw};
+
+/// One configuration key, for `--help` and documentation.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyInfo {
+    /// Key name in the TOML file; the environment variable is `PGMUX_` + its upper case.
+    pub name: &'static str,
+    /// The default, as a user would write it.
+    pub default: &'static str,
+    /// What the key does.
+    pub help: &'static str,
+}
+
+impl KeyInfo {
+    /// The environment variable that overrides this key.
+    pub fn env_var(&self) -> String {
+        format!("PGMUX_{}", self.name.to_ascii_uppercase())
+    }
+}
+
+macro_rules! config_keys {
+    ($( #[doc = $help:literal] $name:ident : $ty:ty = $default:literal ; )*) => {
+        /// The whole configuration. Build it with [`Config::load`] or [`Config::from_toml_str`].
+        #[derive(Clone, Debug)]
+        pub struct Config {
+            $( #[doc = $help] pub $name: $ty, )*
+        }
+
+        /// Every key, in the order `--help` shows them.
+        pub const KEYS: &[KeyInfo] = &[
+            $( KeyInfo { name: stringify!($name), default: $default, help: $help.trim_ascii() }, )*
+        ];
+
+        impl Config {
+            /// Applies one raw value; `Ok(false)` if the key is unknown.
+            fn set(&mut self, key: &str, raw: &Raw) -> Result<bool, String> {
+                match key {
+                    $( stringify!($name) => self.$name = <$ty as ConfigValue>::parse(raw)?, )*
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+
+            /// Each key with its effective value, secrets redacted.
+            pub fn entries(&self) -> Vec<(&'static str, String)> {
+                vec![ $( (stringify!($name), ConfigValue::show(&self.$name)), )* ]
+            }
+
+            /// The built-in defaults. `database_url` has none and must be set.
+            fn defaults() -> Self {
+                Config {
+                    $( $name: <$ty as ConfigValue>::parse(&Raw::Default($default))
+                        .unwrap_or_else(|e| unreachable!("default of {} is invalid: {e}", stringify!($name))), )*
+                }
+            }
+        }
+    };
+}
+
+config_keys! {
+    /// Address and port to accept clients on.
+    listen: SocketAddr = "127.0.0.1:6432";
+    /// The database to pool, as `postgres://user:password@host:port/dbname[?sslmode=disable]`. Required.
+    database_url: DatabaseUrl = "";
+    /// Most server connections open at once.
+    pool_max: usize = "20";
+    /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
+    client_auth: ClientAuth = "scram-sha-256";
+    /// Most client connections at once; the next one gets SQLSTATE 53300.
+    max_client_conn: usize = "5000";
+    /// Longest a client waits for a server connection before it gets SQLSTATE 53300.
+    query_wait_timeout: Duration = "30s";
+    /// Close a server connection that has been idle this long (0 = never).
+    server_idle_timeout: Duration = "60s";
+    /// Close a server connection this old when it is next idle (0 = never).
+    server_lifetime: Duration = "1h";
+    /// On SIGTERM / SIGINT, how long open transactions may run before pgmux exits anyway.
+    shutdown_timeout: Duration = "30s";
+    /// Longest to wait for the database to accept a new connection and log in.
+    server_connect_timeout: Duration = "5s";
+    /// Longest a client may take to start up and authenticate.
+    client_login_timeout: Duration = "15s";
+    /// A server connection idle longer than this is checked with a round trip before it is lent.
+    server_check_delay: Duration = "30s";
+    /// Log level: error, warn, info, debug or trace (or a tracing filter directive).
+    log_level: String = "info";
+    /// Log format: `text` or `json`.
+    log_format: LogFormat = "text";
+}
+
+/// Where a value came from, for error messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// The TOML file.
+    File,
+    /// An environment variable.
+    Env(String),
+}
+
+/// A configuration that cannot be used; the message names the key and the problem.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {reason}")]
+    Read {
+        /// File path.
+        path: String,
+        /// OS error.
+        reason: String,
+    },
+    /// The file is not valid TOML.
+    #[error("config file is not valid TOML: {0}")]
+    Toml(String),
+    /// A required key is not set.
+    #[error("{0} is required: set it in the config file or with PGMUX_{upper}", upper = .0.to_ascii_uppercase())]
+    Missing(&'static str),
+    /// A key the file uses does not exist.
+    #[error("unknown config key `{0}` (see pgmux --help for the list)")]
+    UnknownKey(String),
+    /// A key has a value that cannot be used.
+    #[error("invalid value for {key}{}: {reason}", source_note(.origin))]
+    Invalid {
+        /// Key name.
+        key: String,
+        /// Where the value came from.
+        origin: Source,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn source_note(source: &Source) -> String {
+    match source {
+        Source::Default => " (default)".to_owned(),
+        Source::File => " (config file)".to_owned(),
+        Source::Env(var) => format!(" (environment variable {var})"),
+    }
+}
+
+impl Config {
+    /// Reads the optional TOML file, then the environment (`PGMUX_<KEY>` overrides `<key>`), then checks.
+    pub fn load<I>(path: Option<&Path>, env: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|e| ConfigError::Read { path: p.display().to_string(), reason: e.to_string() })?,
+            None => String::new(),
+        };
+        Self::from_parts(&text, env)
+    }
+
+    /// Parses TOML text alone (no environment) and checks the result.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        Self::from_parts(text, std::iter::empty())
+    }
+
+    fn from_parts<I>(text: &str, env: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
+        let mut cfg = Config::defaults();
+        let mut sources: BTreeMap<&'static str, Source> = BTreeMap::new();
+        for (key, value) in &table {
+            let known = cfg.set(key, &Raw::Toml(value)).map_err(|reason| ConfigError::Invalid {
+                key: key.clone(),
+                origin: Source::File,
+                reason,
+            })?;
+            if !known {
+                return Err(ConfigError::UnknownKey(key.clone()));
+            }
+            if let Some(info) = KEYS.iter().find(|k| k.name == key) {
+                sources.insert(info.name, Source::File);
+            }
+        }
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        for info in KEYS {
+            let var = info.env_var();
+            if let Some(value) = env.get(&var) {
+                cfg.set(info.name, &Raw::Env(value)).map_err(|reason| ConfigError::Invalid {
+                    key: info.name.to_owned(),
+                    origin: Source::Env(var.clone()),
+                    reason,
+                })?;
+                sources.insert(info.name, Source::Env(var));
+            }
+        }
+        cfg.validate(&sources)?;
+        Ok(cfg)
+    }
+
+    /// Checks values that are each valid but do not work together.
+    fn validate(&self, sources: &BTreeMap<&'static str, Source>) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, reason: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: sources.get(key).cloned().unwrap_or(Source::Default),
+            reason: reason.to_owned(),
+        };
+        if self.database_url.host.is_empty() {
+            return Err(ConfigError::Missing("database_url"));
+        }
+        if self.pool_max == 0 {
+            return Err(invalid("pool_max", "must be at least 1"));
+        }
+        if self.max_client_conn == 0 {
+            return Err(invalid("max_client_conn", "must be at least 1"));
+        }
+        if self.client_auth != ClientAuth::Trust && self.database_url.password.is_none() {
+            return Err(invalid(
+                "client_auth",
+                "md5 and scram-sha-256 check clients against the password in database_url, which has none",
+            ));
+        }
+        for (key, d) in [
+            ("query_wait_timeout", self.query_wait_timeout),
+            ("server_connect_timeout", self.server_connect_timeout),
+            ("client_login_timeout", self.client_login_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Config {
+    /// The effective configuration, one `key = value` per line, password redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (key, value) in self.entries() {
+            writeln!(f, "{key} = {value}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

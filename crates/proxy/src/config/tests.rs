@@ -1,0 +1,126 @@
+//! Configuration parsing: file, environment overlay, defaults and the errors a user sees.
+
+use super::*;
+
+const URL: &str = "postgres://app:s3cret@db.example:5433/orders";
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn defaults_fill_everything_but_the_url() {
+    let cfg = Config::from_toml_str(&format!("database_url = {URL:?}")).unwrap();
+    assert_eq!(cfg.listen, "127.0.0.1:6432".parse().unwrap());
+    assert_eq!(cfg.pool_max, 20);
+    assert_eq!(cfg.client_auth, ClientAuth::ScramSha256);
+    assert_eq!(cfg.query_wait_timeout, Duration::from_secs(30));
+    assert_eq!(cfg.database_url.host, "db.example");
+    assert_eq!(cfg.database_url.port, 5433);
+    assert_eq!(cfg.database_url.dbname, "orders");
+    assert_eq!(cfg.database_url.password.as_deref(), Some("s3cret"));
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let file = format!("database_url = {URL:?}\npool_max = 4\nquery_wait_timeout = \"2s\"");
+    let cfg = Config::from_parts(
+        &file,
+        env(&[("PGMUX_POOL_MAX", "7"), ("PGMUX_CLIENT_AUTH", "md5"), ("PGMUX_LISTEN", "0.0.0.0:7000")]),
+    )
+    .unwrap();
+    assert_eq!(cfg.pool_max, 7);
+    assert_eq!(cfg.client_auth, ClientAuth::Md5);
+    assert_eq!(cfg.listen.port(), 7000);
+    assert_eq!(cfg.query_wait_timeout, Duration::from_secs(2));
+}
+
+#[test]
+fn a_bad_value_names_its_key_and_source() {
+    let err = Config::from_parts(&format!("database_url = {URL:?}"), env(&[("PGMUX_POOL_MAX", "lots")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid value for pool_max (environment variable PGMUX_POOL_MAX): expected a whole number, got \"lots\""
+    );
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\nquery_wait_timeout = \"soon\"")).unwrap_err();
+    assert!(err.to_string().starts_with("invalid value for query_wait_timeout (config file)"), "{err}");
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 0")).unwrap_err();
+    assert_eq!(err.to_string(), "invalid value for pool_max (config file): must be at least 1");
+}
+
+#[test]
+fn unknown_keys_and_missing_url_are_errors() {
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_size = 3")).unwrap_err();
+    assert_eq!(err, ConfigError::UnknownKey("pool_size".into()));
+    let err = Config::from_toml_str("").unwrap_err();
+    assert_eq!(err.to_string(), "database_url is required: set it in the config file or with PGMUX_DATABASE_URL");
+    assert!(matches!(Config::from_toml_str("pool_max = ["), Err(ConfigError::Toml(_))));
+}
+
+#[test]
+fn password_auth_needs_a_password_to_check_against() {
+    let err = Config::from_toml_str("database_url = \"postgres://app@localhost/db\"").unwrap_err();
+    assert!(err.to_string().contains("client_auth"), "{err}");
+    let cfg = Config::from_toml_str("database_url = \"postgres://app@localhost/db\"\nclient_auth = \"trust\"").unwrap();
+    assert_eq!(cfg.database_url.password, None);
+}
+
+#[test]
+fn durations_accept_units_and_bare_seconds() {
+    for (text, ms) in [("500ms", 500), ("5s", 5000), ("2m", 120_000), ("1h", 3_600_000), ("7", 7000), ("0", 0)] {
+        let cfg = Config::from_toml_str(&format!("database_url = {URL:?}\nserver_idle_timeout = {text:?}")).unwrap();
+        assert_eq!(cfg.server_idle_timeout, Duration::from_millis(ms), "{text}");
+    }
+    let cfg = Config::from_toml_str(&format!("database_url = {URL:?}\nserver_lifetime = 90")).unwrap();
+    assert_eq!(cfg.server_lifetime, Duration::from_secs(90), "TOML integers are seconds");
+    for bad in ["5 parsecs", "-1s", "ms", "1.5s"] {
+        assert!(Config::from_toml_str(&format!("database_url = {URL:?}\nserver_lifetime = {bad:?}")).is_err());
+    }
+}
+
+#[test]
+fn urls_parse_like_libpq() {
+    let u = DatabaseUrl::parse("postgresql://us%40er:p%3Aw@[::1]/my%20db?sslmode=disable").unwrap();
+    assert_eq!((u.user.as_str(), u.password.as_deref()), ("us@er", Some("p:w")));
+    assert_eq!((u.host.as_str(), u.port, u.dbname.as_str()), ("::1", 5432, "my db"));
+    assert_eq!(u.sslmode, SslMode::Disable);
+    assert_eq!(u.address(), "[::1]:5432");
+    let u = DatabaseUrl::parse("postgres://bob@localhost").unwrap();
+    assert_eq!(u.dbname, "bob", "the database defaults to the user name");
+    for bad in ["mysql://a@b", "postgres://localhost/db", "postgres://a@:1/db", "postgres://a@h:port/db"] {
+        assert!(DatabaseUrl::parse(bad).is_err(), "{bad}");
+    }
+    let err = DatabaseUrl::parse("postgres://a:pw@h/db?sslmode=verify-full").unwrap_err();
+    assert!(err.contains("TLS"), "{err}");
+}
+
+#[test]
+fn the_password_never_shows() {
+    let cfg = Config::from_toml_str(&format!("database_url = {URL:?}")).unwrap();
+    let shown = format!("{cfg} {cfg:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(shown.contains("database_url = postgres://app:***@db.example:5433/orders"), "{shown}");
+}
+
+#[test]
+fn every_key_has_help_and_an_env_var() {
+    assert!(KEYS.len() >= 10);
+    for k in KEYS {
+        assert!(!k.help.is_empty(), "{} has no help", k.name);
+        assert_eq!(k.env_var(), format!("PGMUX_{}", k.name.to_uppercase()));
+    }
+    let names: Vec<_> = KEYS.iter().map(|k| k.name).collect();
+    for required in [
+        "listen",
+        "database_url",
+        "pool_max",
+        "client_auth",
+        "max_client_conn",
+        "query_wait_timeout",
+        "server_idle_timeout",
+        "server_lifetime",
+        "shutdown_timeout",
+    ] {
+        assert!(names.contains(&required), "{required} missing");
+    }
+}

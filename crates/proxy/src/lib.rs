@@ -1,0 +1,18 @@
+//! The pgmux pooler: accepts PostgreSQL clients, authenticates them, and lends them server connections one
+//! transaction at a time.
+
+mod cancel;
+mod client_auth;
+pub mod config;
+mod io;
+mod params;
+mod proxy;
+mod server;
+mod session;
+mod shared;
+mod startup;
+mod tracker;
+
+pub use config::Config;
+pub use proxy::{Proxy, ProxyHandle};
+pub use session::Stop;

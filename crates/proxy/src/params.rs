@@ -1,0 +1,314 @@
+//! Session parameters under transaction pooling.
+//!
+//! A client's start-up parameters (`DateStyle`, `TimeZone`, `search_path`, `-c` options, …) must hold on
+//! every server connection it lands on, and must not leak to the next client. Each server connection knows
+//! what it has: the values the server *reported* (ParameterStatus, the truth for GUC_REPORT parameters) and
+//! the values pgmux *applied* for the others. When a client links to a server, [`sync_statement`] names the
+//! difference as one statement of `set_config` calls and `RESET`s, or nothing when there is none.
+//!
+//! Reported values are canonical (`iso` is reported as `ISO, MDY`), so a client's raw value must be turned
+//! into the server's form before it can be compared. [`Catalog`] remembers, across clients, what each raw
+//! value becomes and which values the server has accepted; only the first client to use a new value pays
+//! a round trip at login to have it checked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::sqlstate;
+
+/// Reported parameters no session can change: never reset, never compared.
+const FIXED: &[&str] = &[
+    "server_version",
+    "server_encoding",
+    "integer_datetimes",
+    "is_superuser",
+    "session_authorization",
+    "in_hot_standby",
+];
+
+/// Most raw values the catalog remembers; past this, new values are checked on every login.
+const CATALOG_LIMIT: usize = 4096;
+
+/// Parameter names are case-insensitive in PostgreSQL.
+fn key(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+/// One parameter: its name as first seen and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Param {
+    pub(crate) name: String,
+    pub(crate) value: String,
+}
+
+/// What one server connection has set.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ServerParams {
+    /// Values from ParameterStatus, by lower-case name.
+    pub(crate) reported: BTreeMap<String, Param>,
+    /// Values pgmux set for parameters the server does not report, by lower-case name.
+    pub(crate) applied: BTreeMap<String, Param>,
+}
+
+impl ServerParams {
+    /// Records a ParameterStatus.
+    pub(crate) fn report(&mut self, name: &str, value: &str) {
+        self.reported.insert(key(name), Param { name: name.to_owned(), value: value.to_owned() });
+    }
+}
+
+/// What a client wants on every server: lower-case name → value (canonical for reported parameters).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClientParams {
+    pub(crate) values: BTreeMap<String, Param>,
+}
+
+impl ClientParams {
+    /// Records a value the server reported while this client was linked (its own `SET`).
+    pub(crate) fn report(&mut self, name: &str, value: &str) {
+        let k = key(name);
+        if !FIXED.contains(&k.as_str()) {
+            self.values.insert(k, Param { name: name.to_owned(), value: value.to_owned() });
+        }
+    }
+}
+
+/// Quotes a string literal that means the same whatever `standard_conforming_strings` is.
+fn literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 3);
+    out.push_str("E'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Quotes an identifier.
+fn ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// The statement that makes `server` match `client`, or `None` if it already does. Parameters are set with
+/// `set_config`, which parses list values (`search_path`) the way a start-up packet does.
+pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defaults: &Defaults) -> Option<String> {
+    let mut sets = Vec::new();
+    let mut resets = Vec::new();
+    for (k, want) in &client.values {
+        let have = server.reported.get(k).or_else(|| server.applied.get(k));
+        if have.map(|p| &p.value) != Some(&want.value) {
+            sets.push(format!("pg_catalog.set_config({}, {}, false)", literal(&want.name), literal(&want.value)));
+        }
+    }
+    for (k, have) in &server.reported {
+        if client.values.contains_key(k) || FIXED.contains(&k.as_str()) {
+            continue;
+        }
+        if defaults.value(k) != Some(have.value.as_str()) {
+            resets.push(format!("RESET {}", ident(&have.name)));
+        }
+    }
+    for (k, have) in &server.applied {
+        if !client.values.contains_key(k) {
+            resets.push(format!("RESET {}", ident(&have.name)));
+        }
+    }
+    if sets.is_empty() && resets.is_empty() {
+        return None;
+    }
+    let mut sql = String::new();
+    if !sets.is_empty() {
+        sql.push_str("SELECT ");
+        sql.push_str(&sets.join(", "));
+        sql.push(';');
+    }
+    for r in resets {
+        sql.push_str(&r);
+        sql.push(';');
+    }
+    Some(sql)
+}
+
+/// After a successful sync, the server holds exactly the client's values.
+pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
+    server.applied.clear();
+    for (k, p) in &client.values {
+        if !server.reported.contains_key(k) {
+            server.applied.insert(k.clone(), p.clone());
+        }
+    }
+}
+
+/// The server's own values at login, as the most recent new server connection reported them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Defaults {
+    params: Vec<Param>,
+}
+
+impl Defaults {
+    pub(crate) fn from_reported(reported: &BTreeMap<String, Param>) -> Self {
+        Defaults { params: reported.values().cloned().collect() }
+    }
+
+    pub(crate) fn value(&self, lower: &str) -> Option<&str> {
+        self.params.iter().find(|p| key(&p.name) == lower).map(|p| p.value.as_str())
+    }
+
+    /// The ParameterStatus set a client should see: the defaults with its own values in their place.
+    pub(crate) fn for_client<'a>(&'a self, client: &'a ClientParams) -> impl Iterator<Item = (&'a str, &'a str)> {
+        self.params.iter().map(move |p| match client.values.get(&key(&p.name)) {
+            Some(own) => (p.name.as_str(), own.value.as_str()),
+            None => (p.name.as_str(), p.value.as_str()),
+        })
+    }
+}
+
+/// Shared across clients: server defaults and what raw start-up values turn into.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    defaults: RwLock<Arc<Defaults>>,
+    /// (lower-case name, raw value) → the parameter as the server names and reports it; the raw value itself
+    /// for parameters the server does not report.
+    known: Mutex<HashMap<(String, String), Param>>,
+}
+
+impl Catalog {
+    pub(crate) fn defaults(&self) -> Arc<Defaults> {
+        Arc::clone(&self.defaults.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(crate) fn has_defaults(&self) -> bool {
+        !self.defaults.read().unwrap_or_else(|e| e.into_inner()).params.is_empty()
+    }
+
+    pub(crate) fn set_defaults(&self, d: Defaults) {
+        *self.defaults.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(d);
+    }
+
+    /// The client's wanted values if every raw value is already known, else `None`: a server must check them.
+    pub(crate) fn resolve(&self, raw: &[Param]) -> Option<ClientParams> {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = ClientParams::default();
+        for p in raw {
+            let k = key(&p.name);
+            let param = known.get(&(k.clone(), p.value.clone()))?;
+            out.values.insert(k, param.clone());
+        }
+        Some(out)
+    }
+
+    /// Learns from a server that accepted `raw`: what each value became.
+    pub(crate) fn learn(&self, raw: &[Param], server: &ServerParams) -> ClientParams {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = ClientParams::default();
+        for p in raw {
+            let k = key(&p.name);
+            let param = server.reported.get(&k).unwrap_or(p).clone();
+            if known.len() < CATALOG_LIMIT {
+                known.insert((k.clone(), p.value.clone()), param.clone());
+            }
+            out.values.insert(k, param);
+        }
+        out
+    }
+}
+
+/// Raw client values as wanted values, for the first sync that checks them.
+pub(crate) fn unchecked(raw: &[Param]) -> ClientParams {
+    ClientParams { values: raw.iter().map(|p| (key(&p.name), p.clone())).collect() }
+}
+
+/// Start-up keys that are about the connection, not session parameters.
+const CONNECTION_KEYS: &[&str] = &["user", "database", "replication", "options"];
+
+/// The session parameters of a start-up packet: every key except the connection ones, with `options`
+/// (`-c name=value`, `--name=value`) expanded in place.
+pub(crate) fn from_startup(params: &[(String, String)]) -> Result<Vec<Param>, ErrorMessage> {
+    let mut out: Vec<Param> = Vec::new();
+    let mut put = |name: &str, value: &str| {
+        out.retain(|p| key(&p.name) != key(name));
+        out.push(Param { name: name.to_owned(), value: value.to_owned() });
+    };
+    for (name, value) in params {
+        match name.as_str() {
+            "options" => {
+                for (n, v) in parse_options(value)? {
+                    put(&n, &v);
+                }
+            }
+            "replication" if !matches!(value.as_str(), "false" | "0" | "off" | "no") => {
+                return Err(ErrorMessage::fatal(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "pgmux does not pool replication connections",
+                )
+                .with_hint("connect to the database directly for replication"));
+            }
+            n if CONNECTION_KEYS.contains(&n) || n.starts_with("_pq_.") => {}
+            n => put(n, value),
+        }
+    }
+    Ok(out)
+}
+
+/// Splits a libpq `options` string (whitespace-separated, backslash escapes) into `-c` settings.
+fn parse_options(options: &str) -> Result<Vec<(String, String)>, ErrorMessage> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    let mut in_word = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    word.push(next);
+                }
+                in_word = true;
+            }
+            c if c.is_ascii_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    let bad = |w: &str| {
+        ErrorMessage::fatal(
+            sqlstate::FEATURE_NOT_SUPPORTED,
+            format!("unsupported option {w:?} in the options start-up parameter"),
+        )
+        .with_hint("pgmux accepts only -c name=value and --name=value there")
+    };
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        let setting = if w == "-c" {
+            it.next().ok_or_else(|| bad(&w))?
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            rest.to_owned()
+        } else if let Some(rest) = w.strip_prefix("--") {
+            rest.to_owned()
+        } else {
+            return Err(bad(&w));
+        };
+        let (name, value) = setting.split_once('=').ok_or_else(|| bad(&setting))?;
+        // Like PostgreSQL, dashes in a command-line name mean underscores.
+        out.push((name.replace('-', "_"), value.to_owned()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+//! Parameter sync plans, start-up parsing and the catalog of known values.
+
+use super::*;
+
+fn p(name: &str, value: &str) -> Param {
+    Param { name: name.into(), value: value.into() }
+}
+
+fn server(reported: &[(&str, &str)]) -> ServerParams {
+    let mut s = ServerParams::default();
+    for (n, v) in reported {
+        s.report(n, v);
+    }
+    s
+}
+
+fn defaults() -> Defaults {
+    Defaults::from_reported(
+        &server(&[
+            ("DateStyle", "ISO, MDY"),
+            ("TimeZone", "UTC"),
+            ("application_name", ""),
+            ("server_version", "15.8"),
+        ])
+        .reported,
+    )
+}
+
+#[test]
+fn nothing_to_do_when_the_server_already_matches() {
+    let s = server(&[("DateStyle", "ISO, MDY"), ("TimeZone", "UTC"), ("application_name", "")]);
+    assert_eq!(sync_statement(&ClientParams::default(), &s, &defaults()), None);
+    let mut c = ClientParams::default();
+    c.report("DateStyle", "ISO, MDY");
+    assert_eq!(sync_statement(&c, &s, &defaults()), None, "a value equal to the server's needs no SET");
+}
+
+#[test]
+fn differing_values_are_set_and_foreign_ones_reset() {
+    let mut s = server(&[("DateStyle", "German, DMY"), ("TimeZone", "UTC"), ("application_name", "other")]);
+    s.applied.insert("search_path".into(), p("search_path", "other_schema"));
+    let mut c = ClientParams::default();
+    c.report("TimeZone", "Europe/Paris");
+    c.values.insert("statement_timeout".into(), p("statement_timeout", "5s"));
+    let sql = sync_statement(&c, &s, &defaults()).unwrap();
+    assert_eq!(
+        sql,
+        "SELECT pg_catalog.set_config(E'statement_timeout', E'5s', false), \
+         pg_catalog.set_config(E'TimeZone', E'Europe/Paris', false);\
+         RESET \"application_name\";RESET \"DateStyle\";RESET \"search_path\";"
+    );
+}
+
+#[test]
+fn values_are_quoted_whatever_standard_conforming_strings_is() {
+    let mut c = ClientParams::default();
+    c.values.insert("x.y".into(), p("x.y", r"it's a \ path"));
+    let sql = sync_statement(&c, &ServerParams::default(), &Defaults::default()).unwrap();
+    assert!(sql.contains(r"E'it''s a \\ path'"), "{sql}");
+}
+
+#[test]
+fn fixed_parameters_are_never_reset() {
+    let s = server(&[("server_version", "16.1"), ("is_superuser", "on")]);
+    assert_eq!(sync_statement(&ClientParams::default(), &s, &defaults()), None);
+    let mut c = ClientParams::default();
+    c.report("server_version", "9.0");
+    assert!(c.values.is_empty(), "a client cannot want a fixed parameter");
+}
+
+#[test]
+fn synced_records_unreported_values_only() {
+    let mut s = server(&[("TimeZone", "UTC")]);
+    let c = unchecked(&[p("TimeZone", "UTC"), p("search_path", "a, b")]);
+    synced(&c, &mut s);
+    assert_eq!(s.applied.keys().collect::<Vec<_>>(), vec!["search_path"]);
+    assert_eq!(sync_statement(&c, &s, &defaults()), None);
+}
+
+#[test]
+fn catalog_learns_canonical_values_once() {
+    let cat = Catalog::default();
+    let raw = vec![p("datestyle", "iso"), p("search_path", "app")];
+    assert_eq!(cat.resolve(&raw), None, "unknown values need a server");
+    let s = server(&[("DateStyle", "ISO, MDY")]);
+    let learned = cat.learn(&raw, &s);
+    assert_eq!(learned.values["datestyle"], p("DateStyle", "ISO, MDY"));
+    assert_eq!(learned.values["search_path"], p("search_path", "app"));
+    assert_eq!(cat.resolve(&raw), Some(learned));
+}
+
+#[test]
+fn the_client_sees_server_defaults_with_its_own_values() {
+    let d = defaults();
+    let mut c = ClientParams::default();
+    c.report("TimeZone", "Asia/Tokyo");
+    let seen: Vec<_> = d.for_client(&c).collect();
+    assert!(seen.contains(&("TimeZone", "Asia/Tokyo")));
+    assert!(seen.contains(&("server_version", "15.8")));
+    assert!(seen.contains(&("DateStyle", "ISO, MDY")));
+}
+
+#[test]
+fn startup_parameters_and_options() {
+    let params: Vec<(String, String)> = [
+        ("user", "u"),
+        ("database", "d"),
+        ("application_name", "app"),
+        ("options", r"-c search_path=a,b --statement-timeout=5s -cwork_mem=64MB -c x.y=with\ space"),
+        ("_pq_.foo", "1"),
+        ("replication", "false"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let got = from_startup(&params).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            p("application_name", "app"),
+            p("search_path", "a,b"),
+            p("statement_timeout", "5s"),
+            p("work_mem", "64MB"),
+            p("x.y", "with space"),
+        ]
+    );
+}
+
+#[test]
+fn bad_startup_options_are_refused_with_a_reason() {
+    for bad in ["-B 100", "-c", "-c nothing", "plain"] {
+        let params = vec![("options".to_string(), bad.to_string())];
+        let err = from_startup(&params).unwrap_err();
+        assert_eq!(err.code, sqlstate::FEATURE_NOT_SUPPORTED, "{bad}");
+    }
+    let repl = vec![("replication".to_string(), "database".to_string())];
+    assert!(from_startup(&repl).unwrap_err().message.contains("replication"));
+}
+
+#[test]
+fn a_later_value_for_the_same_name_wins() {
+    let params =
+        vec![("DateStyle".to_string(), "ISO".to_string()), ("options".to_string(), "-c datestyle=German".to_string())];
+    assert_eq!(from_startup(&params).unwrap(), vec![p("datestyle", "German")]);
+}

@@ -1,0 +1,136 @@
+//! The listener and the life of the whole pooler: accept clients, keep the pool tidy, and shut down in
+//! order (stop accepting, let transactions finish until the deadline, then say goodbye to every server).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::session::{self, Stop};
+use crate::shared::Shared;
+
+/// A bound, not yet running pooler.
+#[derive(Debug)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    stop: Stop,
+}
+
+/// A pooler running in the background (tests and embedding).
+#[derive(Debug)]
+pub struct ProxyHandle {
+    /// The address clients connect to.
+    pub addr: SocketAddr,
+    stop: Stop,
+    done: JoinHandle<()>,
+}
+
+impl ProxyHandle {
+    /// Begins a graceful shutdown and waits until the pooler has finished.
+    pub async fn shutdown(self) {
+        self.stop.graceful.cancel();
+        let _ = self.done.await;
+    }
+
+    /// The shutdown tokens, to trigger or watch a shutdown.
+    pub fn stop(&self) -> &Stop {
+        &self.stop
+    }
+}
+
+impl Proxy {
+    /// Binds the listen address. No database I/O happens until the first client needs it.
+    pub async fn bind(config: Config) -> io::Result<Proxy> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let shared = Arc::new(Shared::new(Arc::new(config), TaskTracker::new()));
+        Ok(Proxy { shared, listener, stop: Stop::default() })
+    }
+
+    /// Where clients connect.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The tokens that stop this pooler: cancel `graceful` to shut it down.
+    pub fn stop(&self) -> Stop {
+        self.stop.clone()
+    }
+
+    /// Binds and runs in a background task.
+    pub async fn start(config: Config) -> io::Result<ProxyHandle> {
+        let proxy = Proxy::bind(config).await?;
+        let addr = proxy.local_addr()?;
+        let stop = proxy.stop();
+        let done = tokio::spawn(proxy.run());
+        Ok(ProxyHandle { addr, stop, done })
+    }
+
+    /// Serves clients until `stop.graceful` is cancelled, then shuts down.
+    pub async fn run(self) {
+        let Proxy { shared, listener, stop } = self;
+        tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            database = %shared.config.database_url, pool_max = shared.config.pool_max, "pgmux is ready");
+        let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
+        let next_id = AtomicU64::new(1);
+        loop {
+            tokio::select! {
+                _ = stop.graceful.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let id = next_id.fetch_add(1, Ordering::Relaxed);
+                        shared.tasks.spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+        drop(listener);
+        tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
+        shared.pool.close();
+        shared.tasks.close();
+        let deadline = shared.config.shutdown_timeout;
+        if tokio::time::timeout(deadline, shared.tasks.wait()).await.is_err() {
+            tracing::warn!(?deadline, "shutdown_timeout reached; closing the remaining sessions");
+            stop.hard.cancel();
+            shared.tasks.wait().await;
+        }
+        stop.hard.cancel();
+        let _ = maintenance.await;
+        let servers = shared.pool.drain_idle();
+        let count = servers.len();
+        futures_join_all(servers.into_iter().map(|s| s.terminate())).await;
+        tracing::info!(servers = count, "pgmux stopped");
+    }
+}
+
+/// Runs futures to completion concurrently.
+async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(futures: impl Iterator<Item = F>) {
+    let mut set = tokio::task::JoinSet::new();
+    for f in futures {
+        set.spawn(f);
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// Closes idle and old server connections on a timer until shutdown.
+async fn maintain(shared: Arc<Shared>, stop: Stop) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.hard.cancelled() => return,
+            _ = tick.tick() => shared.evict_idle(),
+        }
+    }
+}

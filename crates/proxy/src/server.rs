@@ -1,0 +1,362 @@
+//! A connection from pgmux to PostgreSQL: opening it, logging in, and the few statements pgmux runs on its
+//! own account (parameter sync, rollback of an abandoned transaction, liveness checks).
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use pgmux_proto::auth::{md5, scram};
+use pgmux_proto::backend::{self, AuthRequest, ErrorFields};
+use pgmux_proto::{Sender, Step, TxStatus, encode};
+use tokio::net::TcpStream;
+
+use crate::config::DatabaseUrl;
+use crate::io::{Conn, ReadOutcome};
+use crate::params::ServerParams;
+use crate::tracker::TxTracker;
+
+/// Read buffer growth for server sockets: results can be large, so read in big pieces.
+pub(crate) const SERVER_READ_CHUNK: usize = 32 * 1024;
+
+/// Why pgmux could not open a server connection. The text names the server and the cause.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    #[error("could not connect to the database at {addr}: {source}")]
+    Io { addr: String, source: io::Error },
+    #[error("timed out after {}s connecting to the database at {addr}", .after.as_secs_f32())]
+    Timeout { addr: String, after: Duration },
+    #[error("the database at {addr} refused the login of user \"{user}\": {message} (SQLSTATE {code})")]
+    Rejected { addr: String, user: String, code: String, message: String },
+    #[error("the database at {addr} asks for {what}, which pgmux does not support")]
+    Unsupported { addr: String, what: String },
+    #[error("the database at {addr} asks for a password, but database_url has none")]
+    NoPassword { addr: String },
+    #[error("the database at {addr} broke the protocol during login: {reason}")]
+    Protocol { addr: String, reason: String },
+}
+
+/// A server error reply, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ServerError {
+    pub(crate) severity: String,
+    pub(crate) code: String,
+    pub(crate) message: String,
+    pub(crate) detail: Option<String>,
+    pub(crate) hint: Option<String>,
+}
+
+impl ServerError {
+    pub(crate) fn from_fields(f: &ErrorFields<'_>) -> Self {
+        ServerError {
+            severity: f.severity.to_owned(),
+            code: f.code.to_owned(),
+            message: f.message.to_owned(),
+            detail: f.detail.map(str::to_owned),
+            hint: f.hint.map(str::to_owned),
+        }
+    }
+
+    /// The same error for a client, at the given severity.
+    pub(crate) fn to_client(&self, severity: encode::Severity) -> encode::ErrorMessage {
+        encode::ErrorMessage {
+            severity,
+            code: self.code.clone().into(),
+            message: self.message.clone(),
+            detail: self.detail.clone(),
+            hint: self.hint.clone(),
+        }
+    }
+}
+
+/// The connection broke while pgmux used it on its own account.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServerFailure {
+    #[error("server connection lost: {0}")]
+    Io(#[from] io::Error),
+    #[error("server closed the connection")]
+    Closed,
+    #[error("server ended the session: {0}")]
+    Fatal(String),
+    #[error("server broke the protocol: {0}")]
+    Protocol(String),
+    #[error("server did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// An open, logged-in server connection.
+#[derive(Debug)]
+pub(crate) struct ServerConn {
+    pub(crate) id: u64,
+    pub(crate) io: Conn,
+    /// The address it is connected to, where cancel requests for it go.
+    pub(crate) addr: SocketAddr,
+    /// Its BackendKeyData.
+    pub(crate) key: (i32, i32),
+    pub(crate) params: ServerParams,
+}
+
+impl ServerConn {
+    /// Connects and logs in as the user of `url`.
+    pub(crate) async fn connect(url: &DatabaseUrl, id: u64, timeout: Duration) -> Result<Self, ConnectError> {
+        let addr = url.address();
+        match tokio::time::timeout(timeout, Self::connect_inner(url, id)).await {
+            Ok(result) => result,
+            Err(_) => Err(ConnectError::Timeout { addr, after: timeout }),
+        }
+    }
+
+    async fn connect_inner(url: &DatabaseUrl, id: u64) -> Result<Self, ConnectError> {
+        let addr = url.address();
+        let io_err = |source| ConnectError::Io { addr: addr.clone(), source };
+        let stream = TcpStream::connect((url.host.as_str(), url.port)).await.map_err(io_err)?;
+        stream.set_nodelay(true).map_err(io_err)?;
+        let peer = stream.peer_addr().map_err(io_err)?;
+        let mut conn = ServerConn {
+            id,
+            io: Conn::new(stream, Sender::Backend),
+            addr: peer,
+            key: (0, 0),
+            params: ServerParams::default(),
+        };
+        conn.login(url).await?;
+        Ok(conn)
+    }
+
+    async fn login(&mut self, url: &DatabaseUrl) -> Result<(), ConnectError> {
+        let addr = url.address();
+        let protocol = |reason: String| ConnectError::Protocol { addr: addr.clone(), reason };
+        let mut buf = BytesMut::new();
+        encode::startup_message(&mut buf, &[("user", &url.user), ("database", &url.dbname)]);
+        self.io.send(buf.freeze()).await.map_err(|source| ConnectError::Io { addr: addr.clone(), source })?;
+        let mut scram: Option<scram::ScramClient> = None;
+        loop {
+            let (tag, msg) = self.read_message().await.map_err(|e| protocol(e.to_string()))?;
+            let body = &msg[5..];
+            match tag {
+                b'R' => {
+                    let req = backend::auth_request(body).map_err(|e| protocol(e.to_string()))?;
+                    if let Some(reply) = self.auth_reply(url, req, &mut scram)? {
+                        self.io.send(reply).await.map_err(|source| ConnectError::Io { addr: addr.clone(), source })?;
+                    }
+                }
+                b'E' => {
+                    let f = ErrorFields::parse(body).map_err(|e| protocol(e.to_string()))?;
+                    return Err(ConnectError::Rejected {
+                        addr,
+                        user: url.user.clone(),
+                        code: f.code.to_owned(),
+                        message: f.message.to_owned(),
+                    });
+                }
+                b'S' => {
+                    let (name, value) = backend::parameter_status(body).map_err(|e| protocol(e.to_string()))?;
+                    self.params.report(name, value);
+                }
+                b'K' => self.key = backend::backend_key_data(body).map_err(|e| protocol(e.to_string()))?,
+                b'Z' => return Ok(()),
+                // Notices and protocol negotiation carry nothing pgmux needs at login.
+                b'N' | b'v' => {}
+                other => return Err(protocol(format!("unexpected message {:?}", other as char))),
+            }
+        }
+    }
+
+    /// The answer to an authentication request, if it needs one.
+    fn auth_reply(
+        &self,
+        url: &DatabaseUrl,
+        req: AuthRequest<'_>,
+        scram: &mut Option<scram::ScramClient>,
+    ) -> Result<Option<Bytes>, ConnectError> {
+        let addr = url.address();
+        let password = || url.password.as_deref().ok_or_else(|| ConnectError::NoPassword { addr: addr.clone() });
+        let mut buf = BytesMut::new();
+        match req {
+            AuthRequest::Ok => return Ok(None),
+            AuthRequest::Cleartext => encode::password_message(&mut buf, password()?),
+            AuthRequest::Md5 { salt } => {
+                encode::password_message(&mut buf, &md5::client_response(&url.user, password()?, salt));
+            }
+            AuthRequest::Sasl { mechanisms } => {
+                if !mechanisms.contains(&scram::MECHANISM) {
+                    return Err(ConnectError::Unsupported { addr, what: format!("SASL {}", mechanisms.join(", ")) });
+                }
+                let client = scram::ScramClient::new(password()?);
+                encode::sasl_initial_response(&mut buf, scram::MECHANISM, &client.client_first());
+                *scram = Some(client);
+            }
+            AuthRequest::SaslContinue(data) => {
+                let client = scram.as_mut().ok_or_else(|| ConnectError::Protocol {
+                    addr: addr.clone(),
+                    reason: "SASL continue without a SASL exchange".into(),
+                })?;
+                let reply = client
+                    .server_first(data)
+                    .map_err(|e| ConnectError::Protocol { addr: addr.clone(), reason: e.to_string() })?;
+                encode::sasl_response(&mut buf, &reply);
+            }
+            AuthRequest::SaslFinal(data) => {
+                let client = scram.as_mut().ok_or_else(|| ConnectError::Protocol {
+                    addr: addr.clone(),
+                    reason: "SASL final without a SASL exchange".into(),
+                })?;
+                client.server_final(data).map_err(|e| ConnectError::Protocol { addr, reason: e.to_string() })?;
+                return Ok(None);
+            }
+            AuthRequest::Unsupported(code) => {
+                return Err(ConnectError::Unsupported { addr, what: format!("authentication method {code}") });
+            }
+        }
+        Ok(Some(buf.freeze()))
+    }
+
+    /// Reads one whole message (header included). Only for phases where no large row can arrive.
+    pub(crate) async fn read_message(&mut self) -> Result<(u8, Bytes), ServerFailure> {
+        loop {
+            match self.io.framer.step(&self.io.rbuf) {
+                Ok(Step::Message { tag, len }) => return Ok((tag, self.io.rbuf.split_to(len).freeze())),
+                Ok(Step::Stream { .. }) => {
+                    return Err(ServerFailure::Protocol("unexpected large row outside a client's query".into()));
+                }
+                Ok(Step::NeedMore { .. }) => {}
+                Err(e) => return Err(ServerFailure::Protocol(e.to_string())),
+            }
+            if let ReadOutcome::Eof = self.io.read(SERVER_READ_CHUNK).await? {
+                return Err(ServerFailure::Closed);
+            }
+        }
+    }
+
+    /// Sends `messages` (pgmux's own) and reads the replies up to the `expect`-th ReadyForQuery. Rows and
+    /// command tags are dropped; ParameterStatus is recorded. Returns the first ordinary error the server
+    /// reported, if any, and the final transaction status.
+    pub(crate) async fn exchange(
+        &mut self,
+        messages: Bytes,
+        expect: u32,
+        timeout: Duration,
+    ) -> Result<(Option<ServerError>, TxStatus), ServerFailure> {
+        let work = async {
+            self.io.send(messages).await?;
+            let mut first_error = None;
+            let mut left = expect;
+            loop {
+                let (tag, msg) = self.read_message().await?;
+                let body = &msg[5..];
+                match tag {
+                    b'Z' => {
+                        let status =
+                            backend::ready_for_query(body).map_err(|e| ServerFailure::Protocol(e.to_string()))?;
+                        left -= 1;
+                        if left == 0 {
+                            return Ok((first_error, status));
+                        }
+                    }
+                    b'E' => {
+                        let f = ErrorFields::parse(body).map_err(|e| ServerFailure::Protocol(e.to_string()))?;
+                        if f.is_fatal() {
+                            return Err(ServerFailure::Fatal(f.message.to_owned()));
+                        }
+                        first_error.get_or_insert_with(|| ServerError::from_fields(&f));
+                    }
+                    b'S' => {
+                        let (name, value) =
+                            backend::parameter_status(body).map_err(|e| ServerFailure::Protocol(e.to_string()))?;
+                        self.params.report(name, value);
+                    }
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(ServerFailure::Timeout(timeout)),
+        }
+    }
+
+    /// Runs one simple query on pgmux's own account.
+    pub(crate) async fn simple_query(
+        &mut self,
+        sql: &str,
+        timeout: Duration,
+    ) -> Result<(Option<ServerError>, TxStatus), ServerFailure> {
+        let mut buf = BytesMut::new();
+        encode::query(&mut buf, sql);
+        self.exchange(buf.freeze(), 1, timeout).await
+    }
+
+    /// Brings a connection that a client left mid-way back to idle: ends a COPY the server still waits on,
+    /// closes an open extended-protocol unit, reads and drops every reply still owed, and rolls back an
+    /// open transaction. True if the server ends idle and can be lent again.
+    pub(crate) async fn drain(&mut self, state: &TxTracker, timeout: Duration) -> bool {
+        let work = async {
+            let mut buf = BytesMut::new();
+            let mut expect = state.pending();
+            if state.copy_in() {
+                encode::copy_fail(&mut buf, "client disconnected");
+            }
+            if state.unit_open() {
+                encode::sync(&mut buf);
+                expect += 1;
+            }
+            let mut status = state.status();
+            if !buf.is_empty() {
+                self.io.send(buf.split().freeze()).await?;
+            }
+            if expect > 0 {
+                status = self.skip_until_ready(expect).await?;
+            }
+            if status != TxStatus::Idle {
+                encode::query(&mut buf, "ROLLBACK");
+                self.io.send(buf.freeze()).await?;
+                status = self.skip_until_ready(1).await?;
+            }
+            Ok::<_, ServerFailure>(status == TxStatus::Idle)
+        };
+        matches!(tokio::time::timeout(timeout, work).await, Ok(Ok(true)))
+    }
+
+    /// Reads and drops everything up to the `count`-th ReadyForQuery, large rows included; returns its status.
+    async fn skip_until_ready(&mut self, mut count: u32) -> Result<TxStatus, ServerFailure> {
+        loop {
+            match self.io.framer.step(&self.io.rbuf) {
+                Ok(Step::Message { tag, len }) => {
+                    let msg = self.io.rbuf.split_to(len);
+                    let body = &msg[5..];
+                    if tag == b'E' && ErrorFields::parse(body).is_ok_and(|f| f.is_fatal()) {
+                        return Err(ServerFailure::Closed);
+                    }
+                    if tag == b'Z' {
+                        count -= 1;
+                        if count == 0 {
+                            return backend::ready_for_query(body).map_err(|e| ServerFailure::Protocol(e.to_string()));
+                        }
+                    }
+                    continue;
+                }
+                Ok(Step::Stream { take, .. }) => {
+                    let _ = self.io.rbuf.split_to(take);
+                    continue;
+                }
+                Ok(Step::NeedMore { .. }) => {}
+                Err(e) => return Err(ServerFailure::Protocol(e.to_string())),
+            }
+            if let ReadOutcome::Eof = self.io.read(SERVER_READ_CHUNK).await? {
+                return Err(ServerFailure::Closed);
+            }
+        }
+    }
+
+    /// True if the connection, idle in the pool, can be lent: nothing unread, no close seen.
+    pub(crate) fn looks_alive(&mut self) -> bool {
+        self.io.rbuf.is_empty() && !self.io.framer.mid_message() && !self.io.idle_peer_spoke()
+    }
+
+    /// Says goodbye politely and closes.
+    pub(crate) async fn terminate(mut self) {
+        let mut buf = BytesMut::new();
+        encode::terminate(&mut buf);
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.io.send(buf.freeze())).await;
+    }
+}

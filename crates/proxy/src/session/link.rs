@@ -1,0 +1,157 @@
+//! Lending a server connection to a client and taking it back: linking (with the client's parameters
+//! applied), releasing it between transactions, losing it, and cleaning up after a client that left.
+
+use std::time::Duration;
+
+use pgmux_proto::encode::{ErrorMessage, Severity};
+use pgmux_proto::{TxStatus, sqlstate};
+
+use super::relay::{CLIENT_READ_CHUNK, Verdict};
+use super::{End, Linked, Session, ready_for_query, shutting_down};
+use crate::cancel::{self, ServerKey};
+use crate::io::{MAX_QUEUED, ReadOutcome};
+use crate::params;
+use crate::shared::CheckoutError;
+
+/// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Session {
+    /// Gets a server connection for the unit that `tag` begins. `Ok(None)`: linked. `Ok(Some(verdict))`:
+    /// no server (the verdict answers the unit with the error). `Err`: the session is over.
+    pub(super) async fn link(&mut self, tag: u8) -> Result<Option<Verdict>, End> {
+        let checkout = {
+            let Session { shared, client, stop, .. } = self;
+            // While waiting in line, keep reading the client so that a client that leaves is noticed.
+            let client_left = async {
+                loop {
+                    match client.read(CLIENT_READ_CHUNK).await {
+                        Ok(ReadOutcome::Data) if client.rbuf.len() < MAX_QUEUED => {}
+                        Ok(ReadOutcome::Data) => std::future::pending::<()>().await,
+                        Ok(ReadOutcome::Eof) | Err(_) => return,
+                    }
+                }
+            };
+            tokio::select! {
+                r = shared.checkout() => r,
+                _ = client_left => return Err(End::ClientGone),
+                _ = stop.hard.cancelled() => {
+                    client.out.push(shutting_down().to_bytes());
+                    return Err(End::Shutdown);
+                }
+            }
+        };
+        let mut lease = match checkout {
+            Ok(lease) => lease,
+            Err(CheckoutError::Closed) => {
+                self.client.out.push(shutting_down().to_bytes());
+                return Err(End::Shutdown);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no server connection for client");
+                let err = e.to_client(self.shared.config.pool_max);
+                return Ok(Some(self.answer_unit(tag, err.to_bytes())));
+            }
+        };
+        let defaults = self.shared.catalog.defaults();
+        if let Some(sql) = params::sync_statement(&self.params, &lease.params, &defaults) {
+            match lease.simple_query(&sql, self.shared.config.server_connect_timeout).await {
+                Ok((None, TxStatus::Idle)) => params::synced(&self.params, &mut lease.params),
+                Ok((Some(err), TxStatus::Idle)) => {
+                    tracing::warn!(code = %err.code, message = %err.message, "server refused client parameters");
+                    return Ok(Some(self.answer_unit(tag, err.to_client(Severity::Error).to_bytes())));
+                }
+                other => {
+                    tracing::warn!(result = ?other.map(|(_, s)| s), "server failed while applying parameters");
+                    self.shared.retire(lease.discard());
+                    let err = ErrorMessage::error(
+                        sqlstate::CONNECTION_FAILURE,
+                        "server connection lost while applying session parameters",
+                    );
+                    return Ok(Some(self.answer_unit(tag, err.to_bytes())));
+                }
+            }
+        }
+        self.cancel.target.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
+        tracing::trace!(server_id = lease.id, "linked");
+        self.server = Some(Linked(Some(lease)));
+        Ok(None)
+    }
+
+    /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding.
+    pub(super) async fn release(&mut self) {
+        // A cancel on its way to this server must land before anyone else can use it.
+        self.cancel.target.unlink().await;
+        let Some(linked) = self.server.take() else { return };
+        let mut lease = linked.take();
+        self.tracker = Default::default();
+        let lifetime = self.shared.config.server_lifetime;
+        let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
+        if too_old || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
+            self.shared.retire(lease.discard());
+        } else {
+            lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
+            drop(lease);
+        }
+    }
+
+    /// The linked server connection died or broke the protocol. The client learns it with SQLSTATE 08006
+    /// in place of each reply it was owed, and its next transaction gets a new server connection.
+    pub(super) fn server_lost(&mut self, reason: &str) -> Result<(), End> {
+        let Some(linked) = self.server.take() else { return Ok(()) };
+        let lease = linked.take();
+        let mid_message = lease.io.framer.mid_message();
+        tracing::warn!(server_id = lease.id, reason, "server connection lost");
+        drop(lease.discard());
+        self.cancel.target.clear();
+        if mid_message {
+            return Err(End::Unrecoverable);
+        }
+        let state = std::mem::take(&mut self.tracker);
+        let err = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {reason}"))
+            .with_detail("The current transaction, if any, was rolled back.")
+            .with_hint("The connection to pgmux is still usable; retry the transaction.")
+            .to_bytes();
+        for _ in 0..state.pending() {
+            self.client.out.push(err.clone());
+            self.client.out.push(ready_for_query(TxStatus::Idle));
+        }
+        if state.unit_open() {
+            self.client.out.push(err);
+            self.skip_until_sync = true;
+        } else if state.pending() == 0 && state.status() != TxStatus::Idle {
+            self.lost_transaction = true;
+        }
+        Ok(())
+    }
+
+    /// The client left with a server linked. A running query is cancelled and its connection closed; a
+    /// connection that only waits (idle in a transaction, an open unit, a COPY) is brought back to idle and
+    /// returned, or closed if that cannot be done cleanly and quickly. Never lent dirty.
+    pub(super) async fn abandon(&mut self, linked: Linked) {
+        let state = std::mem::take(&mut self.tracker);
+        let mut lease = linked.take();
+        self.cancel.target.clear();
+        let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
+        if broken || self.stop.hard.is_cancelled() {
+            drop(lease.discard());
+            return;
+        }
+        if state.pending() > 0 && !state.copy_in() {
+            // A query may still run. Cancel it, and do not reuse the connection: a cancel that lands late
+            // would hit the next client's query.
+            let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
+            self.shared.retire(lease.discard());
+            if let Err(e) = tokio::time::timeout(DRAIN_TIMEOUT, cancel::forward(key)).await.unwrap_or(Ok(())) {
+                tracing::debug!(error = %e, "could not cancel the abandoned query");
+            }
+            return;
+        }
+        if lease.drain(&state, DRAIN_TIMEOUT).await {
+            tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
+        } else {
+            tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
+            self.shared.retire(lease.discard());
+        }
+    }
+}

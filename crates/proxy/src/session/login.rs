@@ -1,0 +1,150 @@
+//! From a new connection to a logged-in session: the opening packets, the limits, authentication, and the
+//! parameters the client gets to see (real server values, its own settings in their place).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::BytesMut;
+use pgmux_proto::encode::{self, ErrorMessage, Severity};
+use pgmux_proto::{TxStatus, sqlstate};
+
+use super::{ClientSlot, Session, Stop, ready_for_query, shutting_down};
+use crate::io::Conn;
+use crate::params::{self, ClientParams, Param};
+use crate::shared::Shared;
+use crate::startup::{self, Opening, OpeningError};
+
+/// Tells a client why it cannot log in, and closes: there is no session.
+async fn refuse(mut conn: Conn, err: ErrorMessage) -> Option<Session> {
+    tracing::info!(code = %err.code, message = %err.message, "client login refused");
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
+    None
+}
+
+/// Runs the start-up of a new connection. Returns the session, or `None` when the connection is done
+/// (a cancel request, a refusal, a client that went away).
+pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Option<Session> {
+    let deadline = tokio::time::Instant::now() + shared.config.client_login_timeout;
+    let timed_out =
+        || ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, "client did not log in within client_login_timeout");
+    let startup = match tokio::time::timeout_at(deadline, startup::read_opening(&mut conn)).await {
+        Err(_) => return refuse(conn, timed_out()).await,
+        Ok(Err(OpeningError::Gone)) => return None,
+        Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
+        Ok(Ok(Opening::Cancel { pid, secret })) => {
+            shared.cancels.cancel(pid, &secret).await;
+            return None;
+        }
+        Ok(Ok(Opening::Session(msg))) => msg,
+    };
+
+    let count = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
+    let slot = ClientSlot(Arc::clone(&shared));
+    let cfg = Arc::clone(&shared.config);
+    if count > cfg.max_client_conn {
+        let err = ErrorMessage::fatal(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            format!("sorry, too many clients already (max_client_conn = {})", cfg.max_client_conn),
+        );
+        return refuse(conn, err).await;
+    }
+    if stop.graceful.is_cancelled() {
+        return refuse(conn, shutting_down()).await;
+    }
+    let Some(user) = startup.get("user").map(str::to_owned) else {
+        let err = ErrorMessage::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            "no PostgreSQL user name specified in startup packet",
+        );
+        return refuse(conn, err).await;
+    };
+    let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(&user).to_owned();
+    if database != cfg.database_url.dbname {
+        let err =
+            ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("database \"{database}\" does not exist"))
+                .with_hint(format!("this pgmux serves database \"{}\"", cfg.database_url.dbname));
+        return refuse(conn, err).await;
+    }
+    let raw = match params::from_startup(&startup.params) {
+        Ok(raw) => raw,
+        Err(err) => return refuse(conn, err).await,
+    };
+    match tokio::time::timeout_at(deadline, shared.auth.authenticate(&mut conn, &user)).await {
+        Err(_) => return refuse(conn, timed_out()).await,
+        Ok(Err(OpeningError::Gone)) => return None,
+        Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
+        Ok(Ok(())) => {}
+    }
+    let mut buf = BytesMut::new();
+    encode::auth_ok(&mut buf);
+    if conn.send(buf.freeze()).await.is_err() {
+        return None;
+    }
+
+    let params = match shared.catalog.resolve(&raw).filter(|_| shared.catalog.has_defaults()) {
+        Some(known) => known,
+        None => {
+            let checked = tokio::select! {
+                r = check_params(&shared, &raw) => r,
+                _ = stop.hard.cancelled() => Err(shutting_down()),
+            };
+            match checked {
+                Ok(p) => p,
+                Err(err) => return refuse(conn, err).await,
+            }
+        }
+    };
+
+    let cancel = shared.cancels.register();
+    let mut buf = BytesMut::new();
+    for (name, value) in shared.catalog.defaults().for_client(&params) {
+        encode::parameter_status(&mut buf, name, value);
+    }
+    encode::backend_key_data(&mut buf, cancel.pid, cancel.secret);
+    conn.out.push(buf.freeze());
+    if conn.send(ready_for_query(TxStatus::Idle)).await.is_err() {
+        return None;
+    }
+    tracing::debug!(user, "client logged in");
+    Some(Session {
+        shared,
+        stop,
+        client: conn,
+        server: None,
+        tracker: Default::default(),
+        params,
+        cancel,
+        skip_until_sync: false,
+        lost_transaction: false,
+        closing: false,
+        _slot: slot,
+    })
+}
+
+/// Has a server apply start-up values pgmux has not seen before, and learns their canonical form. A value
+/// the server rejects fails the login with the server's own error, which names the parameter.
+async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, ErrorMessage> {
+    let mut lease = shared.checkout().await.map_err(|e| {
+        let mut err = e.to_client(shared.config.pool_max);
+        err.severity = Severity::Fatal;
+        err
+    })?;
+    let wanted = params::unchecked(raw);
+    let defaults = shared.catalog.defaults();
+    if let Some(sql) = params::sync_statement(&wanted, &lease.params, &defaults) {
+        match lease.simple_query(&sql, shared.config.server_connect_timeout).await {
+            Ok((None, TxStatus::Idle)) => {}
+            Ok((Some(err), TxStatus::Idle)) => return Err(err.to_client(Severity::Fatal)),
+            Ok((_, _)) | Err(_) => {
+                shared.retire(lease.discard());
+                return Err(ErrorMessage::fatal(
+                    sqlstate::CONNECTION_FAILURE,
+                    "server connection failed while applying start-up parameters",
+                ));
+            }
+        }
+    }
+    let learned = shared.catalog.learn(raw, &lease.params);
+    params::synced(&learned, &mut lease.params);
+    Ok(learned)
+}

@@ -1,0 +1,184 @@
+//! One client connection, from its first byte to its last: start-up and login ([`login`]), then the relay
+//! loop that lends it a server connection for each transaction ([`relay`], [`link`]).
+//!
+//! The loop is a single task that drives both sockets at once: it reads whichever side has data, queues
+//! whole messages for the other side (untouched, as the same bytes), and writes as the sockets accept. All
+//! reads and writes are `poll_*` calls, so waiting on shutdown at the same time never loses a byte.
+
+mod link;
+mod login;
+mod relay;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use pgmux_pool::Lease;
+use pgmux_proto::encode::{self, ErrorMessage};
+use pgmux_proto::{FrameError, Sender, TxStatus, sqlstate};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::cancel::Registration;
+use crate::io::Conn;
+use crate::params::ClientParams;
+use crate::server::ServerConn;
+use crate::shared::Shared;
+use crate::tracker::TxTracker;
+
+/// The two ways pgmux stops: first gracefully (finish transactions), then at the deadline, at once.
+#[derive(Clone, Debug, Default)]
+pub struct Stop {
+    /// Stop taking new work; close clients as soon as they are between transactions.
+    pub graceful: CancellationToken,
+    /// Close everything now.
+    pub hard: CancellationToken,
+}
+
+/// Why a session ended.
+#[derive(Debug)]
+enum End {
+    /// The client closed its connection, sent Terminate, or its socket failed.
+    ClientGone,
+    /// The client broke the protocol.
+    Protocol(FrameError),
+    /// The server stream broke in the middle of a message: the client's stream cannot be repaired.
+    Unrecoverable,
+    /// pgmux is shutting down and the client was told so.
+    Shutdown,
+}
+
+/// A server connection lent to this client. If the session ends without giving it back properly (a panic,
+/// the shutdown deadline), dropping it closes the connection instead of returning it dirty to the pool.
+#[derive(Debug)]
+struct Linked(Option<Lease<ServerConn>>);
+
+impl Linked {
+    fn conn(&mut self) -> &mut ServerConn {
+        match &mut self.0 {
+            Some(lease) => lease,
+            None => unreachable!("a link holds its lease until taken"),
+        }
+    }
+
+    fn take(mut self) -> Lease<ServerConn> {
+        match self.0.take() {
+            Some(lease) => lease,
+            None => unreachable!("a link is taken once"),
+        }
+    }
+}
+
+impl Drop for Linked {
+    fn drop(&mut self) {
+        if let Some(lease) = self.0.take() {
+            drop(lease.discard());
+        }
+    }
+}
+
+/// A logged-in client.
+struct Session {
+    shared: Arc<Shared>,
+    stop: Stop,
+    client: Conn,
+    server: Option<Linked>,
+    tracker: TxTracker,
+    params: ClientParams,
+    cancel: Registration,
+    /// After an error pgmux reported for an extended-protocol unit: drop messages up to the next Sync.
+    skip_until_sync: bool,
+    /// The server was lost while the client sat idle in a transaction; its next unit gets the error.
+    lost_transaction: bool,
+    /// Shutdown has begun: close as soon as no server is linked.
+    closing: bool,
+    _slot: ClientSlot,
+}
+
+/// Serves one accepted client connection until it ends.
+pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, client_id: u64, stop: Stop) {
+    let span = tracing::info_span!("client", client_id, %peer);
+    async move {
+        let _ = stream.set_nodelay(true);
+        let conn = Conn::new(stream, Sender::Frontend);
+        let Some(mut session) = login::login(shared, conn, stop).await else {
+            return;
+        };
+        let end = session.run().await;
+        session.finish(end).await;
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Counts a client session in `Shared::clients` for as long as it lives.
+struct ClientSlot(Arc<Shared>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.clients.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn ready_for_query(status: TxStatus) -> Bytes {
+    let mut buf = BytesMut::new();
+    encode::ready_for_query(&mut buf, status);
+    buf.freeze()
+}
+
+fn shutting_down() -> ErrorMessage {
+    ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
+}
+
+impl Session {
+    /// The relay loop: returns when the session is over.
+    async fn run(&mut self) -> End {
+        let stop = self.stop.clone();
+        loop {
+            if let Err(end) = self.relay_client().await {
+                return end;
+            }
+            if self.server.is_none() {
+                if self.closing {
+                    self.client.out.push(shutting_down().to_bytes());
+                    return End::Shutdown;
+                }
+                self.client.shrink_if_idle(relay::CLIENT_READ_CHUNK);
+            }
+            let event = tokio::select! {
+                biased;
+                _ = stop.hard.cancelled() => {
+                    self.client.out.push(shutting_down().to_bytes());
+                    return End::Shutdown;
+                }
+                _ = stop.graceful.cancelled(), if !self.closing => {
+                    self.closing = true;
+                    continue;
+                }
+                event = std::future::poll_fn(|cx| self.poll_io(cx)) => event,
+            };
+            if let Err(end) = self.handle(event).await {
+                return end;
+            }
+        }
+    }
+
+    /// Cleans up after the loop: tells the client why if it can, and leaves no server connection dirty.
+    async fn finish(mut self, end: End) {
+        match &end {
+            End::Protocol(e) => {
+                tracing::warn!(error = %e, "client broke the protocol; closing it");
+                self.client.out.push(ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string()).to_bytes());
+            }
+            End::Unrecoverable => tracing::warn!("server connection broke mid-message; closing the client"),
+            End::ClientGone | End::Shutdown => tracing::debug!(?end, "session over"),
+        }
+        if let Some(linked) = self.server.take() {
+            self.abandon(linked).await;
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.client.out.flush(&mut self.client.stream))
+            .await;
+    }
+}

@@ -1,0 +1,146 @@
+//! What all sessions share: the configuration, the server pool, the parameter catalog, cancel keys, and the
+//! lending rules (a connection is checked before it is lent and retired when it is too old).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pgmux_pool::{Grant, Lease, Pool, PoolConfig};
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::{TxStatus, sqlstate};
+use tokio_util::task::TaskTracker;
+
+use crate::cancel::CancelRegistry;
+use crate::client_auth::Authenticator;
+use crate::config::Config;
+use crate::params::{Catalog, Defaults};
+use crate::server::{ConnectError, ServerConn};
+
+/// Why a client could not get a server connection.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckoutError {
+    #[error("no server connection became free within query_wait_timeout ({}s)", .0.as_secs_f32())]
+    Timeout(Duration),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("pgmux is shutting down")]
+    Closed,
+}
+
+impl CheckoutError {
+    /// The error a client sees.
+    pub(crate) fn to_client(&self, pool_max: usize) -> ErrorMessage {
+        match self {
+            CheckoutError::Timeout(_) => ErrorMessage::error(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                format!("{self}: all {pool_max} server connections stayed busy"),
+            )
+            .with_hint("raise pool_max or query_wait_timeout, or shorten transactions"),
+            CheckoutError::Connect(e) => {
+                ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, e.to_string())
+            }
+            CheckoutError::Closed => ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, self.to_string()),
+        }
+    }
+}
+
+/// State shared by every session of one pgmux.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Arc<Config>,
+    pub(crate) pool: Pool<ServerConn>,
+    pub(crate) catalog: Catalog,
+    pub(crate) cancels: Arc<CancelRegistry>,
+    pub(crate) auth: Authenticator,
+    /// Logged-in and logging-in client sessions.
+    pub(crate) clients: AtomicUsize,
+    next_server_id: AtomicU64,
+    /// Background work (closing retired connections) that shutdown waits for.
+    pub(crate) tasks: TaskTracker,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Arc<Config>, tasks: TaskTracker) -> Self {
+        let pool = Pool::new(PoolConfig { max_size: config.pool_max, grow_after: Duration::ZERO });
+        let auth = Authenticator::new(config.client_auth, &config.database_url);
+        Shared {
+            config,
+            pool,
+            catalog: Catalog::default(),
+            cancels: Arc::new(CancelRegistry::default()),
+            auth,
+            clients: AtomicUsize::new(0),
+            next_server_id: AtomicU64::new(1),
+            tasks,
+        }
+    }
+
+    /// A server connection for one client: idle and checked, or newly opened; waits in line up to
+    /// `query_wait_timeout`.
+    pub(crate) async fn checkout(&self) -> Result<Lease<ServerConn>, CheckoutError> {
+        let wait = self.config.query_wait_timeout;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let grant = match tokio::time::timeout_at(deadline, self.pool.acquire()).await {
+                Err(_) => return Err(CheckoutError::Timeout(wait)),
+                Ok(Err(_closed)) => return Err(CheckoutError::Closed),
+                Ok(Ok(grant)) => grant,
+            };
+            match grant {
+                Grant::Idle(mut lease) => {
+                    if self.fit_to_lend(&mut lease).await {
+                        return Ok(lease);
+                    }
+                    tracing::debug!(server_id = lease.id, "idle server connection failed its check; closing it");
+                    self.retire(lease.discard());
+                }
+                Grant::Open(slot) => {
+                    let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
+                    let url = &self.config.database_url;
+                    let conn = ServerConn::connect(url, id, self.config.server_connect_timeout).await?;
+                    tracing::debug!(server_id = id, addr = %conn.addr, "opened server connection");
+                    if !self.catalog.has_defaults() {
+                        self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
+                    }
+                    return Ok(slot.fill(conn));
+                }
+            }
+        }
+    }
+
+    /// An idle connection may be lent if it is young enough, nothing arrived on it while it sat idle, and,
+    /// after a long idle spell (or a Lambda freeze), it answers a round trip.
+    async fn fit_to_lend(&self, lease: &mut Lease<ServerConn>) -> bool {
+        let meta = *lease.meta();
+        let lifetime = self.config.server_lifetime;
+        if !lifetime.is_zero() && meta.created.elapsed() >= lifetime {
+            return false;
+        }
+        if !lease.looks_alive() {
+            return false;
+        }
+        if meta.idle_since.elapsed() < self.config.server_check_delay {
+            return true;
+        }
+        matches!(lease.simple_query("", self.config.server_connect_timeout).await, Ok((None, TxStatus::Idle)))
+    }
+
+    /// Closes a connection that leaves the pool, politely and in the background.
+    pub(crate) fn retire(&self, conn: ServerConn) {
+        self.tasks.spawn(conn.terminate());
+    }
+
+    /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.
+    pub(crate) fn evict_idle(&self) {
+        let idle = self.config.server_idle_timeout;
+        let lifetime = self.config.server_lifetime;
+        let expired = self.pool.evict_idle(|m| {
+            (!idle.is_zero() && m.idle_since.elapsed() >= idle)
+                || (!lifetime.is_zero() && m.created.elapsed() >= lifetime)
+        });
+        for conn in expired {
+            tracing::debug!(server_id = conn.id, "closing idle server connection");
+            self.retire(conn);
+        }
+    }
+}
