@@ -1,0 +1,173 @@
+//! The `pgmux` binary: reads the configuration, sets up logging, runs the pooler, and turns SIGTERM / SIGINT
+//! into a graceful shutdown.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use pgmux_proxy::Proxy;
+use pgmux_proxy::config::{self, Config, LogFormat};
+
+fn usage() -> String {
+    let mut s = String::from(
+        "pgmux: a PostgreSQL transaction-mode connection pooler\n\n\
+         Usage: pgmux [--config FILE] [--print-config]\n\n\
+         Options:\n  \
+         -c, --config FILE   read settings from a TOML file\n      \
+         --print-config  print the effective configuration (password hidden) and exit\n  \
+         -h, --help          print this help\n  \
+         -V, --version       print the version\n\n\
+         Settings (TOML key, environment variable that overrides it, default):\n",
+    );
+    for key in config::KEYS {
+        let default = if key.default.is_empty() { "(required)" } else { key.default };
+        s.push_str(&format!("  {:<24}{:<32}{}\n      {}\n", key.name, key.env_var(), default, key.help));
+    }
+    s
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Command {
+    Run { config: Option<PathBuf>, print: bool },
+    Help,
+    Version,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> {
+    let mut config = None;
+    let mut print = false;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            "-c" | "--config" => config = Some(PathBuf::from(args.next().context("--config needs a file name")?)),
+            "--print-config" => print = true,
+            other => match other.strip_prefix("--config=") {
+                Some(path) => config = Some(PathBuf::from(path)),
+                None => anyhow::bail!("unknown argument {other:?}; see pgmux --help"),
+            },
+        }
+    }
+    Ok(Command::Run { config, print })
+}
+
+fn init_logging(cfg: &Config) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
+        .with_context(|| format!("invalid value for log_level: {:?}", cfg.log_level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cfg.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+    Ok(())
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let listen = cfg.listen;
+    let proxy = Proxy::bind(cfg).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let stop = proxy.stop();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sigterm.recv() => tracing::info!("SIGTERM received"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        }
+        stop.graceful.cancel();
+    });
+    proxy.run().await;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let command = match parse_args(std::env::args().skip(1)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pgmux: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (path, print) = match command {
+        Command::Help => {
+            print!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        Command::Version => {
+            println!("pgmux {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Command::Run { config, print } => (config, print),
+    };
+    let cfg = match Config::load(path.as_deref(), std::env::vars()) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("pgmux: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if print {
+        print!("{cfg}");
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = init_logging(&cfg) {
+        eprintln!("pgmux: {e:#}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pgmux: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("pgmux: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse_args(args(&[])).unwrap(), Command::Run { config: None, print: false });
+        assert_eq!(
+            parse_args(args(&["--config", "a.toml", "--print-config"])).unwrap(),
+            Command::Run { config: Some("a.toml".into()), print: true }
+        );
+        assert_eq!(
+            parse_args(args(&["--config=b.toml"])).unwrap(),
+            Command::Run { config: Some("b.toml".into()), print: false }
+        );
+        assert_eq!(parse_args(args(&["-h"])).unwrap(), Command::Help);
+        assert!(parse_args(args(&["--bogus"])).is_err());
+        assert!(parse_args(args(&["--config"])).is_err());
+    }
+
+    #[test]
+    fn the_readme_documents_every_key() {
+        let readme = include_str!("../../README.md");
+        for key in config::KEYS {
+            assert!(readme.contains(&format!("| `{}` |", key.name)), "README.md does not document {}", key.name);
+        }
+    }
+
+    #[test]
+    fn help_lists_every_key_with_its_environment_variable() {
+        let help = usage();
+        for key in config::KEYS {
+            assert!(help.contains(key.name) && help.contains(&key.env_var()), "{} missing", key.name);
+        }
+    }
+}

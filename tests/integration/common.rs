@@ -1,0 +1,140 @@
+//! What every integration test needs: a PostgreSQL, a pgmux in front of it, clients, and oracle queries
+//! that look at the server directly.
+
+use std::time::Duration;
+
+use pgmux_proxy::{Config, Proxy, ProxyHandle};
+use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, Role};
+use tokio_postgres::{Client, NoTls};
+
+/// A PostgreSQL and a pgmux in front of it. Dropping it stops both.
+pub struct Fixture {
+    pub pg: PgServer,
+    pub proxy: Option<ProxyHandle>,
+}
+
+impl Fixture {
+    /// The address clients connect to.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.proxy.as_ref().expect("proxy running").addr
+    }
+
+    /// Connects a client through pgmux as the application user.
+    pub async fn client(&self) -> Client {
+        connect(self.addr(), &APP_USER, |_| {}).await.expect("connect through pgmux")
+    }
+}
+
+/// Settings for a test pgmux; `extra` is TOML appended to the defaults.
+pub fn config(pg: &PgServer, extra: &str) -> Config {
+    let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n{extra}\n", pg.url(&APP_USER));
+    // Test defaults, unless `extra` sets them.
+    for (key, line) in [("pool_max", "pool_max = 2"), ("client_auth", "client_auth = \"scram-sha-256\"")] {
+        if !extra.lines().any(|l| l.trim_start().starts_with(key)) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    Config::from_toml_str(&text).expect("test config is valid")
+}
+
+/// Starts PostgreSQL and pgmux with `extra` settings.
+pub async fn start(extra: &str) -> Fixture {
+    start_with(PgOptions::default(), extra).await
+}
+
+/// Starts PostgreSQL with `opts` and pgmux with `extra` settings.
+pub async fn start_with(opts: PgOptions, extra: &str) -> Fixture {
+    init_tracing();
+    let pg = tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL");
+    let proxy = Proxy::start(config(&pg, extra)).await.expect("start pgmux");
+    Fixture { pg, proxy: Some(proxy) }
+}
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("PGMUX_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+}
+
+/// Connects with tokio-postgres, letting `tweak` adjust the settings; the connection runs in a task.
+pub async fn connect(
+    addr: std::net::SocketAddr,
+    role: &Role,
+    tweak: impl FnOnce(&mut tokio_postgres::Config),
+) -> Result<Client, tokio_postgres::Error> {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(addr.ip().to_string())
+        .port(addr.port())
+        .user(role.user)
+        .password(role.password)
+        .dbname(DATABASE)
+        .connect_timeout(Duration::from_secs(10));
+    tweak(&mut cfg);
+    let (client, conn) = cfg.connect(NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// Connects straight to PostgreSQL as the superuser, for oracle queries.
+pub async fn direct(pg: &PgServer) -> Client {
+    let addr = format!("127.0.0.1:{}", pg.port()).parse().expect("address");
+    connect(addr, &pgmux_testkit::SUPERUSER, |_| {}).await.expect("connect directly")
+}
+
+/// Server connections pgmux holds right now (its user's client backends).
+pub async fn pgmux_backends(oracle: &Client) -> i64 {
+    oracle
+        .query_one(
+            "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend'",
+            &[&APP_USER.user],
+        )
+        .await
+        .expect("count backends")
+        .get(0)
+}
+
+/// The SQLSTATE of an error, or a panic that shows the error.
+pub fn code(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => db.code().code().to_owned(),
+        None => panic!("expected a database error, got: {err:?}"),
+    }
+}
+
+/// The message of a database error.
+pub fn message(err: &tokio_postgres::Error) -> String {
+    err.as_db_error().map(|e| e.message().to_owned()).unwrap_or_else(|| err.to_string())
+}
+
+/// Polls `check` until it holds or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first value of a simple query's first row.
+pub async fn scalar(client: &Client, sql: &str) -> String {
+    let rows = client.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    for m in rows {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            return r.get(0).unwrap_or_default().to_owned();
+        }
+    }
+    panic!("{sql}: no rows")
+}

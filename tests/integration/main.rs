@@ -1,0 +1,10 @@
+//! Integration tests: pgmux in front of a real, throwaway PostgreSQL, driven by tokio-postgres, psql and
+//! hand-written protocol bytes.
+
+mod common;
+
+mod basics;
+mod failures;
+mod params;
+mod pooling;
+mod protocol;
