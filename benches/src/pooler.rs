@@ -1,0 +1,219 @@
+//! pgmux as a child process, configured the way the Lambda extension is (environment variables only), so the
+//! demo and the benchmark driver measure the real binary rather than an in-process pool.
+#![allow(unsafe_code)] // pre_exec (parent-death signal) and kill (SIGTERM); see the SAFETY notes
+
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// How long pgmux may take to accept connections after it is started.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long pgmux may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(50);
+
+/// The environment pgmux is started with.
+#[derive(Clone, Debug)]
+pub struct PgmuxSettings {
+    /// The pgmux binary.
+    pub binary: PathBuf,
+    /// `PGMUX_LISTEN`.
+    pub listen: SocketAddr,
+    /// `PGMUX_DATABASE_URL`: the server, and the user and password that clients also log in with.
+    pub database_url: String,
+    /// `PGMUX_POOL_MAX`.
+    pub pool_max: u32,
+    /// `PGMUX_CLIENT_AUTH` (`scram-sha-256` in the demo).
+    pub client_auth: String,
+    /// `PGMUX_LOG_LEVEL`.
+    pub log_level: String,
+}
+
+/// A running pgmux. Dropping it stops it (SIGTERM, then SIGKILL); it also dies with the thread that started
+/// it (`PR_SET_PDEATHSIG`), so start it from a thread that outlives it, such as `main`.
+#[derive(Debug)]
+pub struct PgmuxProcess {
+    child: Option<Child>,
+    listen: SocketAddr,
+    output: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// The binary next to the running executable (`target/<profile>/pgmux` for `target/<profile>/pgmux-demo`).
+pub fn default_binary() -> io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(exe.with_file_name("pgmux"))
+}
+
+impl PgmuxProcess {
+    /// Start pgmux and wait until its port accepts TCP connections. The error carries pgmux's output if it
+    /// exited or never listened.
+    pub fn start(settings: &PgmuxSettings) -> io::Result<PgmuxProcess> {
+        if !settings.binary.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "pgmux binary not found at {}: build it with `cargo build --release -p pgmux` \
+                     (or pass --pgmux PATH)",
+                    settings.binary.display()
+                ),
+            ));
+        }
+        let mut cmd = Command::new(&settings.binary);
+        cmd.env("PGMUX_LISTEN", settings.listen.to_string())
+            .env("PGMUX_DATABASE_URL", &settings.database_url)
+            .env("PGMUX_POOL_MAX", settings.pool_max.to_string())
+            .env("PGMUX_CLIENT_AUTH", &settings.client_auth)
+            .env("PGMUX_LOG_LEVEL", &settings.log_level)
+            .env_remove("AWS_LAMBDA_RUNTIME_API") // sidecar mode, whatever the caller's environment
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot start {}: {e}", settings.binary.display())))?;
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            readers.push(collect(stdout, Arc::clone(&output)));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            readers.push(collect(stderr, Arc::clone(&output)));
+        }
+        let mut pgmux = PgmuxProcess { child: Some(child), listen: settings.listen, output, readers };
+        pgmux.wait_listening()?;
+        Ok(pgmux)
+    }
+
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// Everything pgmux wrote to stdout and stderr so far.
+    pub fn output(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+
+    /// [`PgmuxProcess::output`] for an error message.
+    fn output_for_error(&self) -> String {
+        let output = self.output();
+        if output.trim().is_empty() { "(pgmux wrote nothing)".to_owned() } else { output }
+    }
+
+    fn wait_listening(&mut self) -> io::Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                self.join_readers();
+                return Err(io::Error::other(format!(
+                    "pgmux exited before listening on {} ({status}); its output:\n{}",
+                    self.listen,
+                    self.output_for_error()
+                )));
+            }
+            if TcpStream::connect_timeout(&self.listen, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > LISTEN_TIMEOUT {
+                self.stop();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "pgmux did not accept connections on {} within {LISTEN_TIMEOUT:?}; its output:\n{}",
+                        self.listen,
+                        self.output_for_error()
+                    ),
+                ));
+            }
+            thread::sleep(POLL);
+        }
+    }
+
+    /// SIGTERM, wait up to 10 s, then SIGKILL. Returns how it exited; idempotent (`None` the second time).
+    pub fn stop(&mut self) -> Option<String> {
+        let mut child = self.child.take()?;
+        let status = match child.try_wait() {
+            Ok(Some(status)) => Some(status),
+            _ => {
+                if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                    // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped, so the
+                    // pid is still ours.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                }
+                wait_timeout(&mut child, STOP_TIMEOUT)
+            }
+        };
+        let status = match status {
+            Some(status) => status.to_string(),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                format!("killed after not exiting within {STOP_TIMEOUT:?} of SIGTERM")
+            }
+        };
+        self.join_readers();
+        Some(status)
+    }
+
+    fn join_readers(&mut self) {
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for PgmuxProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => thread::sleep(POLL),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+fn collect(mut pipe: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
+    thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(&buf[..n]);
+        }
+    })
+}
+
+/// SIGKILL the child when the thread that started it exits, so that a killed demo leaves no pooler behind.
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: runs between fork and exec, makes only async-signal-safe system calls and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            #[cfg(target_os = "linux")]
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
