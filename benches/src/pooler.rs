@@ -1,10 +1,9 @@
 //! pgmux as a child process, configured the way the Lambda extension is (environment variables only), so the
 //! demo and the benchmark driver measure the real binary rather than an in-process pool.
-#![allow(unsafe_code)] // pre_exec (parent-death signal) and kill (SIGTERM); see the SAFETY notes
+#![allow(unsafe_code)] // kill (SIGTERM); see the SAFETY note
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -74,7 +73,8 @@ impl PgmuxProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        die_with_parent(&mut cmd);
+        // SIGKILL the child when the thread that started it exits: a killed demo leaves no pooler behind.
+        pgmux_testkit::die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("cannot start {}: {e}", settings.binary.display())))?;
@@ -198,22 +198,4 @@ fn collect(mut pipe: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> J
             into.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(&buf[..n]);
         }
     })
-}
-
-/// SIGKILL the child when the thread that started it exits, so that a killed demo leaves no pooler behind.
-fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: runs between fork and exec, makes only async-signal-safe system calls and allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            #[cfg(target_os = "linux")]
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
 }

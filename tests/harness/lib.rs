@@ -31,6 +31,7 @@ mod tests;
 
 pub use bins::pg_bin_dir;
 pub use server::PgServer;
+pub use sys::die_with_parent;
 
 /// The test database, owned by [`APP_USER`]; every role may connect to it and create objects in `public`.
 pub const DATABASE: &str = "pgmux";

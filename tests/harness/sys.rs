@@ -79,7 +79,7 @@ pub(crate) fn pg_command(program: &Path, cwd: &Path) -> Command {
 
 /// Make the child get SIGKILL when the thread that spawns it exits, including when the whole test process is
 /// killed. The spawning thread must live as long as the child (see `server::Postmaster`).
-pub(crate) fn die_with_parent(cmd: &mut Command) {
+pub fn die_with_parent(cmd: &mut Command) {
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec (after std's setuid, which would clear the setting) and
     // only makes async-signal-safe system calls; it allocates nothing.
