@@ -114,7 +114,12 @@ fn main() -> ExitCode {
         eprintln!("pgmux: {e:#}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups.
+    let built = match cfg.workers {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build(),
+    };
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pgmux: cannot start the runtime: {e}");

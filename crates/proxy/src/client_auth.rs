@@ -17,16 +17,18 @@ pub(crate) struct Authenticator {
     method: ClientAuth,
     user: String,
     password: Option<String>,
-    scram_secret: Option<scram::ScramSecret>,
+    /// Derived at the first SCRAM login rather than at start-up: it costs 4096 hash rounds.
+    scram_secret: std::sync::OnceLock<scram::ScramSecret>,
 }
 
 impl Authenticator {
     pub(crate) fn new(method: ClientAuth, url: &DatabaseUrl) -> Self {
-        let scram_secret = match (&method, &url.password) {
-            (ClientAuth::ScramSha256, Some(pw)) => Some(scram::ScramSecret::generate(pw, scram::DEFAULT_ITERATIONS)),
-            _ => None,
-        };
-        Authenticator { method, user: url.user.clone(), password: url.password.clone(), scram_secret }
+        Authenticator {
+            method,
+            user: url.user.clone(),
+            password: url.password.clone(),
+            scram_secret: std::sync::OnceLock::new(),
+        }
     }
 
     /// Runs the exchange for `user`. On success nothing is sent yet: the caller sends AuthenticationOk.
@@ -57,8 +59,11 @@ impl Authenticator {
             }
             ClientAuth::ScramSha256 => {
                 // An unknown user still gets a full exchange, against a secret nobody knows.
-                let secret = match (&self.scram_secret, known) {
-                    (Some(s), true) => s.clone(),
+                let secret = match (&self.password, known) {
+                    (Some(pw), true) => self
+                        .scram_secret
+                        .get_or_init(|| scram::ScramSecret::generate(pw, scram::DEFAULT_ITERATIONS))
+                        .clone(),
                     _ => scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS),
                 };
                 self.scram(conn, secret).await.map_err(|e| match e {

@@ -18,18 +18,31 @@ pub(crate) type Stream = TcpStream;
 /// Stop reading from a peer while this much is queued for the other one: back-pressure instead of memory.
 pub(crate) const MAX_QUEUED: usize = 256 * 1024;
 
-/// Bytes queued for a socket, in order, written with vectored writes.
+thread_local! {
+    /// Where client reads land first; see [`Conn::poll_read_compact`].
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; 64 * 1024].into_boxed_slice());
+}
+
+/// Bytes queued for a socket, in order. Most of the time that is one chunk (a server's reply, a client's
+/// query), written with a plain write; more chunks go out with one vectored write.
 #[derive(Debug, Default)]
 pub(crate) struct WriteQueue {
-    chunks: VecDeque<Bytes>,
+    head: Option<Bytes>,
+    /// Chunks after `head`; allocated only when more than one is queued.
+    tail: VecDeque<Bytes>,
     len: usize,
 }
 
 impl WriteQueue {
     pub(crate) fn push(&mut self, bytes: Bytes) {
-        if !bytes.is_empty() {
-            self.len += bytes.len();
-            self.chunks.push_back(bytes);
+        if bytes.is_empty() {
+            return;
+        }
+        self.len += bytes.len();
+        if self.head.is_none() {
+            self.head = Some(bytes);
+        } else {
+            self.tail.push_back(bytes);
         }
     }
 
@@ -40,19 +53,24 @@ impl WriteQueue {
     /// Writes until the queue is empty (`Ready(Ok)`) or the socket is full (`Pending`).
     pub(crate) fn poll_flush(&mut self, stream: &mut Stream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         const MAX_SLICES: usize = 64;
-        while !self.chunks.is_empty() {
-            let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-            let n = self.chunks.len().min(MAX_SLICES);
-            for (slot, chunk) in slices.iter_mut().zip(self.chunks.iter()) {
-                *slot = IoSlice::new(chunk);
-            }
-            let written = match Pin::new(&mut *stream).poll_write_vectored(cx, &slices[..n]) {
+        while let Some(head) = &self.head {
+            let result = if self.tail.is_empty() {
+                Pin::new(&mut *stream).poll_write(cx, head)
+            } else {
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                slices[0] = IoSlice::new(head);
+                let n = (self.tail.len() + 1).min(MAX_SLICES);
+                for (slot, chunk) in slices[1..n].iter_mut().zip(self.tail.iter()) {
+                    *slot = IoSlice::new(chunk);
+                }
+                Pin::new(&mut *stream).poll_write_vectored(cx, &slices[..n])
+            };
+            match result {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(w)) => w,
+                Poll::Ready(Ok(written)) => self.advance(written),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
-            };
-            self.advance(written);
+            }
         }
         Poll::Ready(Ok(()))
     }
@@ -60,14 +78,21 @@ impl WriteQueue {
     fn advance(&mut self, mut n: usize) {
         self.len -= n;
         while n > 0 {
-            let Some(front) = self.chunks.front_mut() else { break };
-            if n >= front.len() {
-                n -= front.len();
-                self.chunks.pop_front();
+            let Some(head) = self.head.as_mut() else { break };
+            if n >= head.len() {
+                n -= head.len();
+                self.head = self.tail.pop_front();
             } else {
-                let _ = front.split_to(n);
+                let _ = head.split_to(n);
                 n = 0;
             }
+        }
+    }
+
+    /// Gives back the queue's own allocation once it is empty.
+    pub(crate) fn shrink_if_empty(&mut self) {
+        if self.len == 0 && self.tail.capacity() > 0 {
+            self.tail = VecDeque::new();
         }
     }
 
@@ -114,6 +139,28 @@ impl Conn {
         }
     }
 
+    /// Reads once through a per-thread scratch buffer and keeps only the bytes that came, so that a
+    /// connection that reads small messages and then sits idle holds no read buffer at all.
+    pub(crate) fn poll_read_compact(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ReadOutcome>> {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut buf = tokio::io::ReadBuf::new(&mut scratch[..]);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(Ok(ReadOutcome::Eof)),
+                Poll::Ready(Ok(())) => {
+                    self.rbuf.extend_from_slice(buf.filled());
+                    Poll::Ready(Ok(ReadOutcome::Data))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+    }
+
+    /// Reads once through the scratch buffer, waiting for data.
+    pub(crate) async fn read_compact(&mut self) -> io::Result<ReadOutcome> {
+        std::future::poll_fn(|cx| self.poll_read_compact(cx)).await
+    }
+
     /// Reads once, waiting for data.
     pub(crate) async fn read(&mut self, chunk: usize) -> io::Result<ReadOutcome> {
         std::future::poll_fn(|cx| self.poll_read(cx, chunk)).await
@@ -132,11 +179,12 @@ impl Conn {
         }
     }
 
-    /// Gives back a large idle read buffer so that idle connections stay small.
+    /// Gives back buffers larger than `keep` once they are empty, so that idle connections stay small.
     pub(crate) fn shrink_if_idle(&mut self, keep: usize) {
         if self.rbuf.is_empty() && self.rbuf.capacity() > keep {
             self.rbuf = BytesMut::new();
         }
+        self.out.shrink_if_empty();
     }
 
     /// Without waiting: has the peer closed the socket or sent anything unasked? Used on idle server
@@ -162,9 +210,9 @@ mod tests {
         assert_eq!(q.len(), 7);
         q.advance(4);
         assert_eq!(q.len(), 3);
-        assert_eq!(q.chunks.front().map(|b| &b[..]), Some(&b"efg"[..]));
+        assert_eq!(q.head.as_deref(), Some(&b"efg"[..]));
         q.advance(3);
         assert_eq!(q.len(), 0);
-        assert!(q.chunks.is_empty());
+        assert!(q.head.is_none() && q.tail.is_empty());
     }
 }

@@ -10,9 +10,16 @@
 //! into the server's form before it can be compared. [`Catalog`] remembers, across clients, what each raw
 //! value becomes and which values the server has accepted; only the first client to use a new value pays
 //! a round trip at login to have it checked.
+//!
+//! Linking happens once per transaction, so the common case must cost nothing: clients that logged in with
+//! the same parameters share one interned set, and a server remembers which set it was last synced to. When
+//! both still match, no comparison is made at all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
+
+/// Parameters by lower-case name.
+pub(crate) type ParamMap = BTreeMap<String, Param>;
 
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
@@ -36,7 +43,7 @@ fn key(name: &str) -> String {
 }
 
 /// One parameter: its name as first seen and its value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Param {
     pub(crate) name: String,
     pub(crate) value: String,
@@ -46,31 +53,53 @@ pub(crate) struct Param {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ServerParams {
     /// Values from ParameterStatus, by lower-case name.
-    pub(crate) reported: BTreeMap<String, Param>,
+    pub(crate) reported: ParamMap,
     /// Values pgmux set for parameters the server does not report, by lower-case name.
-    pub(crate) applied: BTreeMap<String, Param>,
+    pub(crate) applied: ParamMap,
+    /// Bumped on every change of `reported` or `applied`.
+    generation: u64,
+    /// The client set this server was last found in sync with, and the generation it had then.
+    in_sync_with: Option<(Arc<ParamMap>, u64)>,
 }
 
 impl ServerParams {
     /// Records a ParameterStatus.
     pub(crate) fn report(&mut self, name: &str, value: &str) {
-        self.reported.insert(key(name), Param { name: name.to_owned(), value: value.to_owned() });
+        let k = key(name);
+        if self.reported.get(&k).is_some_and(|p| p.value == value) {
+            return;
+        }
+        self.reported.insert(k, Param { name: name.to_owned(), value: value.to_owned() });
+        self.generation += 1;
+    }
+
+    /// True if nothing changed on either side since this server was last synced to this client set.
+    pub(crate) fn in_sync(&self, client: &ClientParams) -> bool {
+        matches!(&self.in_sync_with, Some((set, generation))
+            if *generation == self.generation && Arc::ptr_eq(set, &client.values))
+    }
+
+    /// Remembers that the server now matches `client`.
+    pub(crate) fn mark_in_sync(&mut self, client: &ClientParams) {
+        self.in_sync_with = Some((Arc::clone(&client.values), self.generation));
     }
 }
 
 /// What a client wants on every server: lower-case name → value (canonical for reported parameters).
+/// Clients with the same start-up parameters share one set until one of them changes its own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ClientParams {
-    pub(crate) values: BTreeMap<String, Param>,
+    pub(crate) values: Arc<ParamMap>,
 }
 
 impl ClientParams {
     /// Records a value the server reported while this client was linked (its own `SET`).
     pub(crate) fn report(&mut self, name: &str, value: &str) {
         let k = key(name);
-        if !FIXED.contains(&k.as_str()) {
-            self.values.insert(k, Param { name: name.to_owned(), value: value.to_owned() });
+        if FIXED.contains(&k.as_str()) || self.values.get(&k).is_some_and(|p| p.value == value) {
+            return;
         }
+        Arc::make_mut(&mut self.values).insert(k, Param { name: name.to_owned(), value: value.to_owned() });
     }
 }
 
@@ -99,7 +128,7 @@ fn ident(s: &str) -> String {
 pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defaults: &Defaults) -> Option<String> {
     let mut sets = Vec::new();
     let mut resets = Vec::new();
-    for (k, want) in &client.values {
+    for (k, want) in client.values.iter() {
         let have = server.reported.get(k).or_else(|| server.applied.get(k));
         if have.map(|p| &p.value) != Some(&want.value) {
             sets.push(format!("pg_catalog.set_config({}, {}, false)", literal(&want.name), literal(&want.value)));
@@ -136,12 +165,17 @@ pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defau
 
 /// After a successful sync, the server holds exactly the client's values.
 pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
-    server.applied.clear();
-    for (k, p) in &client.values {
-        if !server.reported.contains_key(k) {
-            server.applied.insert(k.clone(), p.clone());
-        }
+    let applied: ParamMap = client
+        .values
+        .iter()
+        .filter(|(k, _)| !server.reported.contains_key(*k))
+        .map(|(k, p)| (k.clone(), p.clone()))
+        .collect();
+    if applied != server.applied {
+        server.applied = applied;
+        server.generation += 1;
     }
+    server.mark_in_sync(client);
 }
 
 /// The server's own values at login, as the most recent new server connection reported them.
@@ -151,7 +185,7 @@ pub(crate) struct Defaults {
 }
 
 impl Defaults {
-    pub(crate) fn from_reported(reported: &BTreeMap<String, Param>) -> Self {
+    pub(crate) fn from_reported(reported: &ParamMap) -> Self {
         Defaults { params: reported.values().cloned().collect() }
     }
 
@@ -172,9 +206,16 @@ impl Defaults {
 #[derive(Debug, Default)]
 pub(crate) struct Catalog {
     defaults: RwLock<Arc<Defaults>>,
+    known: Mutex<Known>,
+}
+
+#[derive(Debug, Default)]
+struct Known {
     /// (lower-case name, raw value) → the parameter as the server names and reports it; the raw value itself
     /// for parameters the server does not report.
-    known: Mutex<HashMap<(String, String), Param>>,
+    values: HashMap<(String, String), Param>,
+    /// A whole start-up parameter list → the interned set its clients share.
+    sets: HashMap<Vec<Param>, Arc<ParamMap>>,
 }
 
 impl Catalog {
@@ -192,35 +233,46 @@ impl Catalog {
 
     /// The client's wanted values if every raw value is already known, else `None`: a server must check them.
     pub(crate) fn resolve(&self, raw: &[Param]) -> Option<ClientParams> {
-        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = ClientParams::default();
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = known.sets.get(raw) {
+            return Some(ClientParams { values: Arc::clone(set) });
+        }
+        let mut map = ParamMap::new();
         for p in raw {
             let k = key(&p.name);
-            let param = known.get(&(k.clone(), p.value.clone()))?;
-            out.values.insert(k, param.clone());
+            let param = known.values.get(&(k.clone(), p.value.clone()))?;
+            map.insert(k, param.clone());
         }
-        Some(out)
+        let set = Arc::new(map);
+        if known.sets.len() < CATALOG_LIMIT {
+            known.sets.insert(raw.to_vec(), Arc::clone(&set));
+        }
+        Some(ClientParams { values: set })
     }
 
     /// Learns from a server that accepted `raw`: what each value became.
     pub(crate) fn learn(&self, raw: &[Param], server: &ServerParams) -> ClientParams {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = ClientParams::default();
+        let mut map = ParamMap::new();
         for p in raw {
             let k = key(&p.name);
             let param = server.reported.get(&k).unwrap_or(p).clone();
-            if known.len() < CATALOG_LIMIT {
-                known.insert((k.clone(), p.value.clone()), param.clone());
+            if known.values.len() < CATALOG_LIMIT {
+                known.values.insert((k.clone(), p.value.clone()), param.clone());
             }
-            out.values.insert(k, param);
+            map.insert(k, param);
         }
-        out
+        let set = Arc::new(map);
+        if known.sets.len() < CATALOG_LIMIT {
+            known.sets.insert(raw.to_vec(), Arc::clone(&set));
+        }
+        ClientParams { values: set }
     }
 }
 
 /// Raw client values as wanted values, for the first sync that checks them.
 pub(crate) fn unchecked(raw: &[Param]) -> ClientParams {
-    ClientParams { values: raw.iter().map(|p| (key(&p.name), p.clone())).collect() }
+    ClientParams { values: Arc::new(raw.iter().map(|p| (key(&p.name), p.clone())).collect()) }
 }
 
 /// Start-up keys that are about the connection, not session parameters.

@@ -35,16 +35,16 @@ impl KeyInfo {
 }
 
 macro_rules! config_keys {
-    ($( #[doc = $help:literal] $name:ident : $ty:ty = $default:literal ; )*) => {
+    ($( $(#[doc = $help:literal])+ $name:ident : $ty:ty = $default:literal ; )*) => {
         /// The whole configuration. Build it with [`Config::load`] or [`Config::from_toml_str`].
         #[derive(Clone, Debug)]
         pub struct Config {
-            $( #[doc = $help] pub $name: $ty, )*
+            $( $(#[doc = $help])+ pub $name: $ty, )*
         }
 
         /// Every key, in the order `--help` shows them.
         pub const KEYS: &[KeyInfo] = &[
-            $( KeyInfo { name: stringify!($name), default: $default, help: $help.trim_ascii() }, )*
+            $( KeyInfo { name: stringify!($name), default: $default, help: concat!($($help),+).trim_ascii() }, )*
         ];
 
         impl Config {
@@ -98,6 +98,9 @@ config_keys! {
     client_login_timeout: Duration = "15s";
     /// A server connection idle longer than this is checked with a round trip before it is lent.
     server_check_delay: Duration = "30s";
+    /// Threads that serve clients. One is fastest when pgmux shares a few cores with its clients and the
+    /// database; raise it only when pgmux itself keeps a core busy.
+    workers: usize = "1";
     /// Log level: error, warn, info, debug or trace (or a tracing filter directive).
     log_level: String = "info";
     /// Log format: `text` or `json`.
@@ -225,6 +228,9 @@ impl Config {
         }
         if self.max_client_conn == 0 {
             return Err(invalid("max_client_conn", "must be at least 1"));
+        }
+        if self.workers == 0 || self.workers > 256 {
+            return Err(invalid("workers", "must be between 1 and 256"));
         }
         if self.client_auth != ClientAuth::Trust && self.database_url.password.is_none() {
             return Err(invalid(

@@ -41,7 +41,7 @@ fn differing_values_are_set_and_foreign_ones_reset() {
     s.applied.insert("search_path".into(), p("search_path", "other_schema"));
     let mut c = ClientParams::default();
     c.report("TimeZone", "Europe/Paris");
-    c.values.insert("statement_timeout".into(), p("statement_timeout", "5s"));
+    Arc::make_mut(&mut c.values).insert("statement_timeout".into(), p("statement_timeout", "5s"));
     let sql = sync_statement(&c, &s, &defaults()).unwrap();
     assert_eq!(
         sql,
@@ -54,7 +54,7 @@ fn differing_values_are_set_and_foreign_ones_reset() {
 #[test]
 fn values_are_quoted_whatever_standard_conforming_strings_is() {
     let mut c = ClientParams::default();
-    c.values.insert("x.y".into(), p("x.y", r"it's a \ path"));
+    Arc::make_mut(&mut c.values).insert("x.y".into(), p("x.y", r"it's a \ path"));
     let sql = sync_statement(&c, &ServerParams::default(), &Defaults::default()).unwrap();
     assert!(sql.contains(r"E'it''s a \\ path'"), "{sql}");
 }
@@ -86,7 +86,33 @@ fn catalog_learns_canonical_values_once() {
     let learned = cat.learn(&raw, &s);
     assert_eq!(learned.values["datestyle"], p("DateStyle", "ISO, MDY"));
     assert_eq!(learned.values["search_path"], p("search_path", "app"));
-    assert_eq!(cat.resolve(&raw), Some(learned));
+    let resolved = cat.resolve(&raw).unwrap();
+    assert_eq!(resolved, learned);
+    assert!(Arc::ptr_eq(&resolved.values, &learned.values), "clients with equal parameters share one set");
+}
+
+#[test]
+fn a_server_in_sync_with_a_shared_set_needs_no_comparison() {
+    let cat = Catalog::default();
+    let raw = vec![p("application_name", "app")];
+    let mut s = server(&[("application_name", "app")]);
+    let a = cat.learn(&raw, &s);
+    let b = cat.resolve(&raw).unwrap();
+    assert!(!s.in_sync(&a));
+    synced(&a, &mut s);
+    assert!(s.in_sync(&a) && s.in_sync(&b));
+    // The server changes (another client's SET): no longer in sync.
+    s.report("application_name", "other");
+    assert!(!s.in_sync(&a));
+    synced(&a, &mut s);
+    // The client changes its own set: no longer the shared one.
+    let mut c = b.clone();
+    c.report("TimeZone", "UTC");
+    assert!(!s.in_sync(&c));
+    assert!(s.in_sync(&a), "the others keep the shared set");
+    // Reports of an unchanged value change nothing.
+    s.report("application_name", "other");
+    assert!(s.in_sync(&a));
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use pgmux_proto::encode::{ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
-use super::relay::{CLIENT_READ_CHUNK, Verdict};
+use super::relay::Verdict;
 use super::{End, Linked, Session, ready_for_query, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
@@ -25,7 +25,7 @@ impl Session {
             // While waiting in line, keep reading the client so that a client that leaves is noticed.
             let client_left = async {
                 loop {
-                    match client.read(CLIENT_READ_CHUNK).await {
+                    match client.read_compact().await {
                         Ok(ReadOutcome::Data) if client.rbuf.len() < MAX_QUEUED => {}
                         Ok(ReadOutcome::Data) => std::future::pending::<()>().await,
                         Ok(ReadOutcome::Eof) | Err(_) => return,
@@ -53,23 +53,26 @@ impl Session {
                 return Ok(Some(self.answer_unit(tag, err.to_bytes())));
             }
         };
-        let defaults = self.shared.catalog.defaults();
-        if let Some(sql) = params::sync_statement(&self.params, &lease.params, &defaults) {
-            match lease.simple_query(&sql, self.shared.config.server_connect_timeout).await {
-                Ok((None, TxStatus::Idle)) => params::synced(&self.params, &mut lease.params),
-                Ok((Some(err), TxStatus::Idle)) => {
-                    tracing::warn!(code = %err.code, message = %err.message, "server refused client parameters");
-                    return Ok(Some(self.answer_unit(tag, err.to_client(Severity::Error).to_bytes())));
-                }
-                other => {
-                    tracing::warn!(result = ?other.map(|(_, s)| s), "server failed while applying parameters");
-                    self.shared.retire(lease.discard());
-                    let err = ErrorMessage::error(
-                        sqlstate::CONNECTION_FAILURE,
-                        "server connection lost while applying session parameters",
-                    );
-                    return Ok(Some(self.answer_unit(tag, err.to_bytes())));
-                }
+        if !lease.params.in_sync(&self.params) {
+            let defaults = self.shared.catalog.defaults();
+            match params::sync_statement(&self.params, &lease.params, &defaults) {
+                None => lease.params.mark_in_sync(&self.params),
+                Some(sql) => match lease.simple_query(&sql, self.shared.config.server_connect_timeout).await {
+                    Ok((None, TxStatus::Idle)) => params::synced(&self.params, &mut lease.params),
+                    Ok((Some(err), TxStatus::Idle)) => {
+                        tracing::warn!(code = %err.code, message = %err.message, "server refused client parameters");
+                        return Ok(Some(self.answer_unit(tag, err.to_client(Severity::Error).to_bytes())));
+                    }
+                    other => {
+                        tracing::warn!(result = ?other.map(|(_, s)| s), "server failed while applying parameters");
+                        self.shared.retire(lease.discard());
+                        let err = ErrorMessage::error(
+                            sqlstate::CONNECTION_FAILURE,
+                            "server connection lost while applying session parameters",
+                        );
+                        return Ok(Some(self.answer_unit(tag, err.to_bytes())));
+                    }
+                },
             }
         }
         self.cancel.target.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });

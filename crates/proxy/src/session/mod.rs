@@ -103,11 +103,14 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
     async move {
         let _ = stream.set_nodelay(true);
         let conn = Conn::new(stream, Sender::Frontend);
-        let Some(mut session) = login::login(shared, conn, stop).await else {
+        // Login and cleanup are boxed, and so is the session, so that what a connected client keeps
+        // while it idles is the relay loop alone.
+        let Some(session) = Box::pin(login::login(shared, conn, stop)).await else {
             return;
         };
+        let mut session = Box::new(session);
         let end = session.run().await;
-        session.finish(end).await;
+        Box::pin(session.finish(end)).await;
     }
     .instrument(span)
     .await;
@@ -135,7 +138,10 @@ fn shutting_down() -> ErrorMessage {
 impl Session {
     /// The relay loop: returns when the session is over.
     async fn run(&mut self) -> End {
-        let stop = self.stop.clone();
+        // Registered once, not on every turn of the loop.
+        let hard = self.stop.hard.clone().cancelled_owned();
+        let graceful = self.stop.graceful.clone().cancelled_owned();
+        tokio::pin!(hard, graceful);
         loop {
             if let Err(end) = self.relay_client().await {
                 return end;
@@ -145,15 +151,15 @@ impl Session {
                     self.client.out.push(shutting_down().to_bytes());
                     return End::Shutdown;
                 }
-                self.client.shrink_if_idle(relay::CLIENT_READ_CHUNK);
+                self.client.shrink_if_idle(0);
             }
             let event = tokio::select! {
                 biased;
-                _ = stop.hard.cancelled() => {
+                _ = &mut hard => {
                     self.client.out.push(shutting_down().to_bytes());
                     return End::Shutdown;
                 }
-                _ = stop.graceful.cancelled(), if !self.closing => {
+                _ = &mut graceful, if !self.closing => {
                     self.closing = true;
                     continue;
                 }
@@ -166,7 +172,7 @@ impl Session {
     }
 
     /// Cleans up after the loop: tells the client why if it can, and leaves no server connection dirty.
-    async fn finish(mut self, end: End) {
+    async fn finish(mut self: Box<Self>, end: End) {
         match &end {
             End::Protocol(e) => {
                 tracing::warn!(error = %e, "client broke the protocol; closing it");

@@ -11,9 +11,6 @@ use super::{End, Session, ready_for_query};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::server::SERVER_READ_CHUNK;
 
-/// Read buffer growth for client sockets; also the most an idle client keeps.
-pub(super) const CLIENT_READ_CHUNK: usize = 8 * 1024;
-
 /// Something happened on a socket.
 #[derive(Debug)]
 pub(super) enum Event {
@@ -64,7 +61,7 @@ impl Session {
         }
         let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
         if server_backlog < MAX_QUEUED
-            && let Poll::Ready(r) = self.client.poll_read(cx, CLIENT_READ_CHUNK)
+            && let Poll::Ready(r) = self.client.poll_read_compact(cx)
         {
             return Poll::Ready(Event::Client(r));
         }
@@ -120,7 +117,8 @@ impl Session {
             let mut verdict = self.judge_client(tag);
             if let Verdict::NeedServer = verdict {
                 debug_assert_eq!(run, 0, "nothing is forwarded without a server");
-                verdict = self.link(tag).await?.unwrap_or(Verdict::Forward);
+                // Boxed: linking is a large future, and an idle session should not carry its space.
+                verdict = Box::pin(self.link(tag)).await?.unwrap_or(Verdict::Forward);
             }
             match verdict {
                 Verdict::Forward => {
