@@ -74,7 +74,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             _ = sigterm.recv() => tracing::info!("SIGTERM received"),
             _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
         }
-        stop.graceful.cancel();
+        stop.begin_graceful();
     });
     proxy.run().await;
     Ok(())

@@ -101,23 +101,38 @@ impl<C> Pool<C> {
         Pool { shared: Arc::new(Shared { state: Mutex::new(state) }) }
     }
 
+    /// An idle connection or the right to open one, if either is available right now without waiting
+    /// (and without jumping the queue); `None` otherwise.
+    pub fn try_acquire(&self) -> Result<Option<Grant<C>>, Closed> {
+        let mut st = self.shared.lock();
+        self.take_now(&mut st)
+    }
+
+    fn take_now(&self, st: &mut State<C>) -> Result<Option<Grant<C>>, Closed> {
+        if st.closed {
+            return Err(Closed);
+        }
+        if !st.waiters.is_empty() {
+            return Ok(None);
+        }
+        if let Some((conn, meta)) = st.idle.pop_back() {
+            return Ok(Some(Grant::Idle(Lease::new(&self.shared, conn, meta))));
+        }
+        // With nothing open there is nothing to wait for: open at once, lazy growth or not.
+        if st.size < st.config.max_size && (st.config.grow_after.is_zero() || st.size == 0) {
+            st.size += 1;
+            return Ok(Some(Grant::Open(Slot::new(&self.shared))));
+        }
+        Ok(None)
+    }
+
     /// Waits for an idle connection or the right to open one, in arrival order. Callers bound the wait
     /// with a timeout; dropping the future leaves the queue cleanly.
     pub async fn acquire(&self) -> Result<Grant<C>, Closed> {
         let (id, grow_after, mut rx) = {
             let mut st = self.shared.lock();
-            if st.closed {
-                return Err(Closed);
-            }
-            if st.waiters.is_empty() {
-                if let Some((conn, meta)) = st.idle.pop_back() {
-                    return Ok(Grant::Idle(Lease::new(&self.shared, conn, meta)));
-                }
-                // With nothing open there is nothing to wait for: open at once, lazy growth or not.
-                if st.size < st.config.max_size && (st.config.grow_after.is_zero() || st.size == 0) {
-                    st.size += 1;
-                    return Ok(Grant::Open(Slot::new(&self.shared)));
-                }
+            if let Some(grant) = self.take_now(&mut st)? {
+                return Ok(grant);
             }
             let id = st.next_waiter;
             st.next_waiter += 1;

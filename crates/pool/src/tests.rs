@@ -36,6 +36,28 @@ async fn a_returned_connection_is_lent_again() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn try_acquire_never_waits_and_never_jumps_the_queue() {
+    let p = pool(1, 0);
+    let Some(Grant::Open(slot)) = p.try_acquire().unwrap() else { panic!("expected a slot") };
+    let held = slot.fill(1);
+    assert!(p.try_acquire().unwrap().is_none(), "at the limit");
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    tokio::task::yield_now().await;
+    drop(held);
+    assert_eq!(waiter.await.unwrap(), 1, "the queued waiter got it, not a later try_acquire");
+    let l = match p.try_acquire().unwrap() {
+        Some(Grant::Idle(l)) => l,
+        _ => panic!("expected the idle connection"),
+    };
+    drop(l);
+    p.close();
+    assert!(matches!(p.try_acquire(), Err(Closed)));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_most_recently_returned_connection_is_lent_first() {
     let p = pool(2, 0);
     let a = open(&p, 1).await;

@@ -55,17 +55,28 @@ impl CancelTarget {
 
     /// The client gives its server connection back; waits first for cancels still on their way to it.
     pub(crate) async fn unlink(&self) {
+        // Almost always nothing is in flight: no waiter is registered for that case.
+        if self.try_unlink() {
+            return;
+        }
         loop {
             let notified = self.done.notified();
-            {
-                let mut st = self.lock();
-                if st.in_flight == 0 {
-                    st.server = None;
-                    return;
-                }
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.try_unlink() {
+                return;
             }
             notified.await;
         }
+    }
+
+    /// Unlinks at once if no cancel is in flight.
+    pub(crate) fn try_unlink(&self) -> bool {
+        let mut st = self.lock();
+        if st.in_flight == 0 {
+            st.server = None;
+        }
+        st.in_flight == 0
     }
 
     /// Forgets the server at once, cancels in flight or not: the connection is gone or being cleaned up.

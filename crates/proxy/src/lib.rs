@@ -11,8 +11,9 @@ mod server;
 mod session;
 mod shared;
 mod startup;
-mod tracker;
+mod stop;
+pub mod tracker;
 
 pub use config::Config;
 pub use proxy::{Proxy, ProxyHandle};
-pub use session::Stop;
+pub use stop::{Level, Stop};

@@ -12,8 +12,9 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::session::{self, Stop};
+use crate::session;
 use crate::shared::Shared;
+use crate::stop::{Level, Stop};
 
 /// A bound, not yet running pooler.
 #[derive(Debug)]
@@ -35,11 +36,11 @@ pub struct ProxyHandle {
 impl ProxyHandle {
     /// Begins a graceful shutdown and waits until the pooler has finished.
     pub async fn shutdown(self) {
-        self.stop.graceful.cancel();
+        self.stop.begin_graceful();
         let _ = self.done.await;
     }
 
-    /// The shutdown tokens, to trigger or watch a shutdown.
+    /// The shutdown signal, to trigger or watch a shutdown.
     pub fn stop(&self) -> &Stop {
         &self.stop
     }
@@ -50,7 +51,7 @@ impl Proxy {
     pub async fn bind(config: Config) -> io::Result<Proxy> {
         let listener = TcpListener::bind(config.listen).await?;
         let shared = Arc::new(Shared::new(Arc::new(config), TaskTracker::new()));
-        Ok(Proxy { shared, listener, stop: Stop::default() })
+        Ok(Proxy { shared, listener, stop: Stop::new() })
     }
 
     /// Where clients connect.
@@ -58,7 +59,7 @@ impl Proxy {
         self.listener.local_addr()
     }
 
-    /// The tokens that stop this pooler: cancel `graceful` to shut it down.
+    /// The signal that stops this pooler: `begin_graceful` shuts it down.
     pub fn stop(&self) -> Stop {
         self.stop.clone()
     }
@@ -72,7 +73,7 @@ impl Proxy {
         Ok(ProxyHandle { addr, stop, done })
     }
 
-    /// Serves clients until `stop.graceful` is cancelled, then shuts down.
+    /// Serves clients until a graceful shutdown begins, then shuts down.
     pub async fn run(self) {
         let Proxy { shared, listener, stop } = self;
         tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -81,7 +82,7 @@ impl Proxy {
         let next_id = AtomicU64::new(1);
         loop {
             tokio::select! {
-                _ = stop.graceful.cancelled() => break,
+                _ = stop.reached(Level::Graceful) => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
@@ -102,10 +103,10 @@ impl Proxy {
         let deadline = shared.config.shutdown_timeout;
         if tokio::time::timeout(deadline, shared.tasks.wait()).await.is_err() {
             tracing::warn!(?deadline, "shutdown_timeout reached; closing the remaining sessions");
-            stop.hard.cancel();
+            stop.force();
             shared.tasks.wait().await;
         }
-        stop.hard.cancel();
+        stop.force();
         let _ = maintenance.await;
         let servers = shared.pool.drain_idle();
         let count = servers.len();
@@ -129,7 +130,7 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = stop.hard.cancelled() => return,
+            _ = stop.reached(Level::Hard) => return,
             _ = tick.tick() => shared.evict_idle(),
         }
     }

@@ -354,7 +354,7 @@ impl ServerConn {
     }
 
     /// Says goodbye politely and closes.
-    pub(crate) async fn terminate(mut self) {
+    pub(crate) async fn terminate(mut self: Box<Self>) {
         let mut buf = BytesMut::new();
         encode::terminate(&mut buf);
         let _ = tokio::time::timeout(Duration::from_secs(1), self.io.send(buf.freeze())).await;

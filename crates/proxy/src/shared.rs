@@ -44,11 +44,19 @@ impl CheckoutError {
     }
 }
 
+/// Whether an idle connection may be lent.
+enum Fitness {
+    Fit,
+    Unfit,
+    NeedsRoundTrip,
+}
+
 /// State shared by every session of one pgmux.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
-    pub(crate) pool: Pool<ServerConn>,
+    /// Server connections are boxed so that a lease, which a linked session holds inline, stays small.
+    pub(crate) pool: Pool<Box<ServerConn>>,
     pub(crate) catalog: Catalog,
     pub(crate) cancels: Arc<CancelRegistry>,
     pub(crate) auth: Authenticator,
@@ -77,14 +85,22 @@ impl Shared {
 
     /// A server connection for one client: idle and checked, or newly opened; waits in line up to
     /// `query_wait_timeout`.
-    pub(crate) async fn checkout(&self) -> Result<Lease<ServerConn>, CheckoutError> {
-        let wait = self.config.query_wait_timeout;
-        let deadline = tokio::time::Instant::now() + wait;
+    pub(crate) async fn checkout(&self) -> Result<Lease<Box<ServerConn>>, CheckoutError> {
+        let mut deadline = None;
         loop {
-            let grant = match tokio::time::timeout_at(deadline, self.pool.acquire()).await {
-                Err(_) => return Err(CheckoutError::Timeout(wait)),
-                Ok(Err(_closed)) => return Err(CheckoutError::Closed),
-                Ok(Ok(grant)) => grant,
+            // Most checkouts find an idle connection: no timer, no queue.
+            let grant = match self.pool.try_acquire() {
+                Err(_closed) => return Err(CheckoutError::Closed),
+                Ok(Some(grant)) => grant,
+                Ok(None) => {
+                    let wait = self.config.query_wait_timeout;
+                    let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+                    match tokio::time::timeout_at(until, self.pool.acquire()).await {
+                        Err(_) => return Err(CheckoutError::Timeout(wait)),
+                        Ok(Err(_closed)) => return Err(CheckoutError::Closed),
+                        Ok(Ok(grant)) => grant,
+                    }
+                }
             };
             match grant {
                 Grant::Idle(mut lease) => {
@@ -102,31 +118,60 @@ impl Shared {
                     if !self.catalog.has_defaults() {
                         self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
                     }
-                    return Ok(slot.fill(conn));
+                    return Ok(slot.fill(Box::new(conn)));
                 }
             }
         }
     }
 
-    /// An idle connection may be lent if it is young enough, nothing arrived on it while it sat idle, and,
-    /// after a long idle spell (or a Lambda freeze), it answers a round trip.
-    async fn fit_to_lend(&self, lease: &mut Lease<ServerConn>) -> bool {
+    /// The common case of [`checkout`](Self::checkout), without waiting: an idle connection that passes
+    /// the checks that need no round trip. `None` means "take the slow path".
+    pub(crate) fn try_checkout(&self) -> Option<Lease<Box<ServerConn>>> {
+        loop {
+            let Ok(Some(Grant::Idle(mut lease))) = self.pool.try_acquire() else {
+                // Nothing idle (a slot, if granted, is dropped and taken again by the slow path).
+                return None;
+            };
+            match self.quick_check(&mut lease) {
+                Fitness::Fit => return Some(lease),
+                Fitness::Unfit => self.retire(lease.discard()),
+                // Back to the pool; the slow path takes it again and checks it properly.
+                Fitness::NeedsRoundTrip => return None,
+            }
+        }
+    }
+
+    /// What can be known about an idle connection without talking to the server.
+    fn quick_check(&self, lease: &mut Lease<Box<ServerConn>>) -> Fitness {
         let meta = *lease.meta();
+        let now = tokio::time::Instant::now();
         let lifetime = self.config.server_lifetime;
-        if !lifetime.is_zero() && meta.created.elapsed() >= lifetime {
-            return false;
+        if !lifetime.is_zero() && now.saturating_duration_since(meta.created) >= lifetime {
+            return Fitness::Unfit;
         }
         if !lease.looks_alive() {
-            return false;
+            return Fitness::Unfit;
         }
-        if meta.idle_since.elapsed() < self.config.server_check_delay {
-            return true;
+        if now.saturating_duration_since(meta.idle_since) < self.config.server_check_delay {
+            return Fitness::Fit;
         }
-        matches!(lease.simple_query("", self.config.server_connect_timeout).await, Ok((None, TxStatus::Idle)))
+        Fitness::NeedsRoundTrip
+    }
+
+    /// An idle connection may be lent if it is young enough, nothing arrived on it while it sat idle, and,
+    /// after a long idle spell (or a Lambda freeze), it answers a round trip.
+    async fn fit_to_lend(&self, lease: &mut Lease<Box<ServerConn>>) -> bool {
+        match self.quick_check(lease) {
+            Fitness::Fit => true,
+            Fitness::Unfit => false,
+            Fitness::NeedsRoundTrip => {
+                matches!(lease.simple_query("", self.config.server_connect_timeout).await, Ok((None, TxStatus::Idle)))
+            }
+        }
     }
 
     /// Closes a connection that leaves the pool, politely and in the background.
-    pub(crate) fn retire(&self, conn: ServerConn) {
+    pub(crate) fn retire(&self, conn: Box<ServerConn>) {
         self.tasks.spawn(conn.terminate());
     }
 

@@ -12,6 +12,7 @@ use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params;
 use crate::shared::CheckoutError;
+use crate::stop::Level;
 
 /// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -20,7 +21,9 @@ impl Session {
     /// Gets a server connection for the unit that `tag` begins. `Ok(None)`: linked. `Ok(Some(verdict))`:
     /// no server (the verdict answers the unit with the error). `Err`: the session is over.
     pub(super) async fn link(&mut self, tag: u8) -> Result<Option<Verdict>, End> {
-        let checkout = {
+        let checkout = if let Some(lease) = self.shared.try_checkout() {
+            Ok(lease)
+        } else {
             let Session { shared, client, stop, .. } = self;
             // While waiting in line, keep reading the client so that a client that leaves is noticed.
             let client_left = async {
@@ -35,7 +38,7 @@ impl Session {
             tokio::select! {
                 r = shared.checkout() => r,
                 _ = client_left => return Err(End::ClientGone),
-                _ = stop.hard.cancelled() => {
+                _ = stop.reached(Level::Hard) => {
                     client.out.push(shutting_down().to_bytes());
                     return Err(End::Shutdown);
                 }
@@ -83,8 +86,11 @@ impl Session {
 
     /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding.
     pub(super) async fn release(&mut self) {
-        // A cancel on its way to this server must land before anyone else can use it.
-        self.cancel.target.unlink().await;
+        // A cancel on its way to this server must land before anyone else can use it. That wait is rare
+        // and boxed, so that the relay loop's future stays small.
+        if !self.cancel.target.try_unlink() {
+            Box::pin(self.cancel.target.unlink()).await;
+        }
         let Some(linked) = self.server.take() else { return };
         let mut lease = linked.take();
         self.tracker = Default::default();
@@ -136,7 +142,7 @@ impl Session {
         let mut lease = linked.take();
         self.cancel.target.clear();
         let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
-        if broken || self.stop.hard.is_cancelled() {
+        if broken || self.stop.level() == Level::Hard {
             drop(lease.discard());
             return;
         }

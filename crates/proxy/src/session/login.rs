@@ -8,11 +8,12 @@ use bytes::BytesMut;
 use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
-use super::{ClientSlot, Session, Stop, ready_for_query, shutting_down};
+use super::{ClientSlot, Session, ready_for_query, shutting_down};
 use crate::io::Conn;
 use crate::params::{self, ClientParams, Param};
 use crate::shared::Shared;
 use crate::startup::{self, Opening, OpeningError};
+use crate::stop::{Level, Stop};
 
 /// Tells a client why it cannot log in, and closes: there is no session.
 async fn refuse(mut conn: Conn, err: ErrorMessage) -> Option<Session> {
@@ -48,7 +49,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
         );
         return refuse(conn, err).await;
     }
-    if stop.graceful.is_cancelled() {
+    if stop.level() >= Level::Graceful {
         return refuse(conn, shutting_down()).await;
     }
     let Some(user) = startup.get("user").map(str::to_owned) else {
@@ -86,7 +87,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
         None => {
             let checked = tokio::select! {
                 r = check_params(&shared, &raw) => r,
-                _ = stop.hard.cancelled() => Err(shutting_down()),
+                _ = stop.reached(Level::Hard) => Err(shutting_down()),
             };
             match checked {
                 Ok(p) => p,
@@ -108,6 +109,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
     tracing::debug!(user, "client logged in");
     Some(Session {
         shared,
+        watch: stop.watch(),
         stop,
         client: conn,
         server: None,

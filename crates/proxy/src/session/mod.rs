@@ -12,13 +12,13 @@ mod relay;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use pgmux_pool::Lease;
 use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{FrameError, Sender, TxStatus, sqlstate};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::cancel::Registration;
@@ -26,16 +26,9 @@ use crate::io::Conn;
 use crate::params::ClientParams;
 use crate::server::ServerConn;
 use crate::shared::Shared;
+use crate::stop::{Level, Stop, Watch};
 use crate::tracker::TxTracker;
-
-/// The two ways pgmux stops: first gracefully (finish transactions), then at the deadline, at once.
-#[derive(Clone, Debug, Default)]
-pub struct Stop {
-    /// Stop taking new work; close clients as soon as they are between transactions.
-    pub graceful: CancellationToken,
-    /// Close everything now.
-    pub hard: CancellationToken,
-}
+use relay::Event;
 
 /// Why a session ended.
 #[derive(Debug)]
@@ -53,7 +46,7 @@ enum End {
 /// A server connection lent to this client. If the session ends without giving it back properly (a panic,
 /// the shutdown deadline), dropping it closes the connection instead of returning it dirty to the pool.
 #[derive(Debug)]
-struct Linked(Option<Lease<ServerConn>>);
+struct Linked(Option<Lease<Box<ServerConn>>>);
 
 impl Linked {
     fn conn(&mut self) -> &mut ServerConn {
@@ -63,7 +56,7 @@ impl Linked {
         }
     }
 
-    fn take(mut self) -> Lease<ServerConn> {
+    fn take(mut self) -> Lease<Box<ServerConn>> {
         match self.0.take() {
             Some(lease) => lease,
             None => unreachable!("a link is taken once"),
@@ -83,6 +76,7 @@ impl Drop for Linked {
 struct Session {
     shared: Arc<Shared>,
     stop: Stop,
+    watch: Watch,
     client: Conn,
     server: Option<Linked>,
     tracker: TxTracker,
@@ -138,10 +132,6 @@ fn shutting_down() -> ErrorMessage {
 impl Session {
     /// The relay loop: returns when the session is over.
     async fn run(&mut self) -> End {
-        // Registered once, not on every turn of the loop.
-        let hard = self.stop.hard.clone().cancelled_owned();
-        let graceful = self.stop.graceful.clone().cancelled_owned();
-        tokio::pin!(hard, graceful);
         loop {
             if let Err(end) = self.relay_client().await {
                 return end;
@@ -153,17 +143,18 @@ impl Session {
                 }
                 self.client.shrink_if_idle(0);
             }
-            let event = tokio::select! {
-                biased;
-                _ = &mut hard => {
-                    self.client.out.push(shutting_down().to_bytes());
-                    return End::Shutdown;
-                }
-                _ = &mut graceful, if !self.closing => {
+            let event = std::future::poll_fn(|cx| match self.watch.poll(cx) {
+                Level::Hard => Poll::Ready(None),
+                Level::Graceful if !self.closing => {
                     self.closing = true;
-                    continue;
+                    Poll::Ready(Some(Event::Wake))
                 }
-                event = std::future::poll_fn(|cx| self.poll_io(cx)) => event,
+                _ => self.poll_io(cx).map(Some),
+            })
+            .await;
+            let Some(event) = event else {
+                self.client.out.push(shutting_down().to_bytes());
+                return End::Shutdown;
             };
             if let Err(end) = self.handle(event).await {
                 return end;

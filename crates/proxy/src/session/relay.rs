@@ -14,6 +14,8 @@ use crate::server::SERVER_READ_CHUNK;
 /// Something happened on a socket.
 #[derive(Debug)]
 pub(super) enum Event {
+    /// Nothing happened on the sockets; look at the session's state again (shutdown began).
+    Wake,
     Client(std::io::Result<ReadOutcome>),
     Server(std::io::Result<ReadOutcome>),
     ClientWriteFailed,
@@ -71,7 +73,7 @@ impl Session {
     /// Acts on one socket event.
     pub(super) async fn handle(&mut self, event: Event) -> Result<(), End> {
         match event {
-            Event::Client(Ok(ReadOutcome::Data)) => Ok(()),
+            Event::Wake | Event::Client(Ok(ReadOutcome::Data)) => Ok(()),
             Event::Client(Ok(ReadOutcome::Eof)) | Event::Client(Err(_)) | Event::ClientWriteFailed => {
                 Err(End::ClientGone)
             }

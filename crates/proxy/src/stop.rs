@@ -1,0 +1,197 @@
+//! Shutdown signalling: graceful first (finish transactions, take no new work), then hard (close now).
+//!
+//! Every session checks for shutdown on every turn of its relay loop, thousands of times a second, so the
+//! check must be an atomic load and nothing more. A session registers its task's waker once (again only if
+//! the waker changes); raising the level wakes every registered session. Waiting for a level from places
+//! that wait anyway (the listener, a client queued for a server) uses an ordinary `Notify`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use tokio::sync::Notify;
+
+/// How far shutdown has gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Serving.
+    Running = 0,
+    /// No new clients or transactions; sessions close when they are between transactions.
+    Graceful = 1,
+    /// Close everything now.
+    Hard = 2,
+}
+
+impl Level {
+    fn from_u8(v: u8) -> Level {
+        match v {
+            0 => Level::Running,
+            1 => Level::Graceful,
+            _ => Level::Hard,
+        }
+    }
+}
+
+/// The shutdown signal of one pooler. Cheap to clone; clones share the signal.
+#[derive(Clone, Debug, Default)]
+pub struct Stop {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    level: AtomicU8,
+    sessions: Mutex<HashMap<u64, Waker>>,
+    next_id: AtomicU64,
+    changed: Notify,
+}
+
+impl Stop {
+    /// A signal at [`Level::Running`].
+    pub fn new() -> Self {
+        Stop::default()
+    }
+
+    /// Begins a graceful shutdown.
+    pub fn begin_graceful(&self) {
+        self.raise(Level::Graceful);
+    }
+
+    /// Ends everything now.
+    pub fn force(&self) {
+        self.raise(Level::Hard);
+    }
+
+    /// The current level.
+    pub fn level(&self) -> Level {
+        Level::from_u8(self.inner.level.load(Ordering::Acquire))
+    }
+
+    fn raise(&self, level: Level) {
+        let before = self.inner.level.fetch_max(level as u8, Ordering::AcqRel);
+        if before >= level as u8 {
+            return;
+        }
+        let wakers: Vec<Waker> = {
+            let mut sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.drain().map(|(_, w)| w).collect()
+        };
+        for w in wakers {
+            w.wake();
+        }
+        self.inner.changed.notify_waiters();
+    }
+
+    /// Waits until the level is at least `level`.
+    pub async fn reached(&self, level: Level) {
+        loop {
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.level() >= level {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// A per-session watch for the relay loop.
+    pub(crate) fn watch(&self) -> Watch {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        Watch { stop: self.clone(), id, waker: None, seen: Level::Running }
+    }
+}
+
+/// One session's view of the signal; see [`Watch::poll`].
+#[derive(Debug)]
+pub(crate) struct Watch {
+    stop: Stop,
+    id: u64,
+    waker: Option<Waker>,
+    /// The level when the waker was last registered.
+    seen: Level,
+}
+
+impl Watch {
+    /// The current level; until it is `Hard`, makes sure that raising it further wakes this task.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Level {
+        let level = self.stop.level();
+        if level == Level::Hard {
+            return level;
+        }
+        // A raise drains the registered wakers, so register again after seeing a new level.
+        if self.seen != level || !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            let w = cx.waker().clone();
+            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(self.id, w.clone());
+            self.waker = Some(w);
+            self.seen = level;
+            // A raise between the load above and the insert would have missed this waker.
+            return self.stop.level();
+        }
+        level
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if self.waker.is_some() {
+            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::task::Poll;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_watching_task_is_woken_by_each_level() {
+        let stop = Stop::new();
+        let mut watch = stop.watch();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for want in [Level::Graceful, Level::Hard] {
+                let level = poll_fn(|cx| match watch.poll(cx) {
+                    l if l >= want => Poll::Ready(l),
+                    _ => Poll::Pending,
+                })
+                .await;
+                seen.push(level);
+                // Like the relay loop after graceful: poll again at the level already seen, and sleep.
+                let again = poll_fn(|cx| Poll::Ready(watch.poll(cx))).await;
+                assert_eq!(again, level);
+            }
+            seen
+        });
+        tokio::task::yield_now().await;
+        stop.begin_graceful();
+        tokio::task::yield_now().await;
+        stop.force();
+        assert_eq!(task.await.unwrap(), vec![Level::Graceful, Level::Hard]);
+    }
+
+    #[tokio::test]
+    async fn reached_returns_at_once_when_already_there() {
+        let stop = Stop::new();
+        stop.force();
+        stop.reached(Level::Graceful).await;
+        assert_eq!(stop.level(), Level::Hard);
+        stop.begin_graceful();
+        assert_eq!(stop.level(), Level::Hard, "levels only go up");
+    }
+
+    #[test]
+    fn a_dropped_watch_leaves_no_waker_behind() {
+        let stop = Stop::new();
+        let mut watch = stop.watch();
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(watch.poll(&mut cx), Level::Running);
+        assert_eq!(stop.inner.sessions.lock().unwrap().len(), 1);
+        drop(watch);
+        assert_eq!(stop.inner.sessions.lock().unwrap().len(), 0);
+    }
+}
