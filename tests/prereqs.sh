@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests need on Debian 12 besides Rust: the PostgreSQL server binaries
-# (initdb, postgres) and psql. As root it uses apt-get; otherwise it says what to install and fails.
+# Installs what the demo, the tests and the benchmark need on Debian 12 besides Rust: the PostgreSQL server
+# binaries (initdb, postgres, pgbench), psql, and PgBouncer (the benchmark's reference pooler, which
+# `make test` runs too, in its quick form). As root it uses apt-get; otherwise it says what to install and
+# fails. Nothing is ever skipped: in CI (CI=true) a missing tool is a failure like anywhere else.
 set -euo pipefail
 
+pg_bin_has() { # pg_bin_has PROGRAM: is PROGRAM in $PGMUX_PG_BIN, or else in some /usr/lib/postgresql/*/bin?
+  if [ -n "${PGMUX_PG_BIN:-}" ]; then
+    [ -x "$PGMUX_PG_BIN/$1" ]
+  else
+    ls /usr/lib/postgresql/*/bin/"$1" >/dev/null 2>&1
+  fi
+}
+
 need=()
-if [ -z "${PGMUX_PG_BIN:-}" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+if ! pg_bin_has initdb; then
+  need+=(postgresql-15)
+elif ! pg_bin_has pgbench && ! command -v pgbench >/dev/null 2>&1; then
+  # Debian ships pgbench with the server package, in /usr/lib/postgresql/15/bin (not always on PATH).
   need+=(postgresql-15)
 fi
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client-15)
+# Debian puts pgbouncer in /usr/sbin, which is not on a normal user's PATH.
+if [ -z "${PGMUX_PGBOUNCER:-}" ] && [ ! -x /usr/sbin/pgbouncer ] && ! command -v pgbouncer >/dev/null 2>&1; then
+  need+=(pgbouncer)
+fi
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -16,13 +33,18 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "prereqs: installing ${need[*]}" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # Debian starts a cluster of its own on install; pgmux's tests start their own and never use it.
+  # Debian starts a cluster and a pgbouncer of its own on install (where services may start); pgmux's tests
+  # and benchmark start their own and never use them, and Debian's pgbouncer would hold port 6432.
   if command -v pg_ctlcluster >/dev/null 2>&1; then
     pg_ctlcluster --force 15 main stop >/dev/null 2>&1 || true
+  fi
+  if [[ " ${need[*]} " == *" pgbouncer "* ]] && command -v invoke-rc.d >/dev/null 2>&1; then
+    invoke-rc.d pgbouncer stop >/dev/null 2>&1 || true
   fi
 else
   echo "pgmux: missing ${need[*]}." >&2
   echo "Install them with: sudo apt-get install ${need[*]}" >&2
-  echo "(or point PGMUX_PG_BIN at a directory holding initdb and postgres)" >&2
+  echo "(or point PGMUX_PG_BIN at a directory holding initdb, postgres and pgbench," >&2
+  echo " and PGMUX_PGBOUNCER at a pgbouncer binary)" >&2
   exit 1
 fi

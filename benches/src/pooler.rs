@@ -4,6 +4,7 @@
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,6 +32,26 @@ pub struct PgmuxSettings {
     pub client_auth: String,
     /// `PGMUX_LOG_LEVEL`.
     pub log_level: String,
+    /// `PGMUX_MAX_CLIENT_CONN`; `None` keeps pgmux's default.
+    pub max_client_conn: Option<u32>,
+}
+
+impl PgmuxSettings {
+    /// The command that runs pgmux with these settings (and nothing inherited that could change them).
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        cmd.env("PGMUX_LISTEN", self.listen.to_string())
+            .env("PGMUX_DATABASE_URL", &self.database_url)
+            .env("PGMUX_POOL_MAX", self.pool_max.to_string())
+            .env("PGMUX_CLIENT_AUTH", &self.client_auth)
+            .env("PGMUX_LOG_LEVEL", &self.log_level)
+            .env_remove("PGMUX_MAX_CLIENT_CONN")
+            .env_remove("AWS_LAMBDA_RUNTIME_API"); // sidecar mode, whatever the caller's environment
+        if let Some(max) = self.max_client_conn {
+            cmd.env("PGMUX_MAX_CLIENT_CONN", max.to_string());
+        }
+        cmd
+    }
 }
 
 /// A running pgmux. Dropping it stops it (SIGTERM, then SIGKILL); it also dies with the thread that started
@@ -63,18 +84,13 @@ impl PgmuxProcess {
                 ),
             ));
         }
-        let mut cmd = Command::new(&settings.binary);
-        cmd.env("PGMUX_LISTEN", settings.listen.to_string())
-            .env("PGMUX_DATABASE_URL", &settings.database_url)
-            .env("PGMUX_POOL_MAX", settings.pool_max.to_string())
-            .env("PGMUX_CLIENT_AUTH", &settings.client_auth)
-            .env("PGMUX_LOG_LEVEL", &settings.log_level)
-            .env_remove("AWS_LAMBDA_RUNTIME_API") // sidecar mode, whatever the caller's environment
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut cmd = settings.command();
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         // SIGKILL the child when the thread that started it exits: a killed demo leaves no pooler behind.
         pgmux_testkit::die_with_parent(&mut cmd);
+        // A group of its own: a Ctrl-C in the terminal reaches the demo or the driver, which stop pgmux
+        // themselves (or kill it by exiting), not pgmux directly in the middle of a measurement.
+        cmd.process_group(0);
         let mut child = cmd
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("cannot start {}: {e}", settings.binary.display())))?;
@@ -93,6 +109,17 @@ impl PgmuxProcess {
 
     pub fn listen(&self) -> SocketAddr {
         self.listen
+    }
+
+    /// pgmux's pid while it has not been reaped (for its memory and CPU time in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// How pgmux exited, if it has exited on its own.
+    pub fn exited(&mut self) -> Option<String> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        Some(status.to_string())
     }
 
     /// Everything pgmux wrote to stdout and stderr so far.

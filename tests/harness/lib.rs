@@ -31,7 +31,7 @@ mod tests;
 
 pub use bins::pg_bin_dir;
 pub use server::PgServer;
-pub use sys::die_with_parent;
+pub use sys::{die_with_parent, give_to_postgres, run_as_postgres};
 
 /// The test database, owned by [`APP_USER`]; every role may connect to it and create objects in `public`.
 pub const DATABASE: &str = "pgmux";
@@ -63,11 +63,15 @@ pub struct PgOptions {
     pub max_connections: u32,
     /// Further settings, passed to `postgres` as `-c key=value` after the harness's own.
     pub extra_conf: Vec<(String, String)>,
+    /// Let every role log in over 127.0.0.1 without a password (`host all all 127.0.0.1/32 trust` ahead of
+    /// the template's lines); false by default. The benchmark uses it so that pgbench, PgBouncer and pgmux
+    /// all pay the same (nil) authentication cost; passwords are still accepted and ignored.
+    pub trust_loopback: bool,
 }
 
 impl Default for PgOptions {
     fn default() -> PgOptions {
-        PgOptions { max_connections: 100, extra_conf: Vec::new() }
+        PgOptions { max_connections: 100, extra_conf: Vec::new(), trust_loopback: false }
     }
 }
 

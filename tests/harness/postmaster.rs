@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::psql::psql_with_timeout;
 use crate::server::{HOST, LOG_FILE, read_log_tail};
-use crate::{PgOptions, SUPERUSER, bins, free_port, sys};
+use crate::{PgOptions, SUPERUSER, bins, free_port, sys, template};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_POLL: Duration = Duration::from_millis(50);
@@ -66,6 +66,15 @@ fn wait_ready(postmaster: &Postmaster, port: u16) -> Result<(), String> {
     }
 }
 
+/// A `pg_hba.conf` beside the data directory that trusts 127.0.0.1 ahead of the template's lines; the data
+/// directory's own file stays as it is, so a later restart without the option is strict again.
+fn write_trusting_hba(dir: &Path) -> std::io::Result<std::path::PathBuf> {
+    let path = dir.join("pg_hba_trust_loopback.conf");
+    fs::write(&path, format!("host    all     all             127.0.0.1/32    trust\n{}", template::PG_HBA))?;
+    sys::give_to_postgres(&path)?;
+    Ok(path)
+}
+
 /// A postmaster process, spawned from (and waited on by) a thread of its own that lives exactly as long as
 /// the process: `PR_SET_PDEATHSIG` fires when the *spawning thread* exits, so that thread must not be a test
 /// thread that finishes early. Dropping it stops the server.
@@ -97,6 +106,9 @@ impl Postmaster {
             ("full_page_writes".into(), "off".into()),
             ("shared_buffers".into(), "16MB".into()),
         ];
+        if opts.trust_loopback {
+            settings.push(("hba_file".into(), write_trusting_hba(dir)?.display().to_string()));
+        }
         settings.extend(opts.extra_conf.iter().cloned());
         for (key, value) in settings {
             cmd.arg("-c").arg(format!("{key}={value}"));

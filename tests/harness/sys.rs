@@ -56,8 +56,9 @@ fn lookup_user(name: &str) -> io::Result<(u32, u32)> {
     }
 }
 
-/// Hand a path we created to the user PostgreSQL runs as (no-op when not root).
-pub(crate) fn give_to_postgres(path: &Path) -> io::Result<()> {
+/// Hand a path we created to the user PostgreSQL runs as (no-op when not root). Public for other programs
+/// that refuse to run as root, such as PgBouncer in the benchmark, whose files must be theirs.
+pub fn give_to_postgres(path: &Path) -> io::Result<()> {
     match run_as() {
         Some((uid, gid)) => std::os::unix::fs::chown(path, Some(uid), Some(gid)),
         None => Ok(()),
@@ -71,10 +72,16 @@ pub(crate) fn pg_command(program: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(program);
     // Our own cwd may be unreadable for `postgres` (initdb complains); the server directory is its own.
     cmd.current_dir(cwd);
+    run_as_postgres(&mut cmd);
+    cmd
+}
+
+/// Run `cmd` as the user PostgreSQL runs as: the `postgres` system user when we are root, else ourselves.
+/// For programs besides PostgreSQL's own that refuse to run as root (PgBouncer in the benchmark).
+pub fn run_as_postgres(cmd: &mut Command) {
     if let Some((uid, gid)) = run_as() {
         cmd.uid(uid).gid(gid);
     }
-    cmd
 }
 
 /// Make the child get SIGKILL when the thread that spawns it exits, including when the whole test process is

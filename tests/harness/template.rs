@@ -16,7 +16,7 @@ use crate::{postmaster, psql};
 const DIR_PREFIX: &str = "pgmux-testkit-";
 
 /// Written over initdb's: the md5 and cleartext roles first, since the first matching line wins.
-const PG_HBA: &str = "\
+pub(crate) const PG_HBA: &str = "\
 # pgmux-testkit: each test role logs in with the method its name says.
 host    all     pgmux_md5       127.0.0.1/32    md5
 host    all     pgmux_plain     127.0.0.1/32    password

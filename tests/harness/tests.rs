@@ -91,13 +91,29 @@ fn app_user_sees_other_users_queries() {
 }
 
 #[test]
+fn trust_loopback_lets_every_role_in_without_a_password_until_a_restart_without_it() {
+    let mut pg = PgServer::start_with(&PgOptions { trust_loopback: true, ..PgOptions::default() });
+    for role in [SUPERUSER, APP_USER, MD5_USER, PLAIN_USER] {
+        let who = psql_as(pg.port(), &wrong_password(&role), DATABASE, "select current_user").unwrap();
+        assert_eq!(who, role.user);
+    }
+    pg.restart_with(&PgOptions::default());
+    let err = psql_as(pg.port(), &wrong_password(&APP_USER), DATABASE, "select 1").unwrap_err();
+    assert!(err.contains("password authentication failed"), "{err}");
+}
+
+#[test]
 fn restart_with_changes_settings_and_keeps_port_and_data() {
     let mut pg = PgServer::start();
     assert_eq!(pg.psql("show max_connections"), "100");
     pg.psql("create table kept (v text); insert into kept values ('still here')");
     let (port, data) = (pg.port(), pg.data_dir().to_owned());
 
-    pg.restart_with(&PgOptions { max_connections: 37, extra_conf: vec![("work_mem".into(), "7MB".into())] });
+    pg.restart_with(&PgOptions {
+        max_connections: 37,
+        extra_conf: vec![("work_mem".into(), "7MB".into())],
+        ..PgOptions::default()
+    });
     assert_eq!((pg.port(), pg.data_dir()), (port, data.as_path()));
     assert_eq!(pg.psql("show max_connections"), "37");
     assert_eq!(pg.psql("show work_mem"), "7MB");
@@ -115,6 +131,7 @@ fn drop_stops_the_server_and_removes_its_directory() {
     let pg = PgServer::start_with(&PgOptions {
         max_connections: 20,
         extra_conf: vec![("application_name".into(), "harness test".into())],
+        ..PgOptions::default()
     });
     assert_eq!(pg.psql("show max_connections"), "20");
     let port = pg.port();
@@ -128,7 +145,7 @@ fn drop_stops_the_server_and_removes_its_directory() {
 #[test]
 fn two_servers_at_once_are_independent() {
     let a = PgServer::start();
-    let b = PgServer::start_with(&PgOptions { max_connections: 50, extra_conf: Vec::new() });
+    let b = PgServer::start_with(&PgOptions { max_connections: 50, ..PgOptions::default() });
     assert_ne!(a.port(), b.port());
     assert_ne!(a.data_dir(), b.data_dir());
     a.psql("create table only_in_a (id int)");

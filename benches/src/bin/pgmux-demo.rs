@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use pgmux_benches::args::parse_duration;
 use pgmux_benches::report::Settings;
 use pgmux_benches::{Comparison, PgmuxProcess, PgmuxSettings, Progress, ServerMonitor, Workload, pooler};
 use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, SUPERUSER};
@@ -114,6 +115,7 @@ fn main() -> anyhow::Result<()> {
                 pool_max: args.pool_max,
                 client_auth: "scram-sha-256".to_owned(),
                 log_level: "warn".to_owned(),
+                max_client_conn: None,
             })
             .context("starting pgmux")?;
             eprintln!("pgmux listening on {listen} (pool max {}); running {plan}", args.pool_max);
@@ -195,37 +197,9 @@ async fn wait_for_drain(monitor: &ServerMonitor) -> anyhow::Result<()> {
     }
 }
 
-/// `30s`, `500ms`, `0.5s`, `2m`, or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("not a duration: {text:?} (try 30s, 500ms, 2m)"))?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "m" | "min" => value * 60.0,
-        other => {
-            return Err(format!("unknown unit {other:?} in {text:?} (use ms, s or m)"));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("s").is_err());
-    }
 
     #[test]
     fn quick_and_flags() {

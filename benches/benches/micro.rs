@@ -1,0 +1,133 @@
+//! Micro-benchmarks of the per-message work on pgmux's data path: framing a result stream, tracking a
+//! pipelined extended-protocol exchange, and lending pool connections with and without contention.
+//!
+//! `cargo bench -p pgmux-benches --bench micro`; `-- --quick` for a fast pass.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use pgmux_pool::{Grant, Pool, PoolConfig};
+use pgmux_proto::{Framer, Sender, Step, TxStatus};
+use pgmux_proxy::tracker::TxTracker;
+
+fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![tag];
+    v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// A `SELECT` result: RowDescription, `rows` DataRows of three text columns, CommandComplete, ReadyForQuery.
+fn result_stream(rows: usize) -> Vec<u8> {
+    let mut out = msg(b'T', &[0u8; 70]);
+    let mut row = vec![0, 3];
+    for col in [&b"12345"[..], b"a fairly ordinary text value", b"2026-11-21 12:00:00+00"] {
+        row.extend_from_slice(&(col.len() as i32).to_be_bytes());
+        row.extend_from_slice(col);
+    }
+    let data_row = msg(b'D', &row);
+    for _ in 0..rows {
+        out.extend_from_slice(&data_row);
+    }
+    out.extend(msg(b'C', b"SELECT 10000\0"));
+    out.extend(msg(b'Z', b"I"));
+    out
+}
+
+fn framing(c: &mut Criterion) {
+    let stream = result_stream(10_000);
+    let mut g = c.benchmark_group("frame");
+    g.throughput(Throughput::Bytes(stream.len() as u64));
+    g.bench_function("split DataRow-heavy stream", |b| {
+        b.iter(|| {
+            let mut framer = Framer::new(Sender::Backend);
+            let mut at = 0;
+            let mut messages = 0u32;
+            while let Ok(Step::Message { len, .. }) = framer.step(&stream[at..]) {
+                at += len;
+                messages += 1;
+            }
+            black_box(messages)
+        })
+    });
+    g.finish();
+}
+
+fn tracking(c: &mut Criterion) {
+    // 1000 pipelined Parse/Bind/Describe/Execute/Sync units and the server's replies to them.
+    const UNITS: u64 = 1000;
+    let client = b"PBDES";
+    let server = b"12TDCZ";
+    let mut g = c.benchmark_group("tracker");
+    g.throughput(Throughput::Elements(UNITS * (client.len() + server.len()) as u64));
+    g.bench_function("pipelined extended protocol", |b| {
+        b.iter(|| {
+            let mut t = TxTracker::default();
+            for _ in 0..UNITS {
+                for &tag in client {
+                    t.client_message(black_box(tag));
+                }
+            }
+            for _ in 0..UNITS {
+                for &tag in &server[..server.len() - 1] {
+                    t.server_message(black_box(tag));
+                }
+                let _ = t.server_ready(TxStatus::Idle);
+            }
+            black_box(t.may_release())
+        })
+    });
+    g.finish();
+}
+
+fn pool(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let mut g = c.benchmark_group("pool");
+    g.bench_function("checkout and return, uncontended", |b| {
+        let pool = Pool::new(PoolConfig { max_size: 4, grow_after: Duration::ZERO });
+        if let Ok(Some(Grant::Open(slot))) = pool.try_acquire() {
+            drop(slot.fill(0u32));
+        }
+        b.iter(|| match pool.try_acquire() {
+            Ok(Some(Grant::Idle(lease))) => drop(black_box(lease)),
+            _ => unreachable!("one idle connection is always there"),
+        })
+    });
+    g.throughput(Throughput::Elements(64 * 10));
+    g.bench_function("64 waiters, 4 connections, 10 checkouts each", |b| {
+        b.iter_batched(
+            || Pool::new(PoolConfig { max_size: 4, grow_after: Duration::ZERO }),
+            |pool| {
+                rt.block_on(async {
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for _ in 0..64 {
+                        let pool = pool.clone();
+                        tasks.spawn(async move {
+                            for _ in 0..10 {
+                                match pool.acquire().await {
+                                    Ok(Grant::Idle(lease)) => {
+                                        tokio::task::yield_now().await;
+                                        drop(lease);
+                                    }
+                                    Ok(Grant::Open(slot)) => {
+                                        let lease = slot.fill(0u32);
+                                        tokio::task::yield_now().await;
+                                        drop(lease);
+                                    }
+                                    Err(_) => unreachable!("the pool stays open"),
+                                }
+                            }
+                        });
+                    }
+                    while tasks.join_next().await.is_some() {}
+                })
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, framing, tracking, pool);
+criterion_main!(benches);

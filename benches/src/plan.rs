@@ -1,0 +1,157 @@
+//! What a benchmark run does: rounds, run lengths, client counts and pool sizes, for the full run and for
+//! `--quick` (the same steps in seconds, for `make test`), and the sentences the report uses to say so.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::results::Metric;
+
+/// Every workload, in the order a round runs them.
+pub const STEPS: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7"];
+
+/// The knobs of one run. Both poolers and the direct runs see the same figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub quick: bool,
+    /// The workloads to run, `W1`…`W7` (all of them unless `--only` says otherwise).
+    pub steps: Vec<String>,
+    pub rounds: usize,
+    /// Length of each pgbench run (W1–W4).
+    pub pgbench_secs: f64,
+    pub pgbench_clients: u32,
+    pub pgbench_threads: u32,
+    /// `pgbench -i -s`.
+    pub scale: u32,
+    /// pgmux's `pool_max` and PgBouncer's `default_pool_size`.
+    pub pool_size: u32,
+    /// W5: concurrent invocations, how long to keep starting them, and the think time between two queries.
+    pub burst_clients: usize,
+    pub burst_secs: f64,
+    pub burst_think_secs: f64,
+    /// W6: idle clients, and how many connect at once.
+    pub idle_clients: usize,
+    pub idle_concurrency: usize,
+    /// W7: starts per pooler per round.
+    pub starts: usize,
+    /// PostgreSQL's `max_connections` and `shared_buffers`.
+    pub max_connections: u32,
+    pub shared_buffers: String,
+}
+
+impl Plan {
+    /// The full run of `make bench`.
+    pub fn full() -> Plan {
+        Plan {
+            quick: false,
+            steps: STEPS.map(String::from).to_vec(),
+            rounds: 3,
+            pgbench_secs: 15.0,
+            pgbench_clients: 50,
+            pgbench_threads: 2,
+            scale: 10,
+            pool_size: 20,
+            burst_clients: 64,
+            burst_secs: 15.0,
+            burst_think_secs: 5.0,
+            idle_clients: 10_000,
+            idle_concurrency: 200,
+            starts: 20,
+            max_connections: 200,
+            shared_buffers: "256MB".to_owned(),
+        }
+    }
+
+    /// `--quick`: every step once, briefly, to prove the driver and the three targets work.
+    pub fn quick() -> Plan {
+        Plan {
+            quick: true,
+            rounds: 1,
+            // Not 1 s: pgbench's -T clock runs while its 50 clients connect, which on a busy 2-core machine
+            // can take most of a second and leave a run with no transactions at all.
+            pgbench_secs: 2.0,
+            burst_clients: 8,
+            burst_secs: 1.0,
+            burst_think_secs: 0.2,
+            idle_clients: 200,
+            starts: 3,
+            ..Plan::full()
+        }
+    }
+
+    /// Most client connections either pooler must accept: W6's clients plus room for the monitor and a
+    /// straggler from the previous step.
+    pub fn max_client_conn(&self) -> u32 {
+        u32::try_from(self.idle_clients).unwrap_or(u32::MAX).saturating_add(100).max(1000)
+    }
+
+    /// Most open files the driver and the poolers need: every W6 client is a socket in the driver and
+    /// another in the pooler.
+    pub fn open_files(&self) -> u64 {
+        u64::from(self.max_client_conn()) + 1024
+    }
+
+    /// The rows this run fills: those of its steps.
+    pub fn metrics(&self) -> Vec<Metric> {
+        Metric::ALL.into_iter().filter(|m| self.steps.iter().any(|s| s == m.step())).collect()
+    }
+
+    pub fn pgbench_duration(&self) -> Duration {
+        Duration::from_secs_f64(self.pgbench_secs)
+    }
+
+    /// The settings as the report lists them.
+    pub fn describe(&self) -> Vec<String> {
+        let order = "the order of pgmux, PgBouncer and direct rotated each round";
+        vec![
+            format!("{} round(s), {order}; the table shows medians over the rounds.", self.rounds),
+            format!(
+                "W1–W4: `pgbench -c {} -j {} -n -T {}` on a `pgbench -i -s {}` database, `PGSSLMODE=disable`.",
+                self.pgbench_clients, self.pgbench_threads, self.pgbench_secs, self.scale
+            ),
+            format!(
+                "W5: {} concurrent invocations, each connecting, `select now()`, sleeping {} s, `select now()`, \
+                 disconnecting, started for {} s (tokio-postgres, simple protocol); server connections sampled \
+                 from `pg_stat_activity` every 100 ms; each pooler freshly started.",
+                self.burst_clients, self.burst_think_secs, self.burst_secs
+            ),
+            format!(
+                "W6: {} clients, {} connecting at a time, each logged in and through one `select 1`, then idle; \
+                 RSS is `VmRSS` of the pooler process, freshly started.",
+                self.idle_clients, self.idle_concurrency
+            ),
+            format!("W7: median of {} starts per round, from exec until a TCP connect succeeds.", self.starts),
+            "CPU: the pooler's utime + stime during the W2 / W3 run over the transactions pgbench reports.".to_owned(),
+            format!(
+                "Pools: pgmux `pool_max={pool}`, PgBouncer `pool_mode=transaction default_pool_size={pool}`; \
+                 both `max_client_conn={}`, trust authentication on both sides; pgmux `log_level=warn`, \
+                 PgBouncer `log_connections=0 log_disconnections=0 listen_backlog=1024`.",
+                self.max_client_conn(),
+                pool = self.pool_size
+            ),
+            format!(
+                "PostgreSQL: `max_connections={}`, `shared_buffers={}`, `fsync=off`, `synchronous_commit=off`, \
+                 trust on 127.0.0.1; everything on one machine.",
+                self.max_connections, self.shared_buffers
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_is_the_full_plan_shrunk() {
+        let (full, quick) = (Plan::full(), Plan::quick());
+        assert_eq!((full.rounds, full.idle_clients, full.starts), (3, 10_000, 20));
+        assert_eq!((quick.rounds, quick.idle_clients, quick.starts, quick.burst_clients), (1, 200, 3, 8));
+        assert_eq!((quick.pool_size, quick.pgbench_clients), (full.pool_size, full.pgbench_clients));
+        assert!(full.max_client_conn() >= 10_100);
+        assert!(full.describe().iter().any(|line| line.contains("-T 15`")));
+        assert_eq!(full.metrics(), Metric::ALL);
+        let w7 = Plan { steps: vec!["W7".into()], ..Plan::full() };
+        assert_eq!(w7.metrics(), [Metric::StartupMs]);
+    }
+}

@@ -1,0 +1,264 @@
+//! The workloads W1–W7 and the CPU figures, each run against pgmux, PgBouncer and PostgreSQL directly,
+//! round by round. A step that fails records the failure as its figure and the run goes on.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pgmux_testkit::{APP_USER, DATABASE, SUPERUSER};
+use tokio::runtime::Runtime;
+use tokio_postgres::Config;
+
+use crate::idle_clients::IdleClients;
+use crate::lab::Lab;
+use crate::pgbench::PgbenchOutcome;
+use crate::plan::Plan;
+use crate::results::{Metric, Outcome, Results, Target, median};
+use crate::{ServerMonitor, Workload, interrupt, os, startup};
+
+/// Extra time a step may take beyond its planned length before it is abandoned.
+const SLACK: Duration = Duration::from_secs(60);
+/// How long W6's clients sit idle before the pooler's memory is read.
+const IDLE_SETTLE: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+pub struct Suite<'a> {
+    pub lab: &'a mut Lab,
+    pub plan: &'a Plan,
+    pub runtime: &'a Runtime,
+    pub results: Results,
+}
+
+/// The figures of one step against one target.
+type Figures = Vec<(Metric, Outcome)>;
+
+impl Suite<'_> {
+    /// One round: every workload, each against the three targets in this round's order.
+    pub fn round(&mut self, round: usize) {
+        type Step = fn(&mut Suite<'_>, Target) -> Figures;
+        let steps: [(&str, Step); 7] = [
+            ("W1", |s, t| s.pgbench(t, &["-S", "-C"], Metric::ReconnectTps, None)),
+            ("W2", |s, t| s.pgbench(t, &["-S", "-M", "simple"], Metric::SimpleTps, Some(Metric::CpuSimple))),
+            ("W3", |s, t| s.pgbench(t, &["-S", "-M", "extended"], Metric::ExtendedTps, Some(Metric::CpuExtended))),
+            ("W4", |s, t| s.pgbench(t, &["-S", "-M", "prepared"], Metric::PreparedTps, None)),
+            ("W5", |s, t| s.burst(t)),
+            ("W6", |s, t| s.idle(t)),
+            ("W7", |s, t| s.startup(t)),
+        ];
+        for (name, step) in steps.into_iter().filter(|(name, _)| self.plan.steps.iter().any(|s| s == name)) {
+            for target in Target::order(round) {
+                let applies = Metric::ALL.iter().any(|m| m.step() == name && m.applies_to(target));
+                if interrupt::requested() || !applies {
+                    continue;
+                }
+                eprintln!("pgmux-bench: round {} {name} {}", round + 1, target.label());
+                let mut figures = step(self, target);
+                if let Some(note) = self.lab.check(target, &format!("{name} (round {})", round + 1)) {
+                    // Whatever the step measured, the pooler did not survive it.
+                    for (_, outcome) in &mut figures {
+                        *outcome = Outcome::Failed(note.clone());
+                    }
+                }
+                for (metric, outcome) in figures {
+                    if let Outcome::Failed(why) = &outcome {
+                        eprintln!("pgmux-bench:   {} fails: {why}", metric.label());
+                    }
+                    self.results.record(metric, target, round, outcome);
+                }
+            }
+        }
+    }
+
+    /// W1–W4: one pgbench run; with `cpu`, also the pooler's CPU time per transaction during it.
+    fn pgbench(&mut self, target: Target, mode: &[&str], tps: Metric, cpu: Option<Metric>) -> Figures {
+        let cpu = cpu.filter(|m| m.applies_to(target));
+        let metrics: Vec<Metric> = std::iter::once(tps).chain(cpu).collect();
+        let port = match self.lab.port(target) {
+            Ok(port) => port,
+            Err(e) => return fail_all(&metrics, &e),
+        };
+        let plan = self.plan;
+        let args = pgbench_args(plan, mode);
+        let pid = self.lab.pid(target);
+        let cpu_before = pid.map(os::cpu_seconds);
+        let outcome = self.lab.pgbench.run(port, &args, plan.pgbench_clients, plan.pgbench_duration() + SLACK);
+        let cpu_used = match (pid.map(os::cpu_seconds), cpu_before) {
+            (Some(Ok(after)), Some(Ok(before))) => Ok(after - before),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(format!("reading the pooler's CPU time: {e}")),
+            _ => Err("no pooler process to measure".to_owned()),
+        };
+        match outcome {
+            PgbenchOutcome::Done { tps: rate, transactions } => {
+                let mut figures = vec![(tps, Outcome::Value(rate))];
+                if let Some(cpu) = cpu {
+                    let per_tx = cpu_used.map(|secs| secs * 1e6 / transactions as f64);
+                    figures.push((cpu, per_tx.map_or_else(Outcome::Failed, Outcome::Value)));
+                }
+                figures
+            }
+            PgbenchOutcome::Failed(why) => fail_all(&metrics, &why),
+        }
+    }
+
+    /// W5: the Lambda burst against a freshly started pooler (or directly), counting server connections.
+    fn burst(&mut self, target: Target) -> Figures {
+        let metrics = [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors];
+        let port = match self.lab.fresh(target) {
+            Ok(port) => port,
+            Err(e) => return fail_all(&metrics, &e),
+        };
+        // The sampler logs in as the superuser, so that it does not count itself among the app's backends.
+        let monitor = match self.lab.pg.url(&SUPERUSER).parse::<Config>() {
+            Ok(config) => config,
+            Err(e) => return fail_all(&metrics, &format!("the sampler's URL: {e}")),
+        };
+        let plan = self.plan;
+        let workload = Workload {
+            clients: plan.burst_clients,
+            duration: Duration::from_secs_f64(plan.burst_secs),
+            think: Duration::from_secs_f64(plan.burst_think_secs),
+            client: client_config(port),
+            monitor: Some(ServerMonitor {
+                config: monitor,
+                usename: APP_USER.user.to_owned(),
+                interval: Duration::from_millis(100),
+            }),
+            progress: None,
+        };
+        let limit = workload.duration + workload.think * 2 + SLACK;
+        let report = match self.block_on(limit, workload.run()) {
+            Ok(Ok(report)) => report,
+            Ok(Err(e)) => return fail_all(&metrics, &format!("the server connection sampler failed: {e}")),
+            Err(e) => return fail_all(&metrics, &e),
+        };
+        if report.errors == report.invocations {
+            let why = report.error_samples.first().map_or("every invocation failed", |s| s.message.as_str());
+            return fail_all(&metrics, why);
+        }
+        if report.errors > 0 {
+            let samples: Vec<String> =
+                report.error_samples.iter().map(|s| format!("{}× {}", s.count, s.message)).collect();
+            self.note(format!(
+                "W5 through {}: {} of {} invocations failed: {}",
+                target.label(),
+                report.errors,
+                report.invocations,
+                samples.join("; ")
+            ));
+        }
+        let value = |v: Option<f64>| v.map_or_else(|| Outcome::Failed("no samples".to_owned()), Outcome::Value);
+        vec![
+            (Metric::BurstServerPeak, value(report.peak_server_connections.map(|n| n as f64))),
+            (Metric::BurstQueryP50, value(report.query.p50_ms)),
+            (Metric::BurstQueryP99, value(report.query.p99_ms)),
+            (Metric::BurstErrors, Outcome::Value(report.errors as f64)),
+        ]
+    }
+
+    /// W6: the pooler's memory before and with many idle, logged-in clients.
+    fn idle(&mut self, target: Target) -> Figures {
+        let metrics = [Metric::IdleRssBefore, Metric::IdleRssWith, Metric::IdlePerClient];
+        match self.measure_idle(target) {
+            Ok((before, with)) => {
+                let per_client = (with as f64 - before as f64) / self.plan.idle_clients as f64;
+                vec![
+                    (Metric::IdleRssBefore, Outcome::Value(before as f64 / 1024.0)),
+                    (Metric::IdleRssWith, Outcome::Value(with as f64 / 1024.0)),
+                    (Metric::IdlePerClient, Outcome::Value(per_client)),
+                ]
+            }
+            Err(e) => fail_all(&metrics, &e),
+        }
+    }
+
+    /// RSS in KiB before the clients connect and once they all sit idle.
+    fn measure_idle(&mut self, target: Target) -> Result<(u64, u64), String> {
+        let port = self.lab.fresh(target)?;
+        let pid = self.lab.pid(target).ok_or("the pooler has no pid")?;
+        let rss = || os::rss_kib(pid).map_err(|e| format!("reading the pooler's memory: {e}"));
+        let before = rss()?;
+        let clients = IdleClients {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            user: APP_USER.user.to_owned(),
+            database: DATABASE.to_owned(),
+            clients: self.plan.idle_clients,
+            concurrency: self.plan.idle_concurrency,
+        };
+        let held = self.block_on(SLACK * 2, clients.connect())??;
+        std::thread::sleep(IDLE_SETTLE);
+        let with = rss();
+        self.runtime.block_on(held.close());
+        Ok((before, with?))
+    }
+
+    /// W7: median start-up time over the plan's starts.
+    fn startup(&mut self, target: Target) -> Figures {
+        let (name, starts) = (target.label(), self.plan.starts);
+        let output = self.lab.scratch.path().join("w7.out");
+        let times = match target {
+            Target::Pgmux => {
+                let mut settings = self.lab.pgmux_settings.clone();
+                startup::time_starts(name, starts, &output, |port| {
+                    settings.listen.set_port(port);
+                    Ok(settings.command())
+                })
+            }
+            Target::PgBouncer => {
+                let settings = &self.lab.bouncer_settings;
+                startup::time_starts(name, starts, &output, |port| settings.command("w7", port))
+            }
+            Target::Direct => Err("not applicable".to_owned()),
+        };
+        let outcome = match times {
+            Ok(times) => median(times.iter().map(|t| t.as_secs_f64() * 1e3).collect())
+                .map_or_else(|| Outcome::Failed("no starts".to_owned()), Outcome::Value),
+            Err(e) => Outcome::Failed(e),
+        };
+        vec![(Metric::StartupMs, outcome)]
+    }
+
+    /// Run async work with a deadline, giving up on Ctrl-C.
+    fn block_on<T>(&self, limit: Duration, work: impl Future<Output = T>) -> Result<T, String> {
+        self.runtime.block_on(async {
+            tokio::select! {
+                done = tokio::time::timeout(limit, work) => done.map_err(|_| format!("did not finish within {limit:?}")),
+                () = interrupt::wait() => Err("interrupted".to_owned()),
+            }
+        })
+    }
+
+    fn note(&mut self, note: String) {
+        eprintln!("pgmux-bench: {note}");
+        self.lab.notes.push(note);
+    }
+}
+
+/// `<mode> -c <clients> -j <threads> -T <secs> -n` (no vacuum: the select-only runs do not need one).
+fn pgbench_args(plan: &Plan, mode: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = mode.iter().map(|arg| (*arg).to_owned()).collect();
+    let secs = plan.pgbench_secs.ceil() as u64;
+    for (flag, value) in
+        [("-c", u64::from(plan.pgbench_clients)), ("-j", u64::from(plan.pgbench_threads)), ("-T", secs)]
+    {
+        args.extend([flag.to_owned(), value.to_string()]);
+    }
+    args.push("-n".to_owned());
+    args
+}
+
+fn fail_all(metrics: &[Metric], why: &str) -> Figures {
+    metrics.iter().map(|&m| (m, Outcome::Failed(why.to_owned()))).collect()
+}
+
+/// W5's clients: the application user (its password is ignored: trust), through a pooler or directly.
+fn client_config(port: u16) -> Config {
+    let mut config = Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port)
+        .user(APP_USER.user)
+        .password(APP_USER.password)
+        .dbname(DATABASE)
+        .application_name("pgmux-bench");
+    config
+}
