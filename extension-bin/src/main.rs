@@ -5,6 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+
+/// jemalloc rather than the system allocator: tokio aligns every task and socket registration to 128
+/// bytes, which glibc serves with padding that fragments the heap. Measured with 10,000 idle clients:
+/// 17.5 MB resident instead of 19.6 MB, and less user CPU per transaction (docs/benchmarks.md).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use pgmux_proxy::Proxy;
 use pgmux_proxy::config::{self, Config, LogFormat};
 

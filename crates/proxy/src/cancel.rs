@@ -7,9 +7,8 @@
 //! waits for the forward to finish before releasing it (PostgreSQL closes the cancel connection once it
 //! has signalled the backend).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -17,6 +16,8 @@ use pgmux_proto::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
+
+use crate::slots::Slots;
 
 /// Longest a forwarded cancel may take (PgBouncer's `cancel_wait_timeout` default).
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
@@ -29,132 +30,122 @@ pub(crate) struct ServerKey {
     pub(crate) secret: i32,
 }
 
-/// A client's cancel state: the server it is linked to now, and cancels being forwarded to it.
+/// A client's cancel state: its secret, the server it is linked to now, and cancels on their way there.
+/// Kept inline in the registry's slots (no allocation per client: there may be tens of thousands).
 #[derive(Debug)]
-pub(crate) struct CancelTarget {
+struct Target {
     secret: [u8; 4],
-    state: Mutex<TargetState>,
-    done: Notify,
-}
-
-#[derive(Debug, Default)]
-struct TargetState {
+    /// Tells apart the clients that use one slot in turn.
+    generation: u32,
     server: Option<ServerKey>,
     in_flight: u32,
 }
 
-impl CancelTarget {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TargetState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The client now uses this server connection.
-    pub(crate) fn link(&self, server: ServerKey) {
-        self.lock().server = Some(server);
-    }
-
-    /// The client gives its server connection back; waits first for cancels still on their way to it.
-    pub(crate) async fn unlink(&self) {
-        // Almost always nothing is in flight: no waiter is registered for that case.
-        if self.try_unlink() {
-            return;
-        }
-        loop {
-            let notified = self.done.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.try_unlink() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Unlinks at once if no cancel is in flight.
-    pub(crate) fn try_unlink(&self) -> bool {
-        let mut st = self.lock();
-        if st.in_flight == 0 {
-            st.server = None;
-        }
-        st.in_flight == 0
-    }
-
-    /// Forgets the server at once, cancels in flight or not: the connection is gone or being cleaned up.
-    pub(crate) fn clear(&self) {
-        self.lock().server = None;
-    }
-
-    /// Starts a forward: the server to cancel, now, if any.
-    fn begin(&self) -> Option<ServerKey> {
-        let mut st = self.lock();
-        let server = st.server?;
-        st.in_flight += 1;
-        Some(server)
-    }
-
-    fn end(&self) {
-        self.lock().in_flight -= 1;
-        self.done.notify_waiters();
-    }
-}
-
-/// Every live client's cancel key.
+/// Every live client's cancel key. A client's pid is its slot index plus one: unique among live clients,
+/// positive (pgjdbc before 42.3.1 rejects a negative pid), and cheap to look up; the random secret is what
+/// makes a key unguessable.
 #[derive(Debug, Default)]
 pub(crate) struct CancelRegistry {
-    clients: Mutex<HashMap<i32, Arc<CancelTarget>>>,
+    clients: Mutex<Slots<Target>>,
+    generations: std::sync::atomic::AtomicU32,
+    /// Signalled whenever a forwarded cancel completes, for sessions waiting to unlink.
+    done: Notify,
 }
 
 /// A client's registration; dropping it removes the key.
 #[derive(Debug)]
 pub(crate) struct Registration {
     registry: Arc<CancelRegistry>,
+    slot: u32,
     pub(crate) pid: i32,
     pub(crate) secret: i32,
-    pub(crate) target: Arc<CancelTarget>,
+}
+
+impl Registration {
+    fn with<R>(&self, f: impl FnOnce(&mut Target) -> R) -> Option<R> {
+        self.registry.lock().get_mut(self.slot).map(f)
+    }
+
+    /// The client now uses this server connection.
+    pub(crate) fn link(&self, server: ServerKey) {
+        self.with(|t| t.server = Some(server));
+    }
+
+    /// Unlinks at once if no cancel is in flight.
+    pub(crate) fn try_unlink(&self) -> bool {
+        self.with(|t| {
+            if t.in_flight == 0 {
+                t.server = None;
+            }
+            t.in_flight == 0
+        })
+        .unwrap_or(true)
+    }
+
+    /// The client gives its server connection back; waits first for cancels still on their way to it.
+    pub(crate) async fn unlink(&self) {
+        loop {
+            let done = self.registry.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.try_unlink() {
+                return;
+            }
+            done.await;
+        }
+    }
+
+    /// Forgets the server at once, cancels in flight or not: the connection is gone or being cleaned up.
+    pub(crate) fn clear(&self) {
+        self.with(|t| t.server = None);
+    }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.pid);
+        self.registry.lock().remove(self.slot);
     }
 }
 
 impl CancelRegistry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Arc<CancelTarget>>> {
+    fn lock(&self) -> MutexGuard<'_, Slots<Target>> {
         self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Gives a new client a unique, positive process id and a random secret.
     pub(crate) fn register(self: &Arc<Self>) -> Registration {
         let secret: i32 = rand::random();
-        let target =
-            Arc::new(CancelTarget { secret: secret.to_be_bytes(), state: Mutex::default(), done: Notify::new() });
-        let mut clients = self.lock();
-        let pid = loop {
-            // Positive: some drivers (pgjdbc before 42.3.1) reject a negative pid.
-            let pid = rand::random_range(1..i32::MAX);
-            if !clients.contains_key(&pid) {
-                break pid;
-            }
-        };
-        clients.insert(pid, Arc::clone(&target));
-        Registration { registry: Arc::clone(self), pid, secret, target }
+        let generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let target = Target { secret: secret.to_be_bytes(), generation, server: None, in_flight: 0 };
+        let slot = self.lock().insert(target);
+        let pid = i32::try_from(slot).map_or(i32::MAX, |s| s.saturating_add(1));
+        Registration { registry: Arc::clone(self), slot, pid, secret }
     }
 
     /// Forwards a client's cancel request to the server that serves it now. Unknown keys, wrong secrets
     /// and idle clients are ignored, as PostgreSQL ignores them.
     pub(crate) async fn cancel(&self, pid: i32, secret: &[u8]) {
-        let Some(target) = self.lock().get(&pid).cloned() else {
-            tracing::debug!(pid, "cancel request for an unknown key");
-            return;
+        let Some(slot) = u32::try_from(pid.wrapping_sub(1)).ok() else { return };
+        let begun = {
+            let mut clients = self.lock();
+            match clients.get_mut(slot) {
+                None => Err("cancel request for an unknown key"),
+                Some(t) if !constant_time_eq(&t.secret, secret) => Err("cancel request with a wrong secret"),
+                Some(t) => match t.server {
+                    None => Err("cancel request for a client with no query running"),
+                    Some(server) => {
+                        t.in_flight += 1;
+                        Ok((server, t.generation))
+                    }
+                },
+            }
         };
-        if !constant_time_eq(&target.secret, secret) {
-            tracing::debug!(pid, "cancel request with a wrong secret");
-            return;
-        }
-        let Some(server) = target.begin() else {
-            tracing::debug!(pid, "cancel request for a client with no query running");
-            return;
+        let (server, generation) = match begun {
+            Ok(b) => b,
+            Err(why) => {
+                tracing::debug!(pid, why);
+                return;
+            }
         };
         if let Err(e) = tokio::time::timeout(CANCEL_WAIT, forward(server))
             .await
@@ -162,7 +153,11 @@ impl CancelRegistry {
         {
             tracing::warn!(pid, server = %server.addr, error = %e, "could not forward a cancel request");
         }
-        target.end();
+        // The client may have left meanwhile and its slot gone to another: only its own count goes down.
+        if let Some(t) = self.lock().get_mut(slot).filter(|t| t.generation == generation) {
+            t.in_flight -= 1;
+        }
+        self.done.notify_waiters();
     }
 }
 
@@ -186,6 +181,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn key(port: u16) -> ServerKey {
+        ServerKey { addr: SocketAddr::from(([127, 0, 0, 1], port)), pid: 4242, secret: 7 }
+    }
+
     #[tokio::test]
     async fn keys_are_positive_unique_and_removed_on_drop() {
         let reg = Arc::new(CancelRegistry::default());
@@ -193,34 +192,56 @@ mod tests {
         let b = reg.register();
         assert!(a.pid > 0 && b.pid > 0 && a.pid != b.pid);
         assert_eq!(reg.lock().len(), 2);
+        let a_pid = a.pid;
         drop(a);
         assert_eq!(reg.lock().len(), 1);
+        assert_eq!(reg.register().pid, a_pid, "a freed pid is reused");
     }
 
     #[tokio::test]
-    async fn unlink_waits_for_a_cancel_in_flight() {
+    async fn a_cancel_reaches_the_linked_server_with_its_key_and_holds_the_link_until_done() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let reg = Arc::new(CancelRegistry::default());
-        let r = reg.register();
-        let key = ServerKey { addr: "127.0.0.1:1".parse().unwrap(), pid: 5, secret: 6 };
-        r.target.link(key);
-        assert_eq!(r.target.begin(), Some(key));
-        let target = Arc::clone(&r.target);
-        let unlinked = tokio::spawn(async move { target.unlink().await });
+        let r = Arc::new(reg.register());
+        r.link(key(server.local_addr().unwrap().port()));
+
+        let forward = tokio::spawn({
+            let (reg, pid, secret) = (Arc::clone(&reg), r.pid, r.secret.to_be_bytes());
+            async move { reg.cancel(pid, &secret).await }
+        });
+        let (mut conn, _) = server.accept().await.unwrap();
+        let mut got = [0u8; 16];
+        conn.read_exact(&mut got).await.unwrap();
+        let mut expected = BytesMut::new();
+        encode::cancel_request(&mut expected, 4242, 7);
+        assert_eq!(&got[..], &expected[..], "the server's own key, not the client's");
+
+        // While the cancel is on its way, the client cannot give its server back.
+        assert!(!r.try_unlink());
+        let unlinked = tokio::spawn({
+            let r = Arc::clone(&r);
+            async move { r.unlink().await }
+        });
         tokio::task::yield_now().await;
-        assert!(!unlinked.is_finished(), "the server must stay linked while its cancel is on the way");
-        r.target.end();
+        assert!(!unlinked.is_finished());
+        drop(conn); // the server closes once it has signalled its backend
+        forward.await.unwrap();
         unlinked.await.unwrap();
-        assert_eq!(r.target.begin(), None, "after unlinking there is nothing to cancel");
+        assert!(r.try_unlink());
     }
 
     #[tokio::test]
-    async fn a_wrong_secret_cancels_nothing() {
+    async fn wrong_keys_and_idle_clients_reach_no_server() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let reg = Arc::new(CancelRegistry::default());
         let r = reg.register();
-        // Nothing listens on the key's address: a forward attempt would log a warning but not hang.
-        r.target.link(ServerKey { addr: "127.0.0.1:9".parse().unwrap(), pid: 1, secret: 1 });
-        let wrong = (r.secret ^ 1).to_be_bytes();
-        reg.cancel(r.pid, &wrong).await;
-        assert_eq!(r.target.lock().in_flight, 0);
+        let idle = reg.register();
+        r.link(key(server.local_addr().unwrap().port()));
+        reg.cancel(r.pid, &(r.secret ^ 1).to_be_bytes()).await;
+        reg.cancel(r.pid + 1000, &r.secret.to_be_bytes()).await;
+        reg.cancel(0, &r.secret.to_be_bytes()).await;
+        reg.cancel(idle.pid, &idle.secret.to_be_bytes()).await;
+        let nothing = tokio::time::timeout(Duration::from_millis(200), server.accept()).await;
+        assert!(nothing.is_err(), "a wrong key must not reach the server");
     }
 }

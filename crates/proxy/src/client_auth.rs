@@ -148,7 +148,7 @@ async fn read_password_message(conn: &mut Conn) -> Result<Bytes, OpeningError> {
                 return Err(OpeningError::Refused(ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string())));
             }
         }
-        if let ReadOutcome::Eof = conn.read(1024).await? {
+        if let ReadOutcome::Eof = conn.read_compact().await? {
             return Err(OpeningError::Gone);
         }
     }

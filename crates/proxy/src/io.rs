@@ -179,9 +179,11 @@ impl Conn {
         }
     }
 
-    /// Gives back buffers larger than `keep` once they are empty, so that idle connections stay small.
+    /// Gives back buffers larger than `keep` once they are empty, so that idle connections stay small. With
+    /// `keep` zero the read buffer is always let go: even an empty one may still share (and so keep alive)
+    /// the allocation of bytes already split off and sent.
     pub(crate) fn shrink_if_idle(&mut self, keep: usize) {
-        if self.rbuf.is_empty() && self.rbuf.capacity() > keep {
+        if self.rbuf.is_empty() && (keep == 0 || self.rbuf.capacity() > keep) {
             self.rbuf = BytesMut::new();
         }
         self.out.shrink_if_empty();

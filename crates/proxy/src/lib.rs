@@ -10,6 +10,7 @@ mod proxy;
 mod server;
 mod session;
 mod shared;
+mod slots;
 mod startup;
 mod stop;
 pub mod tracker;

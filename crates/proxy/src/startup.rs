@@ -43,7 +43,7 @@ pub(crate) async fn read_opening(conn: &mut Conn) -> Result<Opening, OpeningErro
         let parsed = split_startup(&conn.rbuf)
             .map_err(|e| OpeningError::Refused(ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string())))?;
         let Some((request, used)) = parsed else {
-            if let ReadOutcome::Eof = conn.read(1024).await? {
+            if let ReadOutcome::Eof = conn.read_compact().await? {
                 return Err(OpeningError::Gone);
             }
             continue;

@@ -5,12 +5,13 @@
 //! the waker changes); raising the level wakes every registered session. Waiting for a level from places
 //! that wait anyway (the listener, a client queued for a server) uses an ordinary `Notify`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
 use tokio::sync::Notify;
+
+use crate::slots::Slots;
 
 /// How far shutdown has gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,8 +43,8 @@ pub struct Stop {
 #[derive(Debug, Default)]
 struct Inner {
     level: AtomicU8,
-    sessions: Mutex<HashMap<u64, Waker>>,
-    next_id: AtomicU64,
+    /// The waker of every watching session, at the slot its `Watch` holds.
+    sessions: Mutex<Slots<Waker>>,
     changed: Notify,
 }
 
@@ -74,9 +75,10 @@ impl Stop {
             return;
         }
         let wakers: Vec<Waker> = {
-            let mut sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            sessions.drain().map(|(_, w)| w).collect()
+            let sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.values().cloned().collect()
         };
+        // Woken outside the lock: a woken session may run at once and register again.
         for w in wakers {
             w.wake();
         }
@@ -98,8 +100,7 @@ impl Stop {
 
     /// A per-session watch for the relay loop.
     pub(crate) fn watch(&self) -> Watch {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        Watch { stop: self.clone(), id, waker: None, seen: Level::Running }
+        Watch { stop: self.clone(), slot: None, waker: None, seen: Level::Running }
     }
 }
 
@@ -107,7 +108,7 @@ impl Stop {
 #[derive(Debug)]
 pub(crate) struct Watch {
     stop: Stop,
-    id: u64,
+    slot: Option<u32>,
     waker: Option<Waker>,
     /// The level when the waker was last registered.
     seen: Level,
@@ -120,10 +121,15 @@ impl Watch {
         if level == Level::Hard {
             return level;
         }
-        // A raise drains the registered wakers, so register again after seeing a new level.
+        // Registered again after each new level too, so that no raise is ever missed.
         if self.seen != level || !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             let w = cx.waker().clone();
-            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(self.id, w.clone());
+            let mut sessions = self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            match self.slot {
+                Some(slot) => sessions.set(slot, w.clone()),
+                None => self.slot = Some(sessions.insert(w.clone())),
+            }
+            drop(sessions);
             self.waker = Some(w);
             self.seen = level;
             // A raise between the load above and the insert would have missed this waker.
@@ -135,8 +141,8 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if self.waker.is_some() {
-            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+        if let Some(slot) = self.slot {
+            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(slot);
         }
     }
 }

@@ -78,7 +78,7 @@ impl Session {
                 },
             }
         }
-        self.cancel.target.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
+        self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
         self.server = Some(Linked(Some(lease)));
         Ok(None)
@@ -88,8 +88,8 @@ impl Session {
     pub(super) async fn release(&mut self) {
         // A cancel on its way to this server must land before anyone else can use it. That wait is rare
         // and boxed, so that the relay loop's future stays small.
-        if !self.cancel.target.try_unlink() {
-            Box::pin(self.cancel.target.unlink()).await;
+        if !self.cancel.try_unlink() {
+            Box::pin(self.cancel.unlink()).await;
         }
         let Some(linked) = self.server.take() else { return };
         let mut lease = linked.take();
@@ -112,7 +112,7 @@ impl Session {
         let mid_message = lease.io.framer.mid_message();
         tracing::warn!(server_id = lease.id, reason, "server connection lost");
         drop(lease.discard());
-        self.cancel.target.clear();
+        self.cancel.clear();
         if mid_message {
             return Err(End::Unrecoverable);
         }
@@ -140,7 +140,7 @@ impl Session {
     pub(super) async fn abandon(&mut self, linked: Linked) {
         let state = std::mem::take(&mut self.tracker);
         let mut lease = linked.take();
-        self.cancel.target.clear();
+        self.cancel.clear();
         let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
         if broken || self.stop.level() == Level::Hard {
             drop(lease.discard());

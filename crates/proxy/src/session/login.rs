@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
-use super::{ClientSlot, Session, ready_for_query, shutting_down};
+use super::{ClientSlot, Session, shutting_down};
 use crate::io::Conn;
 use crate::params::{self, ClientParams, Param};
 use crate::shared::Shared;
@@ -76,12 +76,6 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
         Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
         Ok(Ok(())) => {}
     }
-    let mut buf = BytesMut::new();
-    encode::auth_ok(&mut buf);
-    if conn.send(buf.freeze()).await.is_err() {
-        return None;
-    }
-
     let params = match shared.catalog.resolve(&raw).filter(|_| shared.catalog.has_defaults()) {
         Some(known) => known,
         None => {
@@ -96,14 +90,16 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
         }
     };
 
+    // AuthenticationOk, the parameters, the key and ReadyForQuery go out in one write, sized up front.
     let cancel = shared.cancels.register();
-    let mut buf = BytesMut::new();
+    let mut buf = BytesMut::with_capacity(1024);
+    encode::auth_ok(&mut buf);
     for (name, value) in shared.catalog.defaults().for_client(&params) {
         encode::parameter_status(&mut buf, name, value);
     }
     encode::backend_key_data(&mut buf, cancel.pid, cancel.secret);
-    conn.out.push(buf.freeze());
-    if conn.send(ready_for_query(TxStatus::Idle)).await.is_err() {
+    encode::ready_for_query(&mut buf, TxStatus::Idle);
+    if conn.send(buf.freeze()).await.is_err() {
         return None;
     }
     tracing::debug!(user, "client logged in");

@@ -97,12 +97,11 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
     async move {
         let _ = stream.set_nodelay(true);
         let conn = Conn::new(stream, Sender::Frontend);
-        // Login and cleanup are boxed, and so is the session, so that what a connected client keeps
-        // while it idles is the relay loop alone.
-        let Some(session) = Box::pin(login::login(shared, conn, stop)).await else {
+        // Login and cleanup are boxed, so that what a connected client keeps while it idles is the session
+        // and its relay loop, in the task's own allocation.
+        let Some(mut session) = Box::pin(login::login(shared, conn, stop)).await else {
             return;
         };
-        let mut session = Box::new(session);
         let end = session.run().await;
         Box::pin(session.finish(end)).await;
     }
@@ -163,7 +162,7 @@ impl Session {
     }
 
     /// Cleans up after the loop: tells the client why if it can, and leaves no server connection dirty.
-    async fn finish(mut self: Box<Self>, end: End) {
+    async fn finish(mut self, end: End) {
         match &end {
             End::Protocol(e) => {
                 tracing::warn!(error = %e, "client broke the protocol; closing it");
