@@ -8,3 +8,4 @@ mod failures;
 mod params;
 mod pooling;
 mod protocol;
+mod tls;

@@ -1,13 +1,14 @@
-//! Checking who a client is: `trust`, `md5` or `scram-sha-256`, against the user and password of
-//! `database_url`. Wrong users and wrong passwords fail the same way, as PostgreSQL's do, so the error says
-//! nothing about which user names exist.
+//! Checking who a client is: `trust`, `md5` or `scram-sha-256`. Clients log in as the database user pgmux
+//! logs in as (from `database_url`, or from the secret), with `client_password` or database_url's password.
+//! Wrong users and wrong passwords fail the same way, as PostgreSQL's do, so the error says nothing about
+//! which user names exist.
 
 use bytes::{Bytes, BytesMut};
 use pgmux_proto::auth::{md5, scram};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, encode, frontend, sqlstate};
 
-use crate::config::{ClientAuth, DatabaseUrl};
+use crate::config::{ClientAuth, Config};
 use crate::io::{Conn, ReadOutcome};
 use crate::startup::OpeningError;
 
@@ -15,31 +16,30 @@ use crate::startup::OpeningError;
 #[derive(Debug)]
 pub(crate) struct Authenticator {
     method: ClientAuth,
-    user: String,
     password: Option<String>,
     /// Derived at the first SCRAM login rather than at start-up: it costs 4096 hash rounds.
     scram_secret: std::sync::OnceLock<scram::ScramSecret>,
 }
 
 impl Authenticator {
-    pub(crate) fn new(method: ClientAuth, url: &DatabaseUrl) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         Authenticator {
-            method,
-            user: url.user.clone(),
-            password: url.password.clone(),
+            method: config.client_auth,
+            password: config.client_password().map(str::to_owned),
             scram_secret: std::sync::OnceLock::new(),
         }
     }
 
-    /// Runs the exchange for `user`. On success nothing is sent yet: the caller sends AuthenticationOk.
-    pub(crate) async fn authenticate(&self, conn: &mut Conn, user: &str) -> Result<(), OpeningError> {
+    /// Runs the exchange for `user`, who must be `served` (the user pgmux logs in as). On success nothing
+    /// is sent yet: the caller sends AuthenticationOk.
+    pub(crate) async fn authenticate(&self, conn: &mut Conn, user: &str, served: &str) -> Result<(), OpeningError> {
         let failed = || {
             OpeningError::Refused(ErrorMessage::fatal(
                 sqlstate::INVALID_PASSWORD,
                 format!("password authentication failed for user \"{user}\""),
             ))
         };
-        let known = user == self.user;
+        let known = user == served;
         match self.method {
             ClientAuth::Trust if known => Ok(()),
             ClientAuth::Trust => Err(OpeningError::Refused(ErrorMessage::fatal(

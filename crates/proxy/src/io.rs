@@ -12,8 +12,81 @@ use pgmux_proto::{Framer, Sender};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The socket type of both ends (TLS is not built yet).
-pub(crate) type Stream = TcpStream;
+/// A socket of either end: plain TCP, or TLS as the client of a database or as the server of a client.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    TlsToServer(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    TlsFromClient(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// Between taking the TCP socket out for a TLS handshake and putting the TLS stream back.
+    Detached,
+}
+
+fn detached() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "socket is being upgraded to TLS")
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::TlsToServer(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::Detached => Poll::Ready(Err(detached())),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::TlsToServer(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::Detached => Poll::Ready(Err(detached())),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::TlsToServer(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            Stream::Detached => Poll::Ready(Err(detached())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::TlsToServer(s) => s.is_write_vectored(),
+            Stream::TlsFromClient(s) => s.is_write_vectored(),
+            Stream::Detached => false,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::TlsToServer(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::Detached => Poll::Ready(Err(detached())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::TlsToServer(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::Detached => Poll::Ready(Ok(())),
+        }
+    }
+}
 
 /// Stop reading from a peer while this much is queued for the other one: back-pressure instead of memory.
 pub(crate) const MAX_QUEUED: usize = 256 * 1024;
@@ -122,8 +195,28 @@ pub(crate) enum ReadOutcome {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, sender: Sender) -> Self {
+    pub(crate) fn new(stream: TcpStream, sender: Sender) -> Self {
+        Conn {
+            stream: Stream::Tcp(stream),
+            rbuf: BytesMut::new(),
+            framer: Framer::new(sender),
+            out: WriteQueue::default(),
+        }
+    }
+
+    pub(crate) fn with_stream(stream: Stream, sender: Sender) -> Self {
         Conn { stream, rbuf: BytesMut::new(), framer: Framer::new(sender), out: WriteQueue::default() }
+    }
+
+    /// Takes the plain TCP socket out (for a TLS handshake); `None` if it is not plain TCP.
+    pub(crate) fn take_tcp(&mut self) -> Option<TcpStream> {
+        match std::mem::replace(&mut self.stream, Stream::Detached) {
+            Stream::Tcp(tcp) => Some(tcp),
+            other => {
+                self.stream = other;
+                None
+            }
+        }
     }
 
     /// Reads once into the buffer, reserving `chunk` bytes of room first.

@@ -4,6 +4,7 @@
 mod cancel;
 mod client_auth;
 pub mod config;
+pub mod credentials;
 mod io;
 mod params;
 mod proxy;
@@ -13,8 +14,9 @@ mod shared;
 mod slots;
 mod startup;
 mod stop;
+pub mod tls;
 pub mod tracker;
 
 pub use config::Config;
-pub use proxy::{Proxy, ProxyHandle};
+pub use proxy::{Extras, Proxy, ProxyError, ProxyHandle};
 pub use stop::{Level, Stop};

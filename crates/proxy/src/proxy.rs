@@ -7,14 +7,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::credentials::{Credentials, StaticCredentials};
 use crate::session;
 use crate::shared::Shared;
 use crate::stop::{Level, Stop};
+use crate::tls::{self, ServerTls, TlsSetupError};
 
 /// A bound, not yet running pooler.
 #[derive(Debug)]
@@ -22,6 +25,31 @@ pub struct Proxy {
     shared: Arc<Shared>,
     listener: TcpListener,
     stop: Stop,
+}
+
+/// What the binary adds to the configuration: where credentials come from and which CAs to trust.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// Where server logins come from; `database_url`'s fixed values when `None`.
+    pub credentials: Option<Arc<dyn Credentials>>,
+    /// CA certificates trusted for the database besides `ssl_root_cert` (the binary passes the RDS bundle).
+    pub extra_root_certs: Vec<CertificateDer<'static>>,
+}
+
+/// The pooler could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// TLS could not be set up.
+    #[error("invalid TLS setting {0}")]
+    Tls(#[from] TlsSetupError),
 }
 
 /// A pooler running in the background (tests and embedding).
@@ -48,9 +76,26 @@ impl ProxyHandle {
 
 impl Proxy {
     /// Binds the listen address. No database I/O happens until the first client needs it.
-    pub async fn bind(config: Config) -> io::Result<Proxy> {
-        let listener = TcpListener::bind(config.listen).await?;
-        let shared = Arc::new(Shared::new(Arc::new(config), TaskTracker::new()));
+    pub async fn bind(config: Config) -> Result<Proxy, ProxyError> {
+        Self::bind_with(config, Extras::default()).await
+    }
+
+    /// Like [`bind`](Self::bind), with credentials and CAs from the binary.
+    pub async fn bind_with(config: Config, extras: Extras) -> Result<Proxy, ProxyError> {
+        let mut roots = extras.extra_root_certs;
+        if let Some(path) = &config.ssl_root_cert {
+            roots.extend(tls::certs_from_pem_file("ssl_root_cert", path)?);
+        }
+        let server_tls = ServerTls::new(config.effective_sslmode(), roots)?;
+        let client_tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(tls::client_acceptor(cert, key)?),
+            _ => None,
+        };
+        let credentials = extras.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ProxyError::Bind { addr: config.listen, source })?;
+        let shared = Arc::new(Shared::new(Arc::new(config), TaskTracker::new(), credentials, server_tls, client_tls));
         Ok(Proxy { shared, listener, stop: Stop::new() })
     }
 
@@ -65,9 +110,15 @@ impl Proxy {
     }
 
     /// Binds and runs in a background task.
-    pub async fn start(config: Config) -> io::Result<ProxyHandle> {
-        let proxy = Proxy::bind(config).await?;
-        let addr = proxy.local_addr()?;
+    pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
+        Self::start_with(config, Extras::default()).await
+    }
+
+    /// Like [`start`](Self::start), with credentials and CAs from the binary.
+    pub async fn start_with(config: Config, extras: Extras) -> Result<ProxyHandle, ProxyError> {
+        let proxy = Proxy::bind_with(config, extras).await?;
+        let addr =
+            proxy.local_addr().map_err(|source| ProxyError::Bind { addr: proxy.shared.config.listen, source })?;
         let stop = proxy.stop();
         let done = tokio::spawn(proxy.run());
         Ok(ProxyHandle { addr, stop, done })

@@ -11,9 +11,11 @@ use pgmux_proto::backend::{self, AuthRequest, ErrorFields};
 use pgmux_proto::{Sender, Step, TxStatus, encode};
 use tokio::net::TcpStream;
 
-use crate::config::DatabaseUrl;
-use crate::io::{Conn, ReadOutcome};
+use crate::config::SslMode;
+use crate::credentials::LoginInfo;
+use crate::io::{Conn, ReadOutcome, Stream};
 use crate::params::ServerParams;
+use crate::tls::ServerTls;
 use crate::tracker::TxTracker;
 
 /// Read buffer growth for server sockets: results can be large, so read in big pieces.
@@ -30,10 +32,21 @@ pub(crate) enum ConnectError {
     Rejected { addr: String, user: String, code: String, message: String },
     #[error("the database at {addr} asks for {what}, which pgmux does not support")]
     Unsupported { addr: String, what: String },
-    #[error("the database at {addr} asks for a password, but database_url has none")]
+    #[error("the database at {addr} asks for a password, and pgmux has none to give")]
     NoPassword { addr: String },
     #[error("the database at {addr} broke the protocol during login: {reason}")]
     Protocol { addr: String, reason: String },
+    #[error("TLS with the database at {addr} failed: {reason}")]
+    Tls { addr: String, reason: String },
+    #[error("the database at {addr} does not offer TLS, and sslmode={mode} requires it")]
+    NoTls { addr: String, mode: SslMode },
+}
+
+impl ConnectError {
+    /// The server rejected the user or password (so fresh credentials may help).
+    pub(crate) fn is_auth_failure(&self) -> bool {
+        matches!(self, ConnectError::Rejected { code, .. } if code == "28P01" || code == "28000")
+    }
 }
 
 /// A server error reply, owned.
@@ -97,37 +110,56 @@ pub(crate) struct ServerConn {
 }
 
 impl ServerConn {
-    /// Connects and logs in as the user of `url`.
-    pub(crate) async fn connect(url: &DatabaseUrl, id: u64, timeout: Duration) -> Result<Self, ConnectError> {
-        let addr = url.address();
-        match tokio::time::timeout(timeout, Self::connect_inner(url, id)).await {
+    /// Connects (with TLS as `tls` says) and logs in as `login` says.
+    pub(crate) async fn connect(
+        login: &LoginInfo,
+        tls: &ServerTls,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<Self, ConnectError> {
+        let addr = login.address();
+        match tokio::time::timeout(timeout, Self::connect_inner(login, tls, id)).await {
             Ok(result) => result,
             Err(_) => Err(ConnectError::Timeout { addr, after: timeout }),
         }
     }
 
-    async fn connect_inner(url: &DatabaseUrl, id: u64) -> Result<Self, ConnectError> {
-        let addr = url.address();
+    async fn connect_inner(login: &LoginInfo, tls: &ServerTls, id: u64) -> Result<Self, ConnectError> {
+        let addr = login.address();
         let io_err = |source| ConnectError::Io { addr: addr.clone(), source };
-        let stream = TcpStream::connect((url.host.as_str(), url.port)).await.map_err(io_err)?;
+        let mut stream = TcpStream::connect((login.host.as_str(), login.port)).await.map_err(io_err)?;
         stream.set_nodelay(true).map_err(io_err)?;
         let peer = stream.peer_addr().map_err(io_err)?;
+        let stream = match tls.mode() {
+            SslMode::Disable => Stream::Tcp(stream),
+            mode => match negotiate_tls(&mut stream).await.map_err(io_err)? {
+                true => {
+                    let tls_stream = tls
+                        .handshake(stream, &login.host)
+                        .await
+                        .map_err(|e| ConnectError::Tls { addr: addr.clone(), reason: e.to_string() })?;
+                    Stream::TlsToServer(Box::new(tls_stream))
+                }
+                false if mode.plaintext_ok() => Stream::Tcp(stream),
+                false => return Err(ConnectError::NoTls { addr, mode }),
+            },
+        };
         let mut conn = ServerConn {
             id,
-            io: Conn::new(stream, Sender::Backend),
+            io: Conn::with_stream(stream, Sender::Backend),
             addr: peer,
             key: (0, 0),
             params: ServerParams::default(),
         };
-        conn.login(url).await?;
+        conn.login(login).await?;
         Ok(conn)
     }
 
-    async fn login(&mut self, url: &DatabaseUrl) -> Result<(), ConnectError> {
-        let addr = url.address();
+    async fn login(&mut self, login: &LoginInfo) -> Result<(), ConnectError> {
+        let addr = login.address();
         let protocol = |reason: String| ConnectError::Protocol { addr: addr.clone(), reason };
         let mut buf = BytesMut::new();
-        encode::startup_message(&mut buf, &[("user", &url.user), ("database", &url.dbname)]);
+        encode::startup_message(&mut buf, &[("user", &login.user), ("database", &login.dbname)]);
         self.io.send(buf.freeze()).await.map_err(|source| ConnectError::Io { addr: addr.clone(), source })?;
         let mut scram: Option<scram::ScramClient> = None;
         loop {
@@ -136,7 +168,7 @@ impl ServerConn {
             match tag {
                 b'R' => {
                     let req = backend::auth_request(body).map_err(|e| protocol(e.to_string()))?;
-                    if let Some(reply) = self.auth_reply(url, req, &mut scram)? {
+                    if let Some(reply) = self.auth_reply(login, req, &mut scram)? {
                         self.io.send(reply).await.map_err(|source| ConnectError::Io { addr: addr.clone(), source })?;
                     }
                 }
@@ -144,7 +176,7 @@ impl ServerConn {
                     let f = ErrorFields::parse(body).map_err(|e| protocol(e.to_string()))?;
                     return Err(ConnectError::Rejected {
                         addr,
-                        user: url.user.clone(),
+                        user: login.user.clone(),
                         code: f.code.to_owned(),
                         message: f.message.to_owned(),
                     });
@@ -165,18 +197,18 @@ impl ServerConn {
     /// The answer to an authentication request, if it needs one.
     fn auth_reply(
         &self,
-        url: &DatabaseUrl,
+        login: &LoginInfo,
         req: AuthRequest<'_>,
         scram: &mut Option<scram::ScramClient>,
     ) -> Result<Option<Bytes>, ConnectError> {
-        let addr = url.address();
-        let password = || url.password.as_deref().ok_or_else(|| ConnectError::NoPassword { addr: addr.clone() });
+        let addr = login.address();
+        let password = || login.password.as_deref().ok_or_else(|| ConnectError::NoPassword { addr: addr.clone() });
         let mut buf = BytesMut::new();
         match req {
             AuthRequest::Ok => return Ok(None),
             AuthRequest::Cleartext => encode::password_message(&mut buf, password()?),
             AuthRequest::Md5 { salt } => {
-                encode::password_message(&mut buf, &md5::client_response(&url.user, password()?, salt));
+                encode::password_message(&mut buf, &md5::client_response(&login.user, password()?, salt));
             }
             AuthRequest::Sasl { mechanisms } => {
                 if !mechanisms.contains(&scram::MECHANISM) {
@@ -358,5 +390,24 @@ impl ServerConn {
         let mut buf = BytesMut::new();
         encode::terminate(&mut buf);
         let _ = tokio::time::timeout(Duration::from_secs(1), self.io.send(buf.freeze())).await;
+    }
+}
+
+/// Sends an SSLRequest and reads the one-byte answer: true for `S` (go ahead with TLS), false for `N`.
+async fn negotiate_tls(stream: &mut TcpStream) -> std::io::Result<bool> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut request = Vec::with_capacity(8);
+    request.extend_from_slice(&8u32.to_be_bytes());
+    request.extend_from_slice(&pgmux_proto::frontend::SSL_REQUEST_CODE.to_be_bytes());
+    stream.write_all(&request).await?;
+    let mut answer = [0u8; 1];
+    stream.read_exact(&mut answer).await?;
+    match answer[0] {
+        b'S' => Ok(true),
+        b'N' => Ok(false),
+        other => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("unexpected answer {:?} to an SSLRequest", other as char),
+        )),
     }
 }

@@ -13,8 +13,10 @@ use tokio_util::task::TaskTracker;
 use crate::cancel::CancelRegistry;
 use crate::client_auth::Authenticator;
 use crate::config::Config;
+use crate::credentials::{Credentials, CredentialsError};
 use crate::params::{Catalog, Defaults};
 use crate::server::{ConnectError, ServerConn};
+use crate::tls::ServerTls;
 
 /// Why a client could not get a server connection.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +25,8 @@ pub(crate) enum CheckoutError {
     Timeout(Duration),
     #[error(transparent)]
     Connect(#[from] ConnectError),
+    #[error("cannot get database credentials: {0}")]
+    Credentials(#[from] CredentialsError),
     #[error("pgmux is shutting down")]
     Closed,
 }
@@ -36,11 +40,21 @@ impl CheckoutError {
                 format!("{self}: all {pool_max} server connections stayed busy"),
             )
             .with_hint("raise pool_max or query_wait_timeout, or shorten transactions"),
-            CheckoutError::Connect(e) => {
-                ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, e.to_string())
+            CheckoutError::Connect(_) | CheckoutError::Credentials(_) => {
+                ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string())
             }
             CheckoutError::Closed => ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, self.to_string()),
         }
+    }
+}
+
+/// The TLS acceptor for clients (a wrapper, for `Debug`).
+#[derive(Clone)]
+pub(crate) struct ClientTls(pub(crate) tokio_rustls::TlsAcceptor);
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientTls")
     }
 }
 
@@ -60,6 +74,10 @@ pub(crate) struct Shared {
     pub(crate) catalog: Catalog,
     pub(crate) cancels: Arc<CancelRegistry>,
     pub(crate) auth: Authenticator,
+    pub(crate) credentials: Arc<dyn Credentials>,
+    pub(crate) server_tls: ServerTls,
+    /// TLS offered to clients, when a certificate is configured.
+    pub(crate) client_tls: Option<ClientTls>,
     /// Logged-in and logging-in client sessions.
     pub(crate) clients: AtomicUsize,
     next_server_id: AtomicU64,
@@ -68,15 +86,25 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(config: Arc<Config>, tasks: TaskTracker) -> Self {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        tasks: TaskTracker,
+        credentials: Arc<dyn Credentials>,
+        server_tls: ServerTls,
+        client_tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
+        let client_tls = client_tls.map(ClientTls);
         let pool = Pool::new(PoolConfig { max_size: config.pool_max, grow_after: Duration::ZERO });
-        let auth = Authenticator::new(config.client_auth, &config.database_url);
+        let auth = Authenticator::new(&config);
         Shared {
             config,
             pool,
             catalog: Catalog::default(),
             cancels: Arc::new(CancelRegistry::default()),
             auth,
+            credentials,
+            server_tls,
+            client_tls,
             clients: AtomicUsize::new(0),
             next_server_id: AtomicU64::new(1),
             tasks,
@@ -111,9 +139,8 @@ impl Shared {
                     self.retire(lease.discard());
                 }
                 Grant::Open(slot) => {
-                    let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
-                    let url = &self.config.database_url;
-                    let conn = ServerConn::connect(url, id, self.config.server_connect_timeout).await?;
+                    let conn = self.open().await?;
+                    let id = conn.id;
                     tracing::debug!(server_id = id, addr = %conn.addr, "opened server connection");
                     if !self.catalog.has_defaults() {
                         self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
@@ -121,6 +148,22 @@ impl Shared {
                     return Ok(slot.fill(Box::new(conn)));
                 }
             }
+        }
+    }
+
+    /// Opens and logs in a new server connection. A login refused for its password is tried once more
+    /// after the credentials are refreshed: a rotated secret then takes effect without an error.
+    async fn open(&self) -> Result<ServerConn, CheckoutError> {
+        let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
+        let timeout = self.config.server_connect_timeout;
+        let login = self.credentials.login().await?;
+        match ServerConn::connect(&login, &self.server_tls, id, timeout).await {
+            Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
+                tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
+                let login = self.credentials.login().await?;
+                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout).await?)
+            }
+            other => Ok(other?),
         }
     }
 

@@ -1,12 +1,15 @@
-//! The first packets of a client connection: encryption requests (refused with `N`: TLS comes later),
-//! cancel requests, protocol version negotiation, and the start-up message.
+//! The first packets of a client connection: encryption requests (TLS when a certificate is configured,
+//! `N` otherwise; GSSAPI always `N`), cancel requests, protocol version negotiation, and the start-up
+//! message.
 
 use bytes::BytesMut;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::frontend::{StartupMessage, StartupRequest, split_startup};
 use pgmux_proto::{encode, sqlstate};
 
-use crate::io::{Conn, ReadOutcome};
+use tokio_rustls::TlsAcceptor;
+
+use crate::io::{Conn, ReadOutcome, Stream};
 
 /// How a client opened its connection.
 #[derive(Debug)]
@@ -35,9 +38,9 @@ impl From<std::io::Error> for OpeningError {
 /// Encryption requests a client may send before its start-up message (libpq tries GSS, then TLS).
 const MAX_ENCRYPTION_REQUESTS: usize = 2;
 
-/// Reads packets until a start-up message or a cancel request arrives, answering encryption requests with
-/// `N` and protocol versions newer than 3.0 with NegotiateProtocolVersion.
-pub(crate) async fn read_opening(conn: &mut Conn) -> Result<Opening, OpeningError> {
+/// Reads packets until a start-up message or a cancel request arrives, answering encryption requests and
+/// protocol versions newer than 3.0 (with NegotiateProtocolVersion).
+pub(crate) async fn read_opening(conn: &mut Conn, tls: Option<&TlsAcceptor>) -> Result<Opening, OpeningError> {
     let mut requests = 0;
     loop {
         let parsed = split_startup(&conn.rbuf)
@@ -50,7 +53,7 @@ pub(crate) async fn read_opening(conn: &mut Conn) -> Result<Opening, OpeningErro
         };
         let _ = conn.rbuf.split_to(used);
         match request {
-            StartupRequest::Ssl | StartupRequest::GssEnc => {
+            request @ (StartupRequest::Ssl | StartupRequest::GssEnc) => {
                 requests += 1;
                 if requests > MAX_ENCRYPTION_REQUESTS {
                     return Err(OpeningError::Refused(ErrorMessage::fatal(
@@ -65,7 +68,18 @@ pub(crate) async fn read_opening(conn: &mut Conn) -> Result<Opening, OpeningErro
                         "received unencrypted data after an encryption request",
                     )));
                 }
-                conn.send(bytes::Bytes::from_static(b"N")).await?;
+                match (request, tls) {
+                    (StartupRequest::Ssl, Some(acceptor)) if matches!(conn.stream, Stream::Tcp(_)) => {
+                        conn.send(bytes::Bytes::from_static(b"S")).await?;
+                        let tcp = conn.take_tcp().ok_or(OpeningError::Gone)?;
+                        let tls_stream = acceptor.accept(tcp).await.map_err(|e| {
+                            tracing::info!(error = %e, "client TLS handshake failed");
+                            OpeningError::Gone
+                        })?;
+                        conn.stream = Stream::TlsFromClient(Box::new(tls_stream));
+                    }
+                    _ => conn.send(bytes::Bytes::from_static(b"N")).await?,
+                }
             }
             StartupRequest::Cancel { pid, secret } => return Ok(Opening::Cancel { pid, secret }),
             StartupRequest::Startup(msg) => {

@@ -5,15 +5,16 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+mod url;
 mod value;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use value::{ClientAuth, DatabaseUrl, LogFormat, SslMode};
+pub use value::{ClientAuth, DatabaseUrl, LogFormat, Secret, SslMode};
 use value::{ConfigValue, Raw};
 
 /// One configuration key, for `--help` and documentation.
@@ -40,6 +41,8 @@ macro_rules! config_keys {
         #[derive(Clone, Debug)]
         pub struct Config {
             $( $(#[doc = $help])+ pub $name: $ty, )*
+            /// How pgmux runs (not a key: chosen by the binary).
+            pub profile: Profile,
         }
 
         /// Every key, in the order `--help` shows them.
@@ -67,6 +70,7 @@ macro_rules! config_keys {
                 Config {
                     $( $name: <$ty as ConfigValue>::parse(&Raw::Default($default))
                         .unwrap_or_else(|e| unreachable!("default of {} is invalid: {e}", stringify!($name))), )*
+                    profile: Profile::Sidecar,
                 }
             }
         }
@@ -76,8 +80,29 @@ macro_rules! config_keys {
 config_keys! {
     /// Address and port to accept clients on.
     listen: SocketAddr = "127.0.0.1:6432";
-    /// The database to pool, as `postgres://user:password@host:port/dbname[?sslmode=disable]`. Required.
+    /// The database to pool, as `postgres://user:password@host:port/dbname[?sslmode=...]`. Required unless
+    /// secret_arn names a secret to read it from.
     database_url: DatabaseUrl = "";
+    /// A Secrets Manager secret in the RDS format (host, port, username, password, dbname) to log in with
+    /// instead of database_url's; re-read once when a login fails, for rotation.
+    secret_arn: String = "";
+    /// Overrides the database host of database_url or of the secret.
+    database_host: String = "";
+    /// Overrides the database port of database_url or of the secret.
+    database_port: Option<u16> = "";
+    /// Log in with RDS IAM auth tokens made from the AWS credentials in the environment instead of a password.
+    iam_auth: bool = "false";
+    /// TLS to the database: disable, prefer, require, verify-ca or verify-full. Overrides database_url's
+    /// ?sslmode=; the default is prefer, and verify-full in Lambda mode.
+    sslmode: Option<SslMode> = "";
+    /// A PEM file of CAs to trust for the database, besides the RDS CA bundle built in.
+    ssl_root_cert: Option<PathBuf> = "";
+    /// The password md5 and scram-sha-256 clients log in with; defaults to database_url's password.
+    client_password: Secret = "";
+    /// A PEM certificate (chain) to offer clients TLS with; needs tls_key.
+    tls_cert: Option<PathBuf> = "";
+    /// The PEM private key of tls_cert.
+    tls_key: Option<PathBuf> = "";
     /// Most server connections open at once.
     pool_max: usize = "20";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
@@ -105,6 +130,40 @@ config_keys! {
     log_level: String = "info";
     /// Log format: `text` or `json`.
     log_format: LogFormat = "text";
+}
+
+/// How pgmux runs; it decides some defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// On EC2 or in a container, next to the application.
+    Sidecar,
+    /// As an AWS Lambda extension: listen on 127.0.0.1:5432, trust loopback clients, verify the database's
+    /// certificate, log JSON.
+    Lambda,
+}
+
+impl Profile {
+    /// The TLS mode towards the database when neither the key nor database_url sets one.
+    fn default_sslmode(self) -> SslMode {
+        match self {
+            Profile::Sidecar => SslMode::Prefer,
+            Profile::Lambda => SslMode::VerifyFull,
+        }
+    }
+
+    /// Defaults that differ from the key table's, as (key, value) pairs.
+    fn defaults(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Profile::Sidecar => &[],
+            Profile::Lambda => &[
+                ("listen", "127.0.0.1:5432"),
+                ("client_auth", "trust"),
+                ("log_format", "json"),
+                // A connection idle across a freeze may be dead: check it with a round trip sooner.
+                ("server_check_delay", "1s"),
+            ],
+        }
+    }
 }
 
 /// Where a value came from, for error messages.
@@ -164,25 +223,38 @@ impl Config {
     where
         I: IntoIterator<Item = (String, String)>,
     {
+        Self::load_for(Profile::Sidecar, path, env)
+    }
+
+    /// Like [`load`](Self::load), with the defaults of `profile`.
+    pub fn load_for<I>(profile: Profile, path: Option<&Path>, env: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
         let text = match path {
             Some(p) => std::fs::read_to_string(p)
                 .map_err(|e| ConfigError::Read { path: p.display().to_string(), reason: e.to_string() })?,
             None => String::new(),
         };
-        Self::from_parts(&text, env)
+        Self::from_parts(profile, &text, env)
     }
 
     /// Parses TOML text alone (no environment) and checks the result.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        Self::from_parts(text, std::iter::empty())
+        Self::from_parts(Profile::Sidecar, text, std::iter::empty())
     }
 
-    fn from_parts<I>(text: &str, env: I) -> Result<Self, ConfigError>
+    fn from_parts<I>(profile: Profile, text: &str, env: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = (String, String)>,
     {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
         let mut cfg = Config::defaults();
+        for (key, value) in profile.defaults() {
+            cfg.set(key, &value::Raw::Default(value))
+                .unwrap_or_else(|e| unreachable!("profile default of {key} is invalid: {e}"));
+        }
+        cfg.profile = profile;
         let mut sources: BTreeMap<&'static str, Source> = BTreeMap::new();
         for (key, value) in &table {
             let known = cfg.set(key, &Raw::Toml(value)).map_err(|reason| ConfigError::Invalid {
@@ -209,6 +281,7 @@ impl Config {
                 sources.insert(info.name, Source::Env(var));
             }
         }
+        cfg.resolve_sslmode();
         cfg.validate(&sources)?;
         Ok(cfg)
     }
@@ -220,7 +293,7 @@ impl Config {
             origin: sources.get(key).cloned().unwrap_or(Source::Default),
             reason: reason.to_owned(),
         };
-        if self.database_url.host.is_empty() {
+        if self.database_url.host.is_empty() && self.secret_arn.is_empty() {
             return Err(ConfigError::Missing("database_url"));
         }
         if self.pool_max == 0 {
@@ -232,11 +305,18 @@ impl Config {
         if self.workers == 0 || self.workers > 256 {
             return Err(invalid("workers", "must be between 1 and 256"));
         }
-        if self.client_auth != ClientAuth::Trust && self.database_url.password.is_none() {
+        if self.client_auth != ClientAuth::Trust && self.client_password().is_none() {
             return Err(invalid(
                 "client_auth",
-                "md5 and scram-sha-256 check clients against the password in database_url, which has none",
+                "md5 and scram-sha-256 need a password to check clients against: set client_password \
+                 (database_url has none)",
             ));
+        }
+        if self.client_auth == ClientAuth::Trust && self.profile == Profile::Lambda && !self.listen.ip().is_loopback() {
+            return Err(invalid("listen", "in Lambda mode clients are trusted, so pgmux listens on loopback only"));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
         }
         for (key, d) in [
             ("query_wait_timeout", self.query_wait_timeout),
@@ -248,6 +328,32 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// `sslmode` from the key, else from database_url, else the profile's default.
+    fn resolve_sslmode(&mut self) {
+        if self.sslmode.is_none() {
+            self.sslmode = Some(self.database_url.sslmode.unwrap_or(self.profile.default_sslmode()));
+        }
+        if self.ssl_root_cert.is_none() {
+            self.ssl_root_cert = self.database_url.sslrootcert.clone();
+        }
+    }
+
+    /// The TLS mode towards the database.
+    pub fn effective_sslmode(&self) -> SslMode {
+        self.sslmode.unwrap_or(self.profile.default_sslmode())
+    }
+
+    /// The password md5 / scram-sha-256 clients must give: client_password, else database_url's.
+    pub fn client_password(&self) -> Option<&str> {
+        if self.client_password.0.is_empty() {
+            self.database_url.password.as_deref()
+        } else {
+            Some(&self.client_password.0)
+        }
     }
 }
 

@@ -25,6 +25,7 @@ fn defaults_fill_everything_but_the_url() {
 fn environment_overrides_the_file() {
     let file = format!("database_url = {URL:?}\npool_max = 4\nquery_wait_timeout = \"2s\"");
     let cfg = Config::from_parts(
+        Profile::Sidecar,
         &file,
         env(&[("PGMUX_POOL_MAX", "7"), ("PGMUX_CLIENT_AUTH", "md5"), ("PGMUX_LISTEN", "0.0.0.0:7000")]),
     )
@@ -37,7 +38,9 @@ fn environment_overrides_the_file() {
 
 #[test]
 fn a_bad_value_names_its_key_and_source() {
-    let err = Config::from_parts(&format!("database_url = {URL:?}"), env(&[("PGMUX_POOL_MAX", "lots")])).unwrap_err();
+    let err =
+        Config::from_parts(Profile::Sidecar, &format!("database_url = {URL:?}"), env(&[("PGMUX_POOL_MAX", "lots")]))
+            .unwrap_err();
     assert_eq!(
         err.to_string(),
         "invalid value for pool_max (environment variable PGMUX_POOL_MAX): expected a whole number, got \"lots\""
@@ -83,15 +86,18 @@ fn urls_parse_like_libpq() {
     let u = DatabaseUrl::parse("postgresql://us%40er:p%3Aw@[::1]/my%20db?sslmode=disable").unwrap();
     assert_eq!((u.user.as_str(), u.password.as_deref()), ("us@er", Some("p:w")));
     assert_eq!((u.host.as_str(), u.port, u.dbname.as_str()), ("::1", 5432, "my db"));
-    assert_eq!(u.sslmode, SslMode::Disable);
+    assert_eq!(u.sslmode, Some(SslMode::Disable));
     assert_eq!(u.address(), "[::1]:5432");
     let u = DatabaseUrl::parse("postgres://bob@localhost").unwrap();
     assert_eq!(u.dbname, "bob", "the database defaults to the user name");
     for bad in ["mysql://a@b", "postgres://localhost/db", "postgres://a@:1/db", "postgres://a@h:port/db"] {
         assert!(DatabaseUrl::parse(bad).is_err(), "{bad}");
     }
-    let err = DatabaseUrl::parse("postgres://a:pw@h/db?sslmode=verify-full").unwrap_err();
-    assert!(err.contains("TLS"), "{err}");
+    let u = DatabaseUrl::parse("postgres://a:pw@h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem").unwrap();
+    assert_eq!(u.sslmode, Some(SslMode::VerifyFull));
+    assert_eq!(u.sslrootcert.as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
+    let err = DatabaseUrl::parse("postgres://a:pw@h/db?sslmode=maybe").unwrap_err();
+    assert!(err.contains("unknown sslmode"), "{err}");
 }
 
 #[test]
@@ -123,4 +129,52 @@ fn every_key_has_help_and_an_env_var() {
     ] {
         assert!(names.contains(&required), "{required} missing");
     }
+}
+
+#[test]
+fn lambda_mode_defaults_and_their_overrides() {
+    let lambda = |file: &str, vars: &[(&str, &str)]| Config::from_parts(Profile::Lambda, file, env(vars));
+    let cfg = lambda("", &[("PGMUX_DATABASE_URL", "postgres://app@db.example/app")]).unwrap();
+    assert_eq!(cfg.listen, "127.0.0.1:5432".parse().unwrap());
+    assert_eq!(cfg.client_auth, ClientAuth::Trust);
+    assert_eq!(cfg.effective_sslmode(), SslMode::VerifyFull);
+    assert_eq!(cfg.log_format, LogFormat::Json);
+    // The URL's own sslmode beats the profile's default; the key beats both.
+    let cfg = lambda("", &[("PGMUX_DATABASE_URL", "postgres://app@db/app?sslmode=require")]).unwrap();
+    assert_eq!(cfg.effective_sslmode(), SslMode::Require);
+    let cfg =
+        lambda("sslmode = \"disable\"", &[("PGMUX_DATABASE_URL", "postgres://app@db/app?sslmode=require")]).unwrap();
+    assert_eq!(cfg.effective_sslmode(), SslMode::Disable);
+    // Trusting clients on a non-loopback address is refused.
+    let err =
+        lambda("", &[("PGMUX_DATABASE_URL", "postgres://app@db/app"), ("PGMUX_LISTEN", "0.0.0.0:5432")]).unwrap_err();
+    assert!(err.to_string().contains("loopback"), "{err}");
+}
+
+#[test]
+fn a_secret_can_stand_in_for_the_url() {
+    let cfg = Config::from_parts(
+        Profile::Sidecar,
+        "client_auth = \"trust\"",
+        env(&[("PGMUX_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:123:secret:db"), ("PGMUX_IAM_AUTH", "yes")]),
+    )
+    .unwrap();
+    assert!(cfg.iam_auth);
+    assert_eq!(cfg.secret_arn, "arn:aws:secretsmanager:eu-west-1:123:secret:db");
+    let err = Config::from_parts(
+        Profile::Sidecar,
+        "",
+        env(&[("PGMUX_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:123:secret:db")]),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("client_password"), "{err}");
+    let cfg =
+        Config::from_parts(Profile::Sidecar, "client_password = \"s3cret\"", env(&[("PGMUX_SECRET_ARN", "arn:x")]))
+            .unwrap();
+    assert_eq!(cfg.client_password(), Some("s3cret"));
+    assert!(!cfg.to_string().contains("s3cret"), "the client password never shows");
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\ntls_cert = \"/c.pem\"")).unwrap_err();
+    assert!(err.to_string().contains("tls_key"), "{err}");
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\niam_auth = \"perhaps\"")).unwrap_err();
+    assert!(err.to_string().contains("true or false"), "{err}");
 }

@@ -3,7 +3,10 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+pub use super::url::{DatabaseUrl, SslMode};
 
 /// A value before parsing.
 #[derive(Debug)]
@@ -42,6 +45,78 @@ impl ConfigValue for usize {
     fn parse(raw: &Raw<'_>) -> Result<Self, String> {
         let text = raw.text()?;
         text.trim().parse().map_err(|_| format!("expected a whole number, got {text:?}"))
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ConfigValue for bool {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        let text = raw.text()?;
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => Ok(true),
+            "false" | "off" | "no" | "0" => Ok(false),
+            _ => Err(format!("expected true or false, got {text:?}")),
+        }
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ConfigValue for u16 {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        let text = raw.text()?;
+        text.trim().parse().map_err(|_| format!("expected a port number, got {text:?}"))
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ConfigValue for PathBuf {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        Ok(PathBuf::from(raw.text()?))
+    }
+    fn show(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+/// An optional setting: empty means unset.
+impl<T: ConfigValue> ConfigValue for Option<T> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        if raw.text()?.trim().is_empty() { Ok(None) } else { T::parse(raw).map(Some) }
+    }
+    fn show(&self) -> String {
+        self.as_ref().map(ConfigValue::show).unwrap_or_default()
+    }
+}
+
+/// A password-like setting: shown only as `***`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl ConfigValue for Secret {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        Ok(Secret(raw.text()?))
+    }
+    fn show(&self) -> String {
+        if self.0.is_empty() { String::new() } else { "***".into() }
+    }
+}
+
+impl ConfigValue for SslMode {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        let text = raw.text()?;
+        SslMode::parse(text.trim())
     }
     fn show(&self) -> String {
         self.to_string()
@@ -172,128 +247,6 @@ impl ConfigValue for LogFormat {
     }
 }
 
-/// TLS towards the server, as libpq's `sslmode` names it. This build speaks plain TCP only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SslMode {
-    /// No TLS.
-    Disable,
-    /// TLS if the server offers it (this build: never).
-    Prefer,
-}
-
-/// Where and as whom to connect: a `postgres://` URL taken apart.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl {
-    /// Host name or address.
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-    /// Role to log in as.
-    pub user: String,
-    /// Its password, if the server asks for one.
-    pub password: Option<String>,
-    /// Database name.
-    pub dbname: String,
-    /// TLS mode.
-    pub sslmode: SslMode,
-}
-
-impl fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatabaseUrl({self})")
-    }
-}
-
-impl fmt::Display for DatabaseUrl {
-    /// The URL with the password replaced, safe for logs.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pw = if self.password.is_some() { ":***" } else { "" };
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        write!(f, "postgres://{}{pw}@{host}:{}/{}", self.user, self.port, self.dbname)
-    }
-}
-
-impl DatabaseUrl {
-    /// `host:port` for messages.
-    pub fn address(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
-    }
-
-    /// Parses `postgres://` or `postgresql://` URLs; user, password and database may be percent-encoded.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("postgres://")
-            .or_else(|| url.strip_prefix("postgresql://"))
-            .ok_or("expected a URL starting with postgres://")?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostport) = authority.rsplit_once('@').ok_or("the URL names no user (user@host)")?;
-        let (user, password) = match userinfo.split_once(':') {
-            Some((u, p)) => (decode(u)?, Some(decode(p)?)),
-            None => (decode(userinfo)?, None),
-        };
-        if user.is_empty() {
-            return Err("the URL names no user".into());
-        }
-        let (host, port) = split_host_port(hostport)?;
-        let dbname = if path.is_empty() { user.clone() } else { decode(path)? };
-        let mut sslmode = SslMode::Prefer;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            match (k, v) {
-                ("sslmode", "disable") => sslmode = SslMode::Disable,
-                ("sslmode", "allow" | "prefer") => sslmode = SslMode::Prefer,
-                ("sslmode", other) => {
-                    return Err(format!("sslmode={other} needs TLS to the server, which this build does not have"));
-                }
-                (other, _) => return Err(format!("unknown URL parameter {other:?}")),
-            }
-        }
-        Ok(DatabaseUrl { host, port, user, password, dbname, sslmode })
-    }
-}
-
-fn split_host_port(hostport: &str) -> Result<(String, u16), String> {
-    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
-        (h.to_owned(), after.strip_prefix(':'))
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), Some(p)),
-            None => (hostport.to_owned(), None),
-        }
-    };
-    if host.is_empty() {
-        return Err("the URL names no host".into());
-    }
-    let port = match port {
-        None | Some("") => 5432,
-        Some(p) => p.parse().map_err(|_| format!("bad port {p:?}"))?,
-    };
-    Ok((host, port))
-}
-
-fn decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or("bad percent-encoding")?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| "bad percent-encoding")?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "percent-encoding is not UTF-8".into())
-}
-
 impl ConfigValue for DatabaseUrl {
     fn parse(raw: &Raw<'_>) -> Result<Self, String> {
         let text = raw.text()?;
@@ -305,7 +258,8 @@ impl ConfigValue for DatabaseUrl {
                 user: String::new(),
                 password: None,
                 dbname: String::new(),
-                sslmode: SslMode::Prefer,
+                sslmode: None,
+                sslrootcert: None,
             });
         }
         DatabaseUrl::parse(text.trim())

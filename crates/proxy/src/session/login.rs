@@ -28,7 +28,12 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
     let deadline = tokio::time::Instant::now() + shared.config.client_login_timeout;
     let timed_out =
         || ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, "client did not log in within client_login_timeout");
-    let startup = match tokio::time::timeout_at(deadline, startup::read_opening(&mut conn)).await {
+    let startup = match tokio::time::timeout_at(
+        deadline,
+        startup::read_opening(&mut conn, shared.client_tls.as_ref().map(|t| &t.0)),
+    )
+    .await
+    {
         Err(_) => return refuse(conn, timed_out()).await,
         Ok(Err(OpeningError::Gone)) => return None,
         Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
@@ -59,18 +64,29 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
         );
         return refuse(conn, err).await;
     };
+    // The user and database pgmux logs in as (with a secret, read when the first client comes).
+    let served = match shared.credentials.login().await {
+        Ok(login) => login,
+        Err(e) => {
+            let err = ErrorMessage::fatal(
+                sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+                format!("cannot get database credentials: {e}"),
+            );
+            return refuse(conn, err).await;
+        }
+    };
     let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(&user).to_owned();
-    if database != cfg.database_url.dbname {
+    if database != served.dbname {
         let err =
             ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("database \"{database}\" does not exist"))
-                .with_hint(format!("this pgmux serves database \"{}\"", cfg.database_url.dbname));
+                .with_hint(format!("this pgmux serves database \"{}\"", served.dbname));
         return refuse(conn, err).await;
     }
     let raw = match params::from_startup(&startup.params) {
         Ok(raw) => raw,
         Err(err) => return refuse(conn, err).await,
     };
-    match tokio::time::timeout_at(deadline, shared.auth.authenticate(&mut conn, &user)).await {
+    match tokio::time::timeout_at(deadline, shared.auth.authenticate(&mut conn, &user, &served.user)).await {
         Err(_) => return refuse(conn, timed_out()).await,
         Ok(Err(OpeningError::Gone)) => return None,
         Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,

@@ -1,0 +1,171 @@
+//! `database_url`: a libpq-style `postgres://` URL taken apart, and the `sslmode` values libpq knows.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// TLS towards the server, as libpq's `sslmode` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SslMode {
+    /// Never TLS.
+    Disable,
+    /// Plaintext, TLS only if the server insists (treated like `prefer`).
+    Allow,
+    /// TLS if the server offers it, plaintext otherwise; no certificate check.
+    Prefer,
+    /// TLS or nothing; no certificate check.
+    Require,
+    /// TLS with a certificate chain to a trusted CA; any host name.
+    VerifyCa,
+    /// TLS with a trusted certificate for exactly the host connected to.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// Parses a libpq `sslmode` value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "disable" => SslMode::Disable,
+            "allow" => SslMode::Allow,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(format!(
+                    "unknown sslmode {other:?}: expected disable, allow, prefer, require, verify-ca or verify-full"
+                ));
+            }
+        })
+    }
+
+    /// Whether a plaintext connection is acceptable when the server declines TLS.
+    pub fn plaintext_ok(self) -> bool {
+        matches!(self, SslMode::Disable | SslMode::Allow | SslMode::Prefer)
+    }
+}
+
+impl fmt::Display for SslMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        })
+    }
+}
+
+/// Where and as whom to connect: a `postgres://` URL taken apart.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Role to log in as.
+    pub user: String,
+    /// Its password, if the server asks for one.
+    pub password: Option<String>,
+    /// Database name.
+    pub dbname: String,
+    /// `?sslmode=`, if the URL sets it.
+    pub sslmode: Option<SslMode>,
+    /// `?sslrootcert=`, if the URL sets it: a PEM file of trusted CAs.
+    pub sslrootcert: Option<PathBuf>,
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    /// The URL with the password replaced, safe for logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pw = if self.password.is_some() { ":***" } else { "" };
+        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        write!(f, "postgres://{}{pw}@{host}:{}/{}", self.user, self.port, self.dbname)
+    }
+}
+
+impl DatabaseUrl {
+    /// `host:port` for messages.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Parses `postgres://` or `postgresql://` URLs; user, password and database may be percent-encoded.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or("expected a URL starting with postgres://")?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hostport) = authority.rsplit_once('@').ok_or("the URL names no user (user@host)")?;
+        let (user, password) = match userinfo.split_once(':') {
+            Some((u, p)) => (decode(u)?, Some(decode(p)?)),
+            None => (decode(userinfo)?, None),
+        };
+        if user.is_empty() {
+            return Err("the URL names no user".into());
+        }
+        let (host, port) = split_host_port(hostport)?;
+        let dbname = if path.is_empty() { user.clone() } else { decode(path)? };
+        let mut sslmode = None;
+        let mut sslrootcert = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "sslmode" => sslmode = Some(SslMode::parse(&decode(v)?)?),
+                "sslrootcert" => sslrootcert = Some(PathBuf::from(decode(v)?)),
+                other => return Err(format!("unknown URL parameter {other:?} (pgmux knows sslmode and sslrootcert)")),
+            }
+        }
+        Ok(DatabaseUrl { host, port, user, password, dbname, sslmode, sslrootcert })
+    }
+}
+
+fn split_host_port(hostport: &str) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (h, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
+        (h.to_owned(), after.strip_prefix(':'))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), Some(p)),
+            None => (hostport.to_owned(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err("the URL names no host".into());
+    }
+    let port = match port {
+        None | Some("") => 5432,
+        Some(p) => p.parse().map_err(|_| format!("bad port {p:?}"))?,
+    };
+    Ok((host, port))
+}
+
+fn decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or("bad percent-encoding")?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| "bad percent-encoding")?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-encoding is not UTF-8".into())
+}
