@@ -63,17 +63,21 @@ fn tracking(c: &mut Criterion) {
     g.throughput(Throughput::Elements(UNITS * (client.len() + server.len()) as u64));
     g.bench_function("pipelined extended protocol", |b| {
         b.iter(|| {
-            let mut t = TxTracker::default();
+            let mut t: TxTracker = TxTracker::default();
             for _ in 0..UNITS {
                 for &tag in client {
-                    t.client_message(black_box(tag));
+                    if tag == b'D' {
+                        t.client_describe(true);
+                    } else {
+                        t.client_message(black_box(tag));
+                    }
                 }
             }
             for _ in 0..UNITS {
                 for &tag in &server[..server.len() - 1] {
-                    t.server_message(black_box(tag));
+                    let _ = t.server_message(black_box(tag), |_| {});
                 }
-                let _ = t.server_ready(TxStatus::Idle);
+                let _ = t.server_ready(TxStatus::Idle, |_| {});
             }
             black_box(t.may_release())
         })

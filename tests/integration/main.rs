@@ -8,4 +8,5 @@ mod failures;
 mod params;
 mod pooling;
 mod protocol;
+mod statements;
 mod tls;

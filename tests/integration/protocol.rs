@@ -77,15 +77,15 @@ impl RawClient {
                     return Some((m[0], m[5..].to_vec()));
                 }
             }
-            let mut chunk = [0u8; 65536];
-            let n = tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk))
+            // On the heap: a 64 KiB array held across this await would sit in every caller's future.
+            self.buf.reserve(65536);
+            let n = tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf))
                 .await
                 .expect("pgmux answered within 10 s")
                 .unwrap_or(0);
             if n == 0 {
                 return None;
             }
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 

@@ -168,6 +168,19 @@ pub fn auth_request(body: &[u8]) -> Result<AuthRequest<'_>, ParseError> {
     Ok(req)
 }
 
+/// The columns of a `DataRow` body: `None` for NULL.
+pub fn data_row(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ParseError> {
+    let mut c = Cursor::new(body, "DataRow");
+    let n = c.i16()?;
+    let mut out = Vec::with_capacity(n.max(0) as usize);
+    for _ in 0..n {
+        let len = c.i32()?;
+        out.push(if len < 0 { None } else { Some(c.bytes(len as usize)?) });
+    }
+    c.finish()?;
+    Ok(out)
+}
+
 /// The command tag of a `CommandComplete` body, without its terminator.
 pub fn command_tag(body: &[u8]) -> Result<&str, ParseError> {
     let mut c = Cursor::new(body, "CommandComplete");
@@ -214,6 +227,12 @@ mod tests {
             auth_request(&sasl).unwrap(),
             AuthRequest::Sasl { mechanisms: vec!["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"] }
         );
+    }
+
+    #[test]
+    fn data_rows() {
+        assert_eq!(data_row(b"\0\x02\0\0\0\x02ab\xff\xff\xff\xff").unwrap(), vec![Some(&b"ab"[..]), None]);
+        assert!(data_row(b"\0\x01\0\0\0\x05ab").is_err());
     }
 
     #[test]

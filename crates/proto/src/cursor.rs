@@ -31,6 +31,11 @@ impl<'a> Cursor<'a> {
         Ok(head)
     }
 
+    pub(crate) fn i16(&mut self) -> Result<i16, ParseError> {
+        let b = self.bytes(2)?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
+    }
+
     pub(crate) fn i32(&mut self) -> Result<i32, ParseError> {
         let b = self.bytes(4)?;
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))

@@ -193,6 +193,46 @@ pub fn negotiate_protocol_version(buf: &mut BytesMut, newest_minor: i32, unrecog
     });
 }
 
+/// `ParseComplete`.
+pub fn parse_complete(buf: &mut BytesMut) {
+    message(buf, b'1', |_| {});
+}
+
+/// `CloseComplete`.
+pub fn close_complete(buf: &mut BytesMut) {
+    message(buf, b'3', |_| {});
+}
+
+/// `CommandComplete` with a tag.
+pub fn command_complete(buf: &mut BytesMut, tag: &str) {
+    message(buf, b'C', |b| cstr(b, tag));
+}
+
+/// `Parse` of a statement with a name and the rest of a client's Parse body (query, parameter types).
+pub fn parse_with_name(buf: &mut BytesMut, name: &str, rest: &[u8]) {
+    message(buf, b'P', |b| {
+        cstr(b, name);
+        b.put_slice(rest);
+    });
+}
+
+/// A client's `Bind` body with its statement name replaced: `body[range]` is the old name and its NUL.
+pub fn bind_renamed(buf: &mut BytesMut, body: &[u8], range: std::ops::Range<usize>, name: &str) {
+    message(buf, b'B', |b| {
+        b.put_slice(&body[..range.start]);
+        cstr(b, name);
+        b.put_slice(&body[range.end..]);
+    });
+}
+
+/// `Describe` or `Close` of a statement (`kind` S) or portal (`kind` P).
+pub fn describe_or_close(buf: &mut BytesMut, tag: u8, kind: u8, name: &str) {
+    message(buf, tag, |b| {
+        b.put_u8(kind);
+        cstr(b, name);
+    });
+}
+
 /// A simple `Query`.
 pub fn query(buf: &mut BytesMut, sql: &str) {
     message(buf, b'Q', |b| cstr(b, sql));
@@ -296,6 +336,18 @@ mod tests {
             bytes(|b| negotiate_protocol_version(b, 0, &["_pq_.x"])),
             b"v\0\0\0\x13\0\0\0\0\0\0\0\x01_pq_.x\0".to_vec()
         );
+    }
+
+    #[test]
+    fn golden_extended_protocol_rewrites() {
+        assert_eq!(bytes(parse_complete), b"1\0\0\0\x04");
+        assert_eq!(bytes(close_complete), b"3\0\0\0\x04");
+        assert_eq!(bytes(|b| command_complete(b, "SET")), b"C\0\0\0\x08SET\0");
+        assert_eq!(bytes(|b| parse_with_name(b, "x", b"q\0\0\0")), b"P\0\0\0\x0ax\0q\0\0\0".to_vec());
+        // Bind "p" of "stmt" with no parameters, renamed to "s".
+        let body = b"p\0stmt\0\0\0\0\0\0\0";
+        assert_eq!(bytes(|b| bind_renamed(b, body, 2..7, "s")), b"B\0\0\0\x0ep\0s\0\0\0\0\0\0\0".to_vec());
+        assert_eq!(bytes(|b| describe_or_close(b, b'D', b'S', "s")), b"D\0\0\0\x07Ss\0".to_vec());
     }
 
     #[test]

@@ -143,6 +143,33 @@ pub fn describe_or_close(body: &[u8]) -> Result<(u8, &str), ParseError> {
     Ok((kind, name))
 }
 
+/// A Parse body: the statement name, and the rest (query text and parameter types), which is what makes
+/// two statements the same.
+pub fn parse_name(body: &[u8]) -> Result<(&str, &[u8]), ParseError> {
+    let mut c = Cursor::new(body, "Parse");
+    let name = c.cstr()?;
+    let rest = c.rest();
+    // The rest must hold a terminated query and a parameter count.
+    let mut check = Cursor::new(rest, "Parse");
+    check.cstr()?;
+    check.bytes(2)?;
+    Ok((name, rest))
+}
+
+/// The query text of a Parse body's rest (see [`parse_name`]).
+pub fn parse_query(rest: &[u8]) -> Result<&str, ParseError> {
+    Cursor::new(rest, "Parse").cstr()
+}
+
+/// A Bind body: portal name, statement name, and the byte offset where the statement name starts and ends.
+pub fn bind_names(body: &[u8]) -> Result<(&str, &str, std::ops::Range<usize>), ParseError> {
+    let mut c = Cursor::new(body, "Bind");
+    let portal = c.cstr()?;
+    let start = portal.len() + 1;
+    let statement = c.cstr()?;
+    Ok((portal, statement, start..start + statement.len() + 1))
+}
+
 /// A Query body's SQL text.
 pub fn query(body: &[u8]) -> Result<&str, ParseError> {
     let mut c = Cursor::new(body, "Query");
@@ -197,6 +224,19 @@ mod tests {
         assert!(split_startup(&packet(PROTOCOL_3_0, b"user\0app")).is_err());
         // Trailing bytes after an SSLRequest.
         assert!(split_startup(&packet(SSL_REQUEST_CODE, b"x")).is_err());
+    }
+
+    #[test]
+    fn extended_protocol_names() {
+        let (name, rest) = parse_name(b"s1\0select $1\0\0\x01\0\0\0\x17").unwrap();
+        assert_eq!(name, "s1");
+        assert_eq!(rest, b"select $1\0\0\x01\0\0\0\x17");
+        assert_eq!(parse_query(rest).unwrap(), "select $1");
+        assert!(parse_name(b"s1\0select").is_err());
+        assert!(parse_name(b"s1\0select\0").is_err(), "the parameter count is missing");
+        let (portal, stmt, range) = bind_names(b"p\0stmt\0\0\0").unwrap();
+        assert_eq!((portal, stmt, range), ("p", "stmt", 2..7));
+        assert!(bind_names(b"p\0stmt").is_err());
     }
 
     #[test]

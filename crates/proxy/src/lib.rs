@@ -12,11 +12,14 @@ mod server;
 mod session;
 mod shared;
 mod slots;
+pub mod sql;
 mod startup;
+mod statements;
 mod stop;
 pub mod tls;
 pub mod tracker;
 
 pub use config::Config;
 pub use proxy::{Extras, Proxy, ProxyError, ProxyHandle};
+pub use sql::PinReason;
 pub use stop::{Level, Stop};

@@ -178,6 +178,33 @@ pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
     server.mark_in_sync(client);
 }
 
+/// Takes the session settings read back from a server (`pg_settings` with source `session`) as what the
+/// client now wants and what the server now has: the client's own SET, RESET and set_config calls then
+/// follow it to other servers, and the next client on this one gets them reset. Reported parameters are
+/// left alone: ParameterStatus keeps them current already.
+pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams, settings: &[Param]) {
+    let unreported: ParamMap = settings
+        .iter()
+        .filter(|p| !server.reported.contains_key(&key(&p.name)))
+        .map(|p| (key(&p.name), p.clone()))
+        .collect();
+    let mut wanted: ParamMap = client
+        .values
+        .iter()
+        .filter(|(k, _)| server.reported.contains_key(*k))
+        .map(|(k, p)| (k.clone(), p.clone()))
+        .collect();
+    wanted.extend(unreported.iter().map(|(k, p)| (k.clone(), p.clone())));
+    if *client.values != wanted {
+        client.values = Arc::new(wanted);
+    }
+    if server.applied != unreported {
+        server.applied = unreported;
+        server.generation += 1;
+    }
+    server.mark_in_sync(client);
+}
+
 /// The server's own values at login, as the most recent new server connection reported them.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Defaults {

@@ -15,6 +15,7 @@ use crate::config::SslMode;
 use crate::credentials::LoginInfo;
 use crate::io::{Conn, ReadOutcome, Stream};
 use crate::params::ServerParams;
+use crate::statements::{ServerStatements, Undo};
 use crate::tls::ServerTls;
 use crate::tracker::TxTracker;
 
@@ -107,6 +108,9 @@ pub(crate) struct ServerConn {
     /// Its BackendKeyData.
     pub(crate) key: (i32, i32),
     pub(crate) params: ServerParams,
+    pub(crate) statements: ServerStatements,
+    /// What the server owes the client it is lent to; empty between loans.
+    pub(crate) tracker: TxTracker<Undo>,
 }
 
 impl ServerConn {
@@ -116,15 +120,21 @@ impl ServerConn {
         tls: &ServerTls,
         id: u64,
         timeout: Duration,
+        max_statements: usize,
     ) -> Result<Self, ConnectError> {
         let addr = login.address();
-        match tokio::time::timeout(timeout, Self::connect_inner(login, tls, id)).await {
+        match tokio::time::timeout(timeout, Self::connect_inner(login, tls, id, max_statements)).await {
             Ok(result) => result,
             Err(_) => Err(ConnectError::Timeout { addr, after: timeout }),
         }
     }
 
-    async fn connect_inner(login: &LoginInfo, tls: &ServerTls, id: u64) -> Result<Self, ConnectError> {
+    async fn connect_inner(
+        login: &LoginInfo,
+        tls: &ServerTls,
+        id: u64,
+        max_statements: usize,
+    ) -> Result<Self, ConnectError> {
         let addr = login.address();
         let io_err = |source| ConnectError::Io { addr: addr.clone(), source };
         let mut stream = TcpStream::connect((login.host.as_str(), login.port)).await.map_err(io_err)?;
@@ -150,6 +160,8 @@ impl ServerConn {
             addr: peer,
             key: (0, 0),
             params: ServerParams::default(),
+            statements: ServerStatements::new(max_statements),
+            tracker: TxTracker::default(),
         };
         conn.login(login).await?;
         Ok(conn)
@@ -307,6 +319,53 @@ impl ServerConn {
         }
     }
 
+    /// Runs one simple query on pgmux's own account and returns its rows as text (NULL as `None`).
+    pub(crate) async fn query_rows(
+        &mut self,
+        sql: &str,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<Option<String>>>, ServerFailure> {
+        let work = async {
+            let mut buf = BytesMut::new();
+            encode::query(&mut buf, sql);
+            self.io.send(buf.freeze()).await?;
+            let mut rows = Vec::new();
+            let mut error = None;
+            loop {
+                let (tag, msg) = self.read_message().await?;
+                let body = &msg[5..];
+                match tag {
+                    b'D' => {
+                        let cols = backend::data_row(body).map_err(|e| ServerFailure::Protocol(e.to_string()))?;
+                        rows.push(
+                            cols.into_iter().map(|c| c.map(|v| String::from_utf8_lossy(v).into_owned())).collect(),
+                        );
+                    }
+                    b'E' => {
+                        let f = ErrorFields::parse(body).map_err(|e| ServerFailure::Protocol(e.to_string()))?;
+                        error = Some(format!("{} (SQLSTATE {})", f.message, f.code));
+                    }
+                    b'S' => {
+                        let (name, value) =
+                            backend::parameter_status(body).map_err(|e| ServerFailure::Protocol(e.to_string()))?;
+                        self.params.report(name, value);
+                    }
+                    b'Z' => {
+                        return match error {
+                            Some(e) => Err(ServerFailure::Fatal(e)),
+                            None => Ok(rows),
+                        };
+                    }
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(ServerFailure::Timeout(timeout)),
+        }
+    }
+
     /// Runs one simple query on pgmux's own account.
     pub(crate) async fn simple_query(
         &mut self,
@@ -321,7 +380,7 @@ impl ServerConn {
     /// Brings a connection that a client left mid-way back to idle: ends a COPY the server still waits on,
     /// closes an open extended-protocol unit, reads and drops every reply still owed, and rolls back an
     /// open transaction. True if the server ends idle and can be lent again.
-    pub(crate) async fn drain(&mut self, state: &TxTracker, timeout: Duration) -> bool {
+    pub(crate) async fn drain<N>(&mut self, state: &TxTracker<N>, timeout: Duration) -> bool {
         let work = async {
             let mut buf = BytesMut::new();
             let mut expect = state.pending();

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::credentials::{Credentials, CredentialsError};
 use crate::params::{Catalog, Defaults};
 use crate::server::{ConnectError, ServerConn};
+use crate::statements::Registry;
 use crate::tls::ServerTls;
 
 /// Why a client could not get a server connection.
@@ -72,6 +73,10 @@ pub(crate) struct Shared {
     /// Server connections are boxed so that a lease, which a linked session holds inline, stays small.
     pub(crate) pool: Pool<Box<ServerConn>>,
     pub(crate) catalog: Catalog,
+    /// Prepared statements of every client, by content.
+    pub(crate) statements: Registry,
+    /// Clients pinned to their server connection, by reason (in `PinReason::ALL` order).
+    pub(crate) pins: [AtomicU64; 6],
     pub(crate) cancels: Arc<CancelRegistry>,
     pub(crate) auth: Authenticator,
     pub(crate) credentials: Arc<dyn Credentials>,
@@ -100,6 +105,8 @@ impl Shared {
             config,
             pool,
             catalog: Catalog::default(),
+            statements: Registry::default(),
+            pins: Default::default(),
             cancels: Arc::new(CancelRegistry::default()),
             auth,
             credentials,
@@ -156,12 +163,13 @@ impl Shared {
     async fn open(&self) -> Result<ServerConn, CheckoutError> {
         let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
         let timeout = self.config.server_connect_timeout;
+        let max = self.config.max_prepared_statements;
         let login = self.credentials.login().await?;
-        match ServerConn::connect(&login, &self.server_tls, id, timeout).await {
+        match ServerConn::connect(&login, &self.server_tls, id, timeout, max).await {
             Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
                 tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
                 let login = self.credentials.login().await?;
-                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout).await?)
+                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout, max).await?)
             }
             other => Ok(other?),
         }

@@ -1,105 +1,284 @@
-//! When may a server connection leave its client? [`TxTracker`] answers from the messages alone.
+//! What the server owes, in order, and when a server connection may leave its client. [`TxTracker`] answers
+//! from the messages alone.
 //!
-//! A server connection may go back to the pool only when the server has said `ReadyForQuery('I')` *and*
-//! the client has nothing in flight: every Sync, Query and FunctionCall it sent has been answered, and it
-//! has not started another extended-protocol unit (Parse, Bind, Describe, Execute, Close, Flush) that has no
-//! Sync yet. That one rule covers pipelines, Flush-based prepares, portals read in pieces and COPY, because
-//! each of them keeps either a reply or an open unit outstanding.
+//! Every message that gets a reply puts an entry in a queue: the client's own (forwarded), pgmux's own
+//! (an injected Parse whose ParseComplete the client must not see), or ones pgmux answers itself (a Parse
+//! of a statement the server already has, a Close of a client's statement name), whose answer goes out
+//! exactly when its turn comes. Server messages pop the entries they complete; an ErrorResponse in the
+//! extended protocol also drops every entry up to the next Sync, as the server skips those messages.
+//!
+//! A server connection may go back to the pool only when the server has said `ReadyForQuery('I')`, nothing
+//! is owed, and the client has not started another extended-protocol unit (Parse, Bind, Describe, Execute,
+//! Close, Flush) without a Sync. That covers pipelines, Flush-based prepares, portals read in pieces and
+//! COPY, because each of them keeps a reply owed or a unit open.
 //!
 //! One wrinkle: a server in COPY FROM STDIN ignores Sync and Flush until CopyDone or CopyFail. Drivers send
 //! Bind, Execute, Sync for a COPY before they know it is one, so when CopyInResponse arrives for an
-//! extended-protocol unit, the Syncs sent so far will never be answered: the unit stays open until the
-//! Sync that follows the client's CopyDone.
+//! Execute, the Syncs sent after it will never be answered: the unit stays open until the Sync that follows
+//! the client's CopyDone.
 
+use std::collections::VecDeque;
+
+use bytes::Bytes;
 use pgmux_proto::TxStatus;
 
-/// The server sent a `ReadyForQuery` nobody asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("server sent ReadyForQuery with no request outstanding")]
-pub struct UnexpectedReady;
-
-/// Transaction and request tracking for one client's link to one server.
+/// The kind of reply a message is owed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TxTracker {
-    /// `ReadyForQuery` replies the server still owes.
-    pending: u32,
+pub enum Reply {
+    /// ParseComplete.
+    Parse,
+    /// BindComplete.
+    Bind,
+    /// ParameterDescription, then RowDescription or NoData.
+    DescribeStatement,
+    /// RowDescription or NoData.
+    DescribePortal,
+    /// Rows, then CommandComplete, EmptyQueryResponse or PortalSuspended (or a COPY in between).
+    Execute,
+    /// CloseComplete.
+    Close,
+    /// ReadyForQuery.
+    Sync,
+    /// Anything, up to ReadyForQuery.
+    Query,
+    /// FunctionCallResponse, then ReadyForQuery.
+    FunctionCall,
+}
+
+impl Reply {
+    /// The reply a client message is owed, if any.
+    pub fn for_client_message(tag: u8) -> Option<Reply> {
+        Some(match tag {
+            b'P' => Reply::Parse,
+            b'B' => Reply::Bind,
+            b'E' => Reply::Execute,
+            b'C' => Reply::Close,
+            b'S' => Reply::Sync,
+            b'Q' => Reply::Query,
+            b'F' => Reply::FunctionCall,
+            _ => return None,
+        })
+    }
+
+    /// Whether `tag` from the server is the last message of this reply.
+    fn completed_by(self, tag: u8) -> bool {
+        match self {
+            Reply::Parse => tag == b'1',
+            Reply::Bind => tag == b'2',
+            Reply::DescribeStatement | Reply::DescribePortal => matches!(tag, b'T' | b'n'),
+            Reply::Execute => matches!(tag, b'C' | b'I' | b's'),
+            Reply::Close => tag == b'3',
+            Reply::Sync | Reply::Query | Reply::FunctionCall => tag == b'Z',
+        }
+    }
+
+    /// Answered by a ReadyForQuery.
+    fn ends_unit(self) -> bool {
+        matches!(self, Reply::Sync | Reply::Query | Reply::FunctionCall)
+    }
+
+    /// An ErrorResponse for it makes the server skip to the next Sync.
+    fn extended(self) -> bool {
+        !self.ends_unit()
+    }
+}
+
+/// What becomes of a reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// The client asked and sees it.
+    Forward,
+    /// pgmux asked (an injected Parse or Close); the client must not see it. Errors are still forwarded.
+    Swallow,
+    /// The server was never asked: pgmux answers with these bytes when the reply's turn comes.
+    Answer(Bytes),
+}
+
+/// What to do with one server message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Pass it to the client.
+    Forward,
+    /// Drop it.
+    Swallow,
+}
+
+/// The server sent something no request explains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("server sent message {:?} with no request owed it", *.0 as char)]
+pub struct Unexpected(pub u8);
+
+#[derive(Debug)]
+struct Owed<N> {
+    reply: Reply,
+    fate: Fate,
+    /// What the owner must undo if the message fails or is skipped.
+    note: Option<N>,
+}
+
+/// The outstanding requests of one client's link to one server. `N` is a note the owner attaches to an
+/// entry and gets back if that entry fails or is skipped (the proxy uses it to undo statement bookkeeping).
+#[derive(Debug)]
+pub struct TxTracker<N = ()> {
+    owed: VecDeque<Owed<N>>,
+    /// Entries answered by ReadyForQuery.
+    syncs: u32,
     /// The client sent extended-protocol messages after its last Sync.
     open_unit: bool,
-    /// Status from the last `ReadyForQuery`.
+    /// Status from the last ReadyForQuery.
     status: TxStatus,
     /// The server is in COPY FROM STDIN and waits for the client's data.
     copy_in: bool,
-    /// Which owed replies answer a simple Query or FunctionCall (bit set) rather than a Sync, oldest first
-    /// in the lowest bit; replies beyond the 64th count as Syncs.
-    simple: u64,
 }
 
-impl Default for TxTracker {
+impl<N> Default for TxTracker<N> {
     fn default() -> Self {
-        TxTracker { pending: 0, open_unit: false, status: TxStatus::Idle, copy_in: false, simple: 0 }
+        TxTracker { owed: VecDeque::new(), syncs: 0, open_unit: false, status: TxStatus::Idle, copy_in: false }
     }
 }
 
-impl TxTracker {
-    /// Notes a message the client sent on to the server.
+impl<N> TxTracker<N> {
+    /// Notes a client message forwarded to the server, whose reply the client sees.
     pub fn client_message(&mut self, tag: u8) {
         match tag {
-            // Each of these is answered by exactly one ReadyForQuery.
-            b'Q' | b'F' => {
-                if self.pending < 64 {
-                    self.simple |= 1 << self.pending;
-                }
-                self.pending += 1;
-                self.open_unit = false;
-            }
             // A server in COPY FROM STDIN ignores Sync and Flush.
             b'S' | b'H' if self.copy_in => {}
-            b'S' => {
-                self.pending += 1;
-                self.open_unit = false;
-            }
-            b'P' | b'B' | b'D' | b'E' | b'C' | b'H' => self.open_unit = true,
+            b'H' => self.open_unit = true,
             // CopyDone / CopyFail end the client's part of a COPY that a Query or Execute started.
             b'c' | b'f' => self.copy_in = false,
-            _ => {}
+            b'D' => {}
+            _ => {
+                if let Some(reply) = Reply::for_client_message(tag) {
+                    self.expect(reply, Fate::Forward, None);
+                }
+            }
         }
     }
 
-    /// Notes a server message other than `ReadyForQuery` that changes what the server waits for.
-    pub fn server_message(&mut self, tag: u8) {
+    /// Notes a client Describe forwarded to the server (its reply depends on what it describes).
+    pub fn client_describe(&mut self, statement: bool) {
+        let reply = if statement { Reply::DescribeStatement } else { Reply::DescribePortal };
+        self.expect(reply, Fate::Forward, None);
+    }
+
+    /// Notes a reply owed with a given fate: pgmux's own messages, and client messages pgmux answers.
+    pub fn expect(&mut self, reply: Reply, fate: Fate, note: Option<N>) {
+        if reply.ends_unit() {
+            self.syncs += 1;
+            if fate != Fate::Swallow {
+                self.open_unit = false;
+            }
+        } else if fate != Fate::Swallow {
+            self.open_unit = true;
+        }
+        self.owed.push_back(Owed { reply, fate, note });
+    }
+
+    /// Emits the answers whose turn has come (those at the head of the queue), in order.
+    pub fn take_answers(&mut self, mut emit: impl FnMut(Bytes)) {
+        while let Some(Owed { fate: Fate::Answer(_), .. }) = self.owed.front() {
+            if let Some(Owed { fate: Fate::Answer(bytes), reply, .. }) = self.owed.pop_front() {
+                if reply.ends_unit() {
+                    self.syncs -= 1;
+                }
+                emit(bytes);
+            }
+        }
+    }
+
+    /// True if an answer is due now.
+    pub fn answer_due(&self) -> bool {
+        matches!(self.owed.front(), Some(Owed { fate: Fate::Answer(_), .. }))
+    }
+
+    /// Routes one server message other than ReadyForQuery. Answers due before it must have been taken
+    /// (see [`take_answers`](Self::take_answers)). Entries it fails or makes the server skip come back
+    /// through `undone`.
+    pub fn server_message(&mut self, tag: u8, mut undone: impl FnMut(N)) -> Result<Route, Unexpected> {
+        debug_assert!(!self.answer_due(), "answers due must be taken before the next server message");
+        // Asynchronous messages belong to no request.
+        if matches!(tag, b'N' | b'A' | b'S') {
+            return Ok(Route::Forward);
+        }
+        let head = self.owed.front().ok_or(Unexpected(tag))?;
+        let route = if head.fate == Fate::Swallow && tag != b'E' { Route::Swallow } else { Route::Forward };
         match tag {
+            b'E' => {
+                self.copy_in = false;
+                if head.reply.extended() {
+                    self.fail_until_sync(&mut undone);
+                }
+            }
             b'G' => {
                 self.copy_in = true;
-                // Every earlier unit has been answered, so the oldest owed reply belongs to the COPY. If that
-                // is a Sync unit, the Syncs sent so far land in copy mode and are ignored.
-                if self.pending > 0 && self.simple & 1 == 0 {
-                    self.pending = 0;
-                    self.simple = 0;
+                if head.reply == Reply::Execute {
+                    // The Syncs sent after this Execute land in copy mode and are ignored.
+                    let mut dropped = 0;
+                    self.owed.retain(|o| {
+                        let sync = o.reply == Reply::Sync;
+                        dropped += u32::from(sync);
+                        !sync
+                    });
+                    self.syncs -= dropped;
                     self.open_unit = true;
                 }
             }
-            b'E' => self.copy_in = false,
+            tag if head.reply.completed_by(tag) && !head.reply.ends_unit() => {
+                self.owed.pop_front();
+            }
+            // Another request's final message while this one is at the head: the streams are out of step.
+            b'1' | b'2' | b'3' | b'T' | b'n' | b'C' | b'I' | b's' if head.reply.extended() => {
+                return Err(Unexpected(tag));
+            }
             _ => {}
+        }
+        Ok(route)
+    }
+
+    /// The failed entry and every one after it up to the next Sync: the server skips them.
+    fn fail_until_sync(&mut self, undone: &mut impl FnMut(N)) {
+        while let Some(o) = self.owed.front() {
+            if o.reply.ends_unit() {
+                break;
+            }
+            if let Some(Owed { note: Some(note), .. }) = self.owed.pop_front() {
+                undone(note);
+            }
         }
     }
 
-    /// Notes a `ReadyForQuery` from the server.
-    pub fn server_ready(&mut self, status: TxStatus) -> Result<(), UnexpectedReady> {
-        self.pending = self.pending.checked_sub(1).ok_or(UnexpectedReady)?;
-        self.simple >>= 1;
+    /// Notes a ReadyForQuery; routes it like [`server_message`](Self::server_message).
+    pub fn server_ready(&mut self, status: TxStatus, mut undone: impl FnMut(N)) -> Result<Route, Unexpected> {
+        // Entries still owed before the unit's end were skipped by the server (after an error in a simple
+        // Query or FunctionCall nothing is skipped; their entries end at ReadyForQuery themselves).
+        while let Some(o) = self.owed.front() {
+            if o.reply.ends_unit() {
+                break;
+            }
+            if let Some(Owed { note: Some(note), .. }) = self.owed.pop_front() {
+                undone(note);
+            }
+        }
+        let head = self.owed.pop_front().ok_or(Unexpected(b'Z'))?;
+        self.syncs -= 1;
         self.status = status;
         self.copy_in = false;
-        Ok(())
+        Ok(if head.fate == Fate::Swallow { Route::Swallow } else { Route::Forward })
     }
 
     /// True when the server connection can be given back: idle, nothing owed, no unit open.
     pub fn may_release(&self) -> bool {
-        self.pending == 0 && !self.open_unit && self.status == TxStatus::Idle
+        self.owed.is_empty() && !self.open_unit && self.status == TxStatus::Idle
     }
 
-    /// Replies still owed by the server.
+    /// ReadyForQuery replies the server still owes.
     pub fn pending(&self) -> u32 {
-        self.pending
+        self.syncs
+    }
+
+    /// Whether nothing at all is owed.
+    pub fn nothing_owed(&self) -> bool {
+        self.owed.is_empty()
     }
 
     /// Whether the client has an extended-protocol unit without a Sync yet.
@@ -107,7 +286,7 @@ impl TxTracker {
         self.open_unit
     }
 
-    /// The status of the last `ReadyForQuery`.
+    /// The status of the last ReadyForQuery.
     pub fn status(&self) -> TxStatus {
         self.status
     }
@@ -116,177 +295,14 @@ impl TxTracker {
     pub fn copy_in(&self) -> bool {
         self.copy_in
     }
+
+    /// Forgets everything owed (the connection is gone), returning the notes to undo.
+    pub fn abandon(&mut self) -> Vec<N> {
+        let notes = self.owed.drain(..).filter_map(|o| o.note).collect();
+        self.syncs = 0;
+        notes
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use TxStatus::*;
-
-    fn feed(t: &mut TxTracker, client: &[u8]) {
-        for &tag in client {
-            t.client_message(tag);
-        }
-    }
-
-    #[test]
-    fn a_simple_query_outside_a_transaction_releases_at_its_reply() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"Q");
-        assert!(!t.may_release());
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn a_transaction_keeps_the_link_until_idle() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"Q");
-        t.server_ready(InTransaction).unwrap();
-        assert!(!t.may_release(), "BEGIN leaves the server in a transaction");
-        feed(&mut t, b"Q");
-        t.server_ready(Failed).unwrap();
-        assert!(!t.may_release(), "an error inside the transaction keeps it");
-        feed(&mut t, b"Q");
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release(), "ROLLBACK ends it");
-    }
-
-    #[test]
-    fn pipelined_syncs_keep_the_link_until_the_last_reply() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"PBES");
-        feed(&mut t, b"BES");
-        feed(&mut t, b"BES");
-        assert_eq!(t.pending(), 3);
-        t.server_ready(Idle).unwrap();
-        t.server_ready(Idle).unwrap();
-        assert!(!t.may_release());
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn a_flush_based_prepare_keeps_the_link_until_its_sync() {
-        // asyncpg / postgres.js: Parse, Describe, Flush ... then Bind, Execute, Sync.
-        let mut t = TxTracker::default();
-        feed(&mut t, b"PDH");
-        assert!(!t.may_release());
-        feed(&mut t, b"BES");
-        assert!(!t.may_release());
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn messages_sent_after_the_last_sync_keep_the_link_when_its_reply_arrives() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"PBES");
-        feed(&mut t, b"PB");
-        t.server_ready(Idle).unwrap();
-        assert!(!t.may_release(), "the second unit has no Sync yet");
-        feed(&mut t, b"ES");
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn portal_streaming_keeps_the_link() {
-        // pg-cursor: Bind a named portal, Execute(100) + Flush, repeatedly, Sync only at the end.
-        let mut t = TxTracker::default();
-        feed(&mut t, b"PBDEH");
-        feed(&mut t, b"EH");
-        feed(&mut t, b"EH");
-        assert!(!t.may_release());
-        feed(&mut t, b"CS");
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn copy_in_keeps_the_link_until_its_reply() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"Q");
-        t.server_message(b'G');
-        assert!(t.copy_in());
-        feed(&mut t, b"ddd");
-        assert!(t.copy_in());
-        feed(&mut t, b"c");
-        assert!(!t.copy_in(), "CopyDone ends the client's part");
-        assert_eq!(t.pending(), 1);
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn extended_copy_in_ignores_the_syncs_sent_before_copy_mode() {
-        // tokio-postgres / libpq: Bind, Execute, Sync; CopyInResponse; data, CopyDone, Sync; one reply.
-        let mut t = TxTracker::default();
-        feed(&mut t, b"BES");
-        t.server_message(b'2');
-        t.server_message(b'G');
-        assert_eq!(t.pending(), 0);
-        assert!(!t.may_release());
-        feed(&mut t, b"dd");
-        feed(&mut t, b"S");
-        assert_eq!(t.pending(), 0, "a Sync in copy mode is ignored");
-        feed(&mut t, b"cS");
-        t.server_message(b'C');
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn extended_copy_in_that_fails_is_answered_at_the_next_sync() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"BES");
-        t.server_message(b'G');
-        feed(&mut t, b"d");
-        t.server_message(b'E');
-        feed(&mut t, b"cS");
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn simple_copy_in_keeps_its_query_reply() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"Q");
-        t.server_message(b'G');
-        assert_eq!(t.pending(), 1);
-        feed(&mut t, b"ddc");
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn copy_after_earlier_pipelined_units() {
-        // Two queries answered, then the COPY's unit.
-        let mut t = TxTracker::default();
-        feed(&mut t, b"Q");
-        feed(&mut t, b"BES");
-        feed(&mut t, b"BES");
-        t.server_ready(Idle).unwrap();
-        t.server_ready(Idle).unwrap();
-        t.server_message(b'G');
-        assert_eq!(t.pending(), 0);
-        feed(&mut t, b"cS");
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn function_call_is_answered_by_ready_for_query() {
-        let mut t = TxTracker::default();
-        feed(&mut t, b"F");
-        assert!(!t.may_release());
-        t.server_ready(Idle).unwrap();
-        assert!(t.may_release());
-    }
-
-    #[test]
-    fn an_unsolicited_ready_is_an_error() {
-        let mut t = TxTracker::default();
-        assert_eq!(t.server_ready(Idle), Err(UnexpectedReady));
-    }
-}
+mod tests;

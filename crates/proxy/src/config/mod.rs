@@ -123,6 +123,9 @@ config_keys! {
     client_login_timeout: Duration = "15s";
     /// A server connection idle longer than this is checked with a round trip before it is lent.
     server_check_delay: Duration = "30s";
+    /// Prepared statements each server connection keeps (least recently used closed first); 0 turns
+    /// statement tracking off (drivers' named statements then break across transactions).
+    max_prepared_statements: usize = "200";
     /// Threads that serve clients. One is fastest when pgmux shares a few cores with its clients and the
     /// database; raise it only when pgmux itself keeps a core busy.
     workers: usize = "1";

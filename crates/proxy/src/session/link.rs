@@ -10,7 +10,7 @@ use super::relay::Verdict;
 use super::{End, Linked, Session, ready_for_query, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
-use crate::params;
+use crate::params::{self, Param};
 use crate::shared::CheckoutError;
 use crate::stop::Level;
 
@@ -84,8 +84,16 @@ impl Session {
         Ok(None)
     }
 
-    /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding.
+    /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding, unless the
+    /// client holds session state there (it is pinned). Settings the client changed are read back first.
     pub(super) async fn release(&mut self) {
+        if let Some(reason) = self.state.pin {
+            self.report_pin(reason);
+            return;
+        }
+        if std::mem::take(&mut self.state.settings_dirty) && !Box::pin(self.read_back_settings()).await {
+            return;
+        }
         // A cancel on its way to this server must land before anyone else can use it. That wait is rare
         // and boxed, so that the relay loop's future stays small.
         if !self.cancel.try_unlink() {
@@ -93,7 +101,6 @@ impl Session {
         }
         let Some(linked) = self.server.take() else { return };
         let mut lease = linked.take();
-        self.tracker = Default::default();
         let lifetime = self.shared.config.server_lifetime;
         let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
         if too_old || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
@@ -108,27 +115,34 @@ impl Session {
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
     pub(super) fn server_lost(&mut self, reason: &str) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
-        let lease = linked.take();
+        let mut lease = linked.take();
         let mid_message = lease.io.framer.mid_message();
         tracing::warn!(server_id = lease.id, reason, "server connection lost");
+        let mut state = std::mem::take(&mut lease.tracker);
         drop(lease.discard());
         self.cancel.clear();
+        // What the client asked of the lost server never happened: undo its statement bookkeeping.
+        let pending = state.pending();
+        let notes = state.abandon();
+        self.undo_all(notes, false);
+        // Session state on the lost server is gone with it.
+        self.state.pin = None;
+        self.state.pin_reported = false;
         if mid_message {
             return Err(End::Unrecoverable);
         }
-        let state = std::mem::take(&mut self.tracker);
         let err = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {reason}"))
             .with_detail("The current transaction, if any, was rolled back.")
             .with_hint("The connection to pgmux is still usable; retry the transaction.")
             .to_bytes();
-        for _ in 0..state.pending() {
+        for _ in 0..pending {
             self.client.out.push(err.clone());
             self.client.out.push(ready_for_query(TxStatus::Idle));
         }
         if state.unit_open() {
             self.client.out.push(err);
             self.skip_until_sync = true;
-        } else if state.pending() == 0 && state.status() != TxStatus::Idle {
+        } else if pending == 0 && state.status() != TxStatus::Idle {
             self.lost_transaction = true;
         }
         Ok(())
@@ -138,11 +152,13 @@ impl Session {
     /// connection that only waits (idle in a transaction, an open unit, a COPY) is brought back to idle and
     /// returned, or closed if that cannot be done cleanly and quickly. Never lent dirty.
     pub(super) async fn abandon(&mut self, linked: Linked) {
-        let state = std::mem::take(&mut self.tracker);
         let mut lease = linked.take();
+        let state = std::mem::take(&mut lease.tracker);
         self.cancel.clear();
         let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
-        if broken || self.stop.level() == Level::Hard {
+        // A pinned client's session state (listeners, locks, temporary tables) must not reach another.
+        let pinned = self.state.pin.is_some();
+        if broken || pinned || self.stop.level() == Level::Hard {
             drop(lease.discard());
             return;
         }
@@ -156,7 +172,7 @@ impl Session {
             }
             return;
         }
-        if lease.drain(&state, DRAIN_TIMEOUT).await {
+        if lease.drain(&state, DRAIN_TIMEOUT).await && !self.state.settings_dirty {
             tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
@@ -164,3 +180,44 @@ impl Session {
         }
     }
 }
+
+impl Session {
+    /// Logs and counts a pin once per client.
+    fn report_pin(&mut self, reason: crate::sql::PinReason) {
+        if std::mem::replace(&mut self.state.pin_reported, true) {
+            return;
+        }
+        tracing::info!(%reason, "client pinned to its server connection until it disconnects");
+        if let Some(i) = crate::sql::PinReason::ALL.iter().position(|r| *r == reason) {
+            self.shared.pins[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Reads the session's settings back from the linked server after the client changed some (SET,
+    /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
+    /// for the next client. False if the server failed (it is then dropped and the client told).
+    async fn read_back_settings(&mut self) -> bool {
+        let timeout = self.shared.config.server_connect_timeout;
+        let Some(linked) = self.server.as_mut() else { return true };
+        let server = linked.conn();
+        let rows = match server.query_rows(SESSION_SETTINGS, timeout).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                let _ = self.server_lost(&format!("reading settings back: {e}"));
+                return false;
+            }
+        };
+        let settings: Vec<Param> = rows
+            .into_iter()
+            .filter_map(|r| match r.as_slice() {
+                [Some(name), Some(value)] => Some(Param { name: name.clone(), value: value.clone() }),
+                _ => None,
+            })
+            .collect();
+        params::adopt_session(&mut self.params, &mut server.params, &settings);
+        true
+    }
+}
+
+/// The settings a session has changed from the server's defaults (set_config, SET, and pgmux's own sync).
+const SESSION_SETTINGS: &str = "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session'";

@@ -24,7 +24,7 @@ async fn refuse(mut conn: Conn, err: ErrorMessage) -> Option<Session> {
 
 /// Runs the start-up of a new connection. Returns the session, or `None` when the connection is done
 /// (a cancel request, a refusal, a client that went away).
-pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Option<Session> {
+pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u64) -> Option<Session> {
     let deadline = tokio::time::Instant::now() + shared.config.client_login_timeout;
     let timed_out =
         || ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, "client did not log in within client_login_timeout");
@@ -120,15 +120,17 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop) -> Op
     }
     tracing::debug!(user, "client logged in");
     Some(Session {
+        id,
         shared,
         watch: stop.watch(),
         stop,
         client: conn,
         server: None,
-        tracker: Default::default(),
         params,
+        state: Default::default(),
         cancel,
         skip_until_sync: false,
+        discard_until_sync: false,
         lost_transaction: false,
         closing: false,
         _slot: slot,

@@ -8,6 +8,7 @@
 mod link;
 mod login;
 mod relay;
+mod route;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +28,6 @@ use crate::params::ClientParams;
 use crate::server::ServerConn;
 use crate::shared::Shared;
 use crate::stop::{Level, Stop, Watch};
-use crate::tracker::TxTracker;
 use relay::Event;
 
 /// Why a session ended.
@@ -74,16 +74,22 @@ impl Drop for Linked {
 
 /// A logged-in client.
 struct Session {
+    /// Unique for the life of the process (unlike the cancel pid, which is reused).
+    id: u64,
     shared: Arc<Shared>,
     stop: Stop,
     watch: Watch,
     client: Conn,
     server: Option<Linked>,
-    tracker: TxTracker,
     params: ClientParams,
+    state: route::ClientState,
     cancel: Registration,
-    /// After an error pgmux reported for an extended-protocol unit: drop messages up to the next Sync.
+    /// After an error pgmux reported for a unit with no server linked: drop messages up to the next Sync
+    /// and answer that Sync here.
     skip_until_sync: bool,
+    /// After an error pgmux answered inside a linked unit: drop messages up to the next Sync, which goes to
+    /// the server.
+    discard_until_sync: bool,
     /// The server was lost while the client sat idle in a transaction; its next unit gets the error.
     lost_transaction: bool,
     /// Shutdown has begun: close as soon as no server is linked.
@@ -99,7 +105,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
         let conn = Conn::new(stream, Sender::Frontend);
         // Login and cleanup are boxed, so that what a connected client keeps while it idles is the session
         // and its relay loop, in the task's own allocation.
-        let Some(mut session) = Box::pin(login::login(shared, conn, stop)).await else {
+        let Some(mut session) = Box::pin(login::login(shared, conn, stop, client_id)).await else {
             return;
         };
         let end = session.run().await;

@@ -3,7 +3,11 @@
 
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+
 use pgmux_proto::backend::{self, ErrorFields};
+
+use crate::tracker::Route;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, TxStatus, sqlstate};
 
@@ -22,16 +26,13 @@ pub(super) enum Event {
     ServerWriteFailed(std::io::Error),
 }
 
-/// What to do with one client message.
+/// What to do with a message that begins a unit while no server is linked.
 pub(super) enum Verdict {
-    Forward,
     Drop,
     /// Drop it and answer it with these bytes.
-    Answer(bytes::Bytes),
-    /// It starts a unit and no server is linked: get one, then look again.
+    Answer(Bytes),
+    /// Get a server and go on.
     NeedServer,
-    /// Terminate: the session ends.
-    Terminate,
 }
 
 /// What the server's messages led to.
@@ -90,10 +91,10 @@ impl Session {
         }
     }
 
-    /// Handles every whole message the client has sent: forwards, drops or answers each, linking a server
-    /// when a unit begins.
+    /// Handles every whole message the client has sent: forwards, rewrites, drops or answers each, linking
+    /// a server when a unit begins.
     pub(super) async fn relay_client(&mut self) -> Result<(), End> {
-        // Bytes at the front of the read buffer already judged "forward", not yet moved.
+        // Bytes at the front of the read buffer already judged "forward as they are", not yet moved.
         let mut run = 0;
         loop {
             let step = self.client.framer.step(&self.client.rbuf[run..]);
@@ -105,7 +106,7 @@ impl Session {
                 Ok(Step::NeedMore { .. }) => break,
                 Ok(Step::Stream { take, .. }) => {
                     // Only CopyData streams; without a server (a COPY that failed) it goes nowhere.
-                    if self.server.is_some() && !self.skip_until_sync {
+                    if self.server.is_some() && !self.skip_until_sync && !self.discard_until_sync {
                         run += take;
                     } else {
                         self.forward_client(run);
@@ -116,37 +117,26 @@ impl Session {
                 }
                 Ok(Step::Message { tag, len }) => (tag, len),
             };
-            let mut verdict = self.judge_client(tag);
-            if let Verdict::NeedServer = verdict {
-                debug_assert_eq!(run, 0, "nothing is forwarded without a server");
-                // Boxed: linking is a large future, and an idle session should not carry its space.
-                verdict = Box::pin(self.link(tag)).await?.unwrap_or(Verdict::Forward);
+            // The common case: a linked server and a message forwarded as it is (Execute, Sync, CopyData…).
+            if !self.skip_until_sync
+                && !self.discard_until_sync
+                && !self.inspects(tag)
+                && let Some(linked) = self.server.as_mut()
+            {
+                linked.conn().tracker.client_message(tag);
+                run += len;
+                continue;
             }
-            match verdict {
-                Verdict::Forward => {
-                    self.tracker.client_message(tag);
-                    run += len;
-                }
-                Verdict::Drop => {
-                    self.forward_client(run);
-                    run = 0;
-                    let _ = self.client.rbuf.split_to(len);
-                }
-                Verdict::Answer(reply) => {
-                    self.forward_client(run);
-                    run = 0;
-                    let _ = self.client.rbuf.split_to(len);
-                    self.client.out.push(reply);
-                }
-                Verdict::NeedServer => unreachable!("linking settles the verdict"),
-                Verdict::Terminate => {
-                    self.forward_client(run);
-                    let _ = self.client.rbuf.split_to(len);
-                    return Err(End::ClientGone);
-                }
-            }
+            self.forward_client(run);
+            run = 0;
+            let msg = self.client.rbuf.split_to(len).freeze();
+            self.dispatch(tag, msg).await?;
         }
         self.forward_client(run);
+        if let Some(linked) = self.server.as_mut() {
+            let out = &mut self.client.out;
+            linked.conn().tracker.take_answers(|b| out.push(b));
+        }
         Ok(())
     }
 
@@ -161,43 +151,79 @@ impl Session {
         }
     }
 
-    fn judge_client(&mut self, tag: u8) -> Verdict {
+    /// Messages pgmux looks inside (statement names, SQL) rather than passing on unread.
+    fn inspects(&self, tag: u8) -> bool {
+        match tag {
+            b'Q' | b'D' | b'X' => true,
+            b'P' | b'B' | b'C' => self.tracking(),
+            _ => false,
+        }
+    }
+
+    /// One message, taken out of the read buffer, that needs more than forwarding.
+    async fn dispatch(&mut self, tag: u8, msg: Bytes) -> Result<(), End> {
         if tag == b'X' {
             // With a server linked, `finish` cleans it up.
-            return Verdict::Terminate;
+            return Err(End::ClientGone);
         }
         if self.skip_until_sync {
             if tag == b'S' {
                 self.skip_until_sync = false;
-                return Verdict::Answer(ready_for_query(TxStatus::Idle));
+                self.client.out.push(ready_for_query(TxStatus::Idle));
             }
-            return Verdict::Drop;
+            return Ok(());
         }
-        if self.server.is_some() {
-            return Verdict::Forward;
+        if self.discard_until_sync {
+            if tag != b'S' {
+                return Ok(());
+            }
+            self.discard_until_sync = false;
+        }
+        if self.server.is_none() {
+            match self.unlinked(tag, &msg) {
+                Verdict::Drop => return Ok(()),
+                Verdict::Answer(reply) => {
+                    self.client.out.push(reply);
+                    return Ok(());
+                }
+                Verdict::NeedServer => {
+                    // Boxed: linking is a large future, and an idle session should not carry its space.
+                    if let Some(Verdict::Answer(reply)) = Box::pin(self.link(tag)).await? {
+                        self.client.out.push(reply);
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.route_linked(tag, msg);
+        Ok(())
+    }
+
+    /// A message that begins a unit while no server is linked: answered here when it needs no server.
+    fn unlinked(&mut self, tag: u8, msg: &[u8]) -> Verdict {
+        if self.lost_transaction && !matches!(tag, b'd' | b'c' | b'f') {
+            self.lost_transaction = false;
+            let err = ErrorMessage::error(
+                sqlstate::CONNECTION_FAILURE,
+                "the server connection was lost while this client was in a transaction; \
+                 the transaction was rolled back",
+            )
+            .to_bytes();
+            return self.answer_unit(tag, err);
         }
         match tag {
             // COPY messages after a COPY that already failed: PostgreSQL ignores them too.
             b'd' | b'c' | b'f' => Verdict::Drop,
-            _ if self.lost_transaction => {
-                self.lost_transaction = false;
-                let err = ErrorMessage::error(
-                    sqlstate::CONNECTION_FAILURE,
-                    "the server connection was lost while this client was in a transaction; \
-                     the transaction was rolled back",
-                )
-                .to_bytes();
-                self.answer_unit(tag, err)
-            }
-            // A Sync with nothing before it needs no server.
+            // A Sync with nothing before it, a Flush with nothing to flush: no server needed.
             b'S' => Verdict::Answer(ready_for_query(TxStatus::Idle)),
-            _ => Verdict::NeedServer,
+            b'H' => Verdict::Drop,
+            _ => self.answer_without_server(tag, msg).unwrap_or(Verdict::NeedServer),
         }
     }
 
     /// Answers the unit that `tag` begins with `error`: a Query, FunctionCall or Sync gets its
     /// ReadyForQuery at once; an extended-protocol unit gets it at its Sync.
-    pub(super) fn answer_unit(&mut self, tag: u8, error: bytes::Bytes) -> Verdict {
+    pub(super) fn answer_unit(&mut self, tag: u8, error: Bytes) -> Verdict {
         match tag {
             b'Q' | b'F' | b'S' => {
                 let mut reply = bytes::BytesMut::from(&error[..]);
@@ -211,79 +237,80 @@ impl Session {
         }
     }
 
-    /// Handles every whole message (and streamed piece) the server has sent.
+    /// Handles every whole message (and streamed piece) the server has sent: forwards or swallows each as
+    /// the tracker says, puts pgmux's own answers in their places, and notes what changes session state.
     pub(super) fn relay_server(&mut self) -> ServerProgress {
         let Some(linked) = self.server.as_mut() else {
             return ServerProgress::Continue;
         };
         let server = linked.conn();
+        let out = &mut self.client.out;
+        let mut notes = Vec::new();
+        let mut stale_plan = false;
         let mut run = 0;
-        loop {
+        let progress = loop {
             let (tag, len) = match server.io.framer.step(&server.io.rbuf[run..]) {
-                Err(e) => {
-                    server.io.forward(run, &mut self.client.out);
-                    return ServerProgress::Lost(e.to_string());
-                }
-                Ok(Step::NeedMore { .. }) => break,
+                Err(e) => break ServerProgress::Lost(e.to_string()),
+                Ok(Step::NeedMore { .. }) => break ServerProgress::Continue,
                 Ok(Step::Stream { take, .. }) => {
                     run += take;
                     continue;
                 }
                 Ok(Step::Message { tag, len }) => (tag, len),
             };
+            if server.tracker.answer_due() {
+                server.io.forward(run, out);
+                run = 0;
+                server.tracker.take_answers(|b| out.push(b));
+            }
             let body = &server.io.rbuf[run + 5..run + len];
-            match tag {
-                b'Z' => {
-                    let status = match backend::ready_for_query(body) {
-                        Ok(s) => s,
-                        Err(e) => return lost(server, run, &mut self.client.out, e.to_string()),
-                    };
-                    if let Err(e) = self.tracker.server_ready(status) {
-                        return lost(server, run, &mut self.client.out, e.to_string());
+            let routed = match tag {
+                b'Z' => match backend::ready_for_query(body) {
+                    Ok(status) => server.tracker.server_ready(status, |n| notes.push(n)).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+                b'E' => match ErrorFields::parse(body) {
+                    Ok(f) if f.is_fatal() => Err(format!("{} (SQLSTATE {})", f.message, f.code)),
+                    Ok(f) => {
+                        stale_plan |=
+                            f.code == "0A000" && f.message.contains("cached plan must not change result type");
+                        server.tracker.server_message(tag, |n| notes.push(n)).map_err(|e| e.to_string())
                     }
-                    run += len;
-                    if self.tracker.may_release() {
-                        server.io.forward(run, &mut self.client.out);
-                        return ServerProgress::Release;
-                    }
-                }
-                b'E' => {
-                    let fields = match ErrorFields::parse(body) {
-                        Ok(f) => f,
-                        Err(e) => return lost(server, run, &mut self.client.out, e.to_string()),
-                    };
-                    if fields.is_fatal() {
-                        let reason = format!("{} (SQLSTATE {})", fields.message, fields.code);
-                        return lost(server, run, &mut self.client.out, reason);
-                    }
-                    self.tracker.server_message(tag);
-                    run += len;
-                }
+                    Err(e) => Err(e.to_string()),
+                },
                 b'S' => {
                     if let Ok((name, value)) = backend::parameter_status(body) {
                         server.params.report(name, value);
                         self.params.report(name, value);
                     }
-                    run += len;
+                    Ok(Route::Forward)
                 }
-                _ => {
-                    self.tracker.server_message(tag);
-                    run += len;
+                b'C' => {
+                    if let Ok(command) = backend::command_tag(body) {
+                        self.state.command_completed(command, &mut server.statements);
+                    }
+                    server.tracker.server_message(tag, |n| notes.push(n)).map_err(|e| e.to_string())
+                }
+                _ => server.tracker.server_message(tag, |n| notes.push(n)).map_err(|e| e.to_string()),
+            };
+            match routed {
+                Err(reason) => break ServerProgress::Lost(reason),
+                Ok(Route::Forward) => run += len,
+                Ok(Route::Swallow) => {
+                    server.io.forward(run, out);
+                    run = 0;
+                    let _ = server.io.rbuf.split_to(len);
                 }
             }
+            if tag == b'Z' && server.tracker.may_release() {
+                break ServerProgress::Release;
+            }
+        };
+        server.io.forward(run, out);
+        if !matches!(progress, ServerProgress::Lost(_)) {
+            server.tracker.take_answers(|b| out.push(b));
         }
-        server.io.forward(run, &mut self.client.out);
-        ServerProgress::Continue
+        self.undo_all(notes, stale_plan);
+        progress
     }
-}
-
-/// Forwards what came before a fatal message, and reports the server as lost.
-fn lost(
-    server: &mut crate::server::ServerConn,
-    run: usize,
-    client_out: &mut crate::io::WriteQueue,
-    reason: String,
-) -> ServerProgress {
-    server.io.forward(run, client_out);
-    ServerProgress::Lost(reason)
 }

@@ -1,0 +1,203 @@
+//! The little SQL reading pgmux does: spotting session state that transaction pooling cannot carry (so that
+//! the client is pinned to its server), `set_config` calls (so that the session's settings are read back),
+//! and a lone `DEALLOCATE name` of a protocol-level statement. One pass over the text, no parser: what it
+//! misses is listed in the README, and every match errs on the safe side (pinning).
+
+use std::fmt;
+
+/// Why a client keeps its server connection until it disconnects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinReason {
+    /// `LISTEN`: notifications go to the server connection that listens.
+    Listen,
+    /// A session-level advisory lock.
+    AdvisoryLock,
+    /// A temporary table, sequence or view that outlives its transaction.
+    TempObject,
+    /// A cursor declared `WITH HOLD`.
+    HoldCursor,
+    /// SQL-level `PREPARE`.
+    SqlPrepare,
+    /// `LOAD` of a library.
+    Load,
+}
+
+impl PinReason {
+    /// Every reason, for metrics.
+    pub const ALL: [PinReason; 6] = [
+        PinReason::Listen,
+        PinReason::AdvisoryLock,
+        PinReason::TempObject,
+        PinReason::HoldCursor,
+        PinReason::SqlPrepare,
+        PinReason::Load,
+    ];
+
+    /// The reason from a CommandComplete tag, for statements recognised by their tag.
+    pub(crate) fn from_tag(tag: &str) -> Option<PinReason> {
+        match tag {
+            "LISTEN" => Some(PinReason::Listen),
+            "PREPARE" => Some(PinReason::SqlPrepare),
+            "LOAD" => Some(PinReason::Load),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PinReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PinReason::Listen => "LISTEN",
+            PinReason::AdvisoryLock => "session advisory lock",
+            PinReason::TempObject => "temporary object outliving its transaction",
+            PinReason::HoldCursor => "WITH HOLD cursor",
+            PinReason::SqlPrepare => "SQL PREPARE",
+            PinReason::Load => "LOAD",
+        })
+    }
+}
+
+/// What a statement's text says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SqlFacts {
+    /// Session state that pins.
+    pub(crate) pin: Option<PinReason>,
+    /// A `set_config` call: session settings may change without a SET tag.
+    pub(crate) set_config: bool,
+}
+
+fn starts_with_ci(hay: &[u8], needle: &[u8]) -> bool {
+    hay.len() >= needle.len() && hay[..needle.len()].eq_ignore_ascii_case(needle)
+}
+
+fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// The next word (letters and underscores) at `at`, skipping whitespace; and where it ends.
+fn word_after(hay: &[u8], mut at: usize) -> (&[u8], usize) {
+    while at < hay.len() && hay[at].is_ascii_whitespace() {
+        at += 1;
+    }
+    let start = at;
+    while at < hay.len() && (hay[at].is_ascii_alphabetic() || hay[at] == b'_') {
+        at += 1;
+    }
+    (&hay[start..at], at)
+}
+
+/// Reads a statement's text for session state. One pass: candidates are found by their first letter.
+pub(crate) fn scan(sql: &str) -> SqlFacts {
+    let b = sql.as_bytes();
+    let mut facts = SqlFacts::default();
+    let mut temp = false;
+    for i in 0..b.len() {
+        let rest = &b[i..];
+        match b[i] | 0x20 {
+            b'p' if starts_with_ci(rest, b"pg_advisory_lock") || starts_with_ci(rest, b"pg_try_advisory_lock") => {
+                facts.pin = Some(PinReason::AdvisoryLock);
+            }
+            b's' if starts_with_ci(rest, b"set_config") => facts.set_config = true,
+            b'w' if starts_with_ci(rest, b"with") => {
+                let (next, _) = word_after(b, i + 4);
+                if next.eq_ignore_ascii_case(b"hold") && facts.pin.is_none() {
+                    facts.pin = Some(PinReason::HoldCursor);
+                }
+            }
+            // CREATE [GLOBAL | LOCAL] TEMP[ORARY] ..., SELECT ... INTO TEMP[ORARY] ...
+            b'c' | b'i' if starts_with_ci(rest, b"create") || starts_with_ci(rest, b"into") => {
+                let skip = if starts_with_ci(rest, b"create") { 6 } else { 4 };
+                let (mut next, mut end) = word_after(b, i + skip);
+                if next.eq_ignore_ascii_case(b"global") || next.eq_ignore_ascii_case(b"local") {
+                    (next, end) = word_after(b, end);
+                }
+                let _ = end;
+                if next.eq_ignore_ascii_case(b"temp") || next.eq_ignore_ascii_case(b"temporary") {
+                    temp = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    if temp && !contains_ci(b, b"on commit drop") && facts.pin.is_none() {
+        facts.pin = Some(PinReason::TempObject);
+    }
+    facts
+}
+
+/// The statement name of a lone `DEALLOCATE [PREPARE] name`, as PostgreSQL would fold it; `None` for
+/// anything else (including `DEALLOCATE ALL`).
+pub(crate) fn deallocate_name(sql: &str) -> Option<String> {
+    let s = sql.trim().trim_end_matches(';').trim_end();
+    let b = s.as_bytes();
+    if !starts_with_ci(b, b"deallocate") {
+        return None;
+    }
+    let mut rest = s[10..].trim_start();
+    if rest.len() == s.len() - 10 {
+        return None; // no space after the keyword
+    }
+    if starts_with_ci(rest.as_bytes(), b"prepare ") {
+        rest = rest[8..].trim_start();
+    }
+    if let Some(quoted) = rest.strip_prefix('"') {
+        let name = quoted.strip_suffix('"')?;
+        return (!name.contains('"')).then(|| name.to_owned());
+    }
+    let ident = rest.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'$') && !rest.is_empty();
+    (ident && !rest.eq_ignore_ascii_case("all")).then(|| rest.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pin(sql: &str) -> Option<PinReason> {
+        scan(sql).pin
+    }
+
+    #[test]
+    fn session_state_is_spotted() {
+        assert_eq!(pin("SELECT pg_advisory_lock(42)"), Some(PinReason::AdvisoryLock));
+        assert_eq!(pin("select PG_TRY_ADVISORY_LOCK_SHARED(1)"), Some(PinReason::AdvisoryLock));
+        assert_eq!(pin("create temp table x (a int)"), Some(PinReason::TempObject));
+        assert_eq!(pin("CREATE GLOBAL TEMPORARY TABLE x (a int)"), Some(PinReason::TempObject));
+        assert_eq!(pin("select * into temp t2 from t"), Some(PinReason::TempObject));
+        assert_eq!(pin("DECLARE c CURSOR WITH HOLD FOR SELECT 1"), Some(PinReason::HoldCursor));
+    }
+
+    #[test]
+    fn transaction_scoped_state_does_not_pin() {
+        assert_eq!(pin("select pg_advisory_xact_lock(42)"), None);
+        assert_eq!(pin("create temp table x (a int) on commit drop"), None);
+        assert_eq!(pin("DECLARE c CURSOR WITHOUT HOLD FOR SELECT 1"), None);
+        assert_eq!(pin("with held as (select 1) select * from held"), None);
+        assert_eq!(pin("create table temperatures (a int)"), None);
+        assert_eq!(pin("SET LOCAL statement_timeout = '1s'"), None);
+        assert_eq!(pin("update t set v = 'temp' where id = 1"), None);
+    }
+
+    #[test]
+    fn set_config_is_noticed() {
+        assert!(scan("SELECT set_config('jit', 'off', false)").set_config);
+        assert!(!scan("select 1").set_config);
+    }
+
+    #[test]
+    fn deallocate_names() {
+        assert_eq!(deallocate_name("DEALLOCATE _pg3_3"), Some("_pg3_3".into()));
+        assert_eq!(deallocate_name("deallocate prepare S_1;"), Some("s_1".into()));
+        assert_eq!(deallocate_name("DEALLOCATE \"S_1\""), Some("S_1".into()));
+        assert_eq!(deallocate_name("DEALLOCATE ALL"), None);
+        assert_eq!(deallocate_name("DEALLOCATEx"), None);
+        assert_eq!(deallocate_name("DEALLOCATE a; select 1"), None);
+        assert_eq!(deallocate_name("select 1"), None);
+    }
+
+    #[test]
+    fn tags_that_pin() {
+        assert_eq!(PinReason::from_tag("LISTEN"), Some(PinReason::Listen));
+        assert_eq!(PinReason::from_tag("PREPARE"), Some(PinReason::SqlPrepare));
+        assert_eq!(PinReason::from_tag("SELECT 1"), None);
+    }
+}

@@ -1,0 +1,240 @@
+//! Prepared statements under transaction pooling.
+//!
+//! Drivers name their statements (`s0`, `S_1`, `__asyncpg_stmt_1__`, `stmtcache_<sha>`), the names collide
+//! across clients and outlive transactions, and the next transaction may run on another server. So pgmux
+//! keys a statement by what it is — query text and parameter types — and gives it a server-side name of its
+//! own (`pgmux_<id>`) in the [`Registry`]. Each client keeps its names → statements ([`ClientStatements`]);
+//! each server connection keeps which statements it has prepared, least recently used first out
+//! ([`ServerStatements`]). Before a Bind or Describe on a server that lacks the statement, pgmux sends the
+//! Parse itself and swallows its reply.
+//!
+//! The unnamed statement is tracked too: a client's last `Parse('')` is remembered, and replayed when its
+//! `Bind('')` lands on a server whose unnamed statement is someone else's (or gone).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::{Bytes, BytesMut};
+use pgmux_proto::encode;
+
+/// One statement as the servers know it.
+#[derive(Debug)]
+pub(crate) struct Statement {
+    pub(crate) id: u64,
+    /// The server-side name.
+    pub(crate) name: String,
+    /// A complete Parse message under the server-side name, ready to send.
+    pub(crate) parse: Bytes,
+    /// Query text and parameter types: what makes two statements the same.
+    key: Bytes,
+    /// A server said its plan no longer fits (`cached plan must not change result type`): the next use
+    /// makes a fresh statement instead.
+    invalid: AtomicBool,
+}
+
+impl Statement {
+    pub(crate) fn is_invalid(&self) -> bool {
+        self.invalid.load(Ordering::Relaxed)
+    }
+
+    /// The query text, for logs and inspection.
+    pub(crate) fn query(&self) -> &str {
+        pgmux_proto::frontend::parse_query(&self.key).unwrap_or_default()
+    }
+}
+
+/// The server-side name of statement `id`.
+pub(crate) fn server_name(id: u64) -> String {
+    format!("pgmux_{id}")
+}
+
+/// Every statement some client has a name for, by content.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    by_key: Mutex<HashMap<Bytes, Weak<Statement>>>,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    /// The statement for a Parse body's `key` (query and types), made if new.
+    pub(crate) fn intern(&self, key: &[u8]) -> Arc<Statement> {
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stmt) = map.get(key).and_then(Weak::upgrade) {
+            return stmt;
+        }
+        // Statements no client names any more are dropped from the index now and then.
+        if map.len() >= 1024 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let name = server_name(id);
+        let mut parse = BytesMut::with_capacity(key.len() + name.len() + 6);
+        encode::parse_with_name(&mut parse, &name, key);
+        let key = Bytes::copy_from_slice(key);
+        let stmt =
+            Arc::new(Statement { id, name, parse: parse.freeze(), key: key.clone(), invalid: AtomicBool::new(false) });
+        map.insert(key, Arc::downgrade(&stmt));
+        stmt
+    }
+
+    /// Marks a statement's plan stale everywhere: its next use re-prepares it under a new name.
+    pub(crate) fn invalidate(&self, stmt: &Statement) {
+        stmt.invalid.store(true, Ordering::Relaxed);
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&stmt.key).is_some_and(|w| std::ptr::eq(w.as_ptr(), stmt)) {
+            map.remove(&stmt.key);
+        }
+    }
+
+    /// The replacement of an invalidated statement.
+    pub(crate) fn renew(&self, stmt: &Statement) -> Arc<Statement> {
+        self.intern(&stmt.key)
+    }
+}
+
+/// One client's statement names.
+#[derive(Debug, Default)]
+pub(crate) struct ClientStatements {
+    pub(crate) named: HashMap<String, Arc<Statement>>,
+    /// The client's last `Parse('')`, to replay where its `Bind('')` lands.
+    pub(crate) unnamed: Option<Bytes>,
+    /// Bumped on every `Parse('')`.
+    pub(crate) unnamed_generation: u64,
+}
+
+/// What one server connection has prepared.
+#[derive(Debug)]
+pub(crate) struct ServerStatements {
+    /// Statement id → when it was last used (a tick of `clock`).
+    prepared: HashMap<u64, u64>,
+    clock: u64,
+    capacity: usize,
+    /// Whose unnamed statement the server holds: (client session id, that client's generation).
+    pub(crate) unnamed: Option<(u64, u64)>,
+}
+
+impl ServerStatements {
+    pub(crate) fn new(capacity: usize) -> Self {
+        ServerStatements { prepared: HashMap::new(), clock: 0, capacity, unnamed: None }
+    }
+
+    /// Whether the server has statement `id`; marks it used.
+    pub(crate) fn has(&mut self, id: u64) -> bool {
+        self.clock += 1;
+        match self.prepared.get_mut(&id) {
+            Some(used) => {
+                *used = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records statement `id` as prepared; returns the least recently used one to close if that makes too
+    /// many.
+    pub(crate) fn add(&mut self, id: u64) -> Option<u64> {
+        self.clock += 1;
+        self.prepared.insert(id, self.clock);
+        if self.prepared.len() <= self.capacity {
+            return None;
+        }
+        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, used)| **used)?;
+        self.prepared.remove(&oldest);
+        Some(oldest)
+    }
+
+    /// Puts back a statement whose eviction Close did not run.
+    pub(crate) fn restore(&mut self, id: u64) {
+        self.clock += 1;
+        self.prepared.insert(id, self.clock);
+    }
+
+    pub(crate) fn remove(&mut self, id: u64) {
+        self.prepared.remove(&id);
+    }
+
+    /// The server lost every prepared statement (`DEALLOCATE ALL`, `DISCARD ALL`).
+    pub(crate) fn clear(&mut self) {
+        self.prepared.clear();
+        self.unnamed = None;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.prepared.len()
+    }
+}
+
+/// What to undo when a message fails or the server skips it (the tracker hands these back).
+#[derive(Debug)]
+pub(crate) enum Undo {
+    /// A Parse registered this client name (and, if forwarded, put the statement on the server).
+    Parse { client_name: String, on_server: Option<u64> },
+    /// pgmux's own Parse put the statement on the server.
+    Injected(u64),
+    /// pgmux's own Close of an evicted statement: if it did not run, the statement is still there.
+    Evicted(u64),
+    /// A client Close pgmux answered: the name comes back.
+    ClientClose(String, Arc<Statement>),
+    /// A Bind or Describe used this statement (kept to invalidate it on `cached plan must not change result
+    /// type`).
+    Used(Arc<Statement>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(q: &str) -> Vec<u8> {
+        let mut k = q.as_bytes().to_vec();
+        k.extend_from_slice(b"\0\0\0");
+        k
+    }
+
+    #[test]
+    fn the_same_query_gets_the_same_statement_from_any_client() {
+        let r = Registry::default();
+        let a = r.intern(&key("select 1"));
+        let b = r.intern(&key("select 1"));
+        let c = r.intern(&key("select 2"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_ne!(a.id, c.id);
+        assert_eq!(a.name, server_name(a.id));
+        assert_eq!(&a.parse[5..], format!("{}\0select 1\0\0\0", a.name).as_bytes());
+        assert_eq!(a.query(), "select 1");
+    }
+
+    #[test]
+    fn an_unused_statement_is_made_anew() {
+        let r = Registry::default();
+        let first = r.intern(&key("select 1")).id;
+        let again = r.intern(&key("select 1")).id;
+        assert_ne!(first, again, "nobody held the first, so its entry was gone");
+    }
+
+    #[test]
+    fn invalidation_renews_under_a_new_name() {
+        let r = Registry::default();
+        let a = r.intern(&key("select * from t"));
+        r.invalidate(&a);
+        assert!(a.is_invalid());
+        let b = r.renew(&a);
+        assert_ne!(a.id, b.id);
+        assert!(!b.is_invalid());
+        assert!(Arc::ptr_eq(&b, &r.intern(&key("select * from t"))));
+    }
+
+    #[test]
+    fn servers_evict_the_least_recently_used() {
+        let mut s = ServerStatements::new(2);
+        assert_eq!(s.add(1), None);
+        assert_eq!(s.add(2), None);
+        assert!(s.has(1));
+        assert_eq!(s.add(3), Some(2), "2 was used longest ago");
+        assert!(s.has(1) && s.has(3) && !s.has(2));
+        assert_eq!(s.len(), 2);
+        s.clear();
+        assert!(!s.has(1));
+    }
+}
