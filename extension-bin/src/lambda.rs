@@ -1,0 +1,80 @@
+//! Running as an AWS Lambda external extension: register for SHUTDOWN only (Lambda Managed Instances
+//! rejects INVOKE; on classic Lambda it is enough), keep serving while the environment lives, and on
+//! SHUTDOWN drain and exit before the deadline.
+//!
+//! The listener is bound before registering, so the function's own init can connect at once; nothing
+//! talks to the database before `event/next` is called: the pool opens connections when clients need them.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pgmux_proxy::Proxy;
+
+use crate::StartError;
+
+/// Time kept back from Lambda's SHUTDOWN deadline to close server connections and exit.
+const EXIT_MARGIN: Duration = Duration::from_millis(300);
+
+/// True when Lambda started this process (the Runtime API address is set).
+pub fn detected() -> bool {
+    std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some()
+}
+
+/// The extension's name: the file name Lambda started it from (`/opt/extensions/pgmux`).
+pub fn extension_name() -> String {
+    std::env::args()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "pgmux".to_owned())
+}
+
+/// Registers, serves until SHUTDOWN, then stops within the deadline.
+pub async fn run(proxy: Proxy) -> Result<(), StartError> {
+    let name = extension_name();
+    let mut extension = pgmux_aws::extension::start(&name)
+        .await
+        .map_err(|e| StartError::new("Extension.RegisterFailed", format!("cannot register with Lambda: {e}")))?;
+    let mode = std::env::var("AWS_LAMBDA_INITIALIZATION_TYPE").unwrap_or_default();
+    tracing::info!(extension = %name, initialization_type = %mode, "registered as a Lambda extension (SHUTDOWN only)");
+    let stop = proxy.stop();
+    let mut served = tokio::spawn(proxy.run());
+    let deadline = tokio::select! {
+        shutdown = extension.shutdown() => match shutdown {
+            Ok(s) => {
+                tracing::info!(reason = %s.reason, deadline_ms = s.deadline_ms, "SHUTDOWN received");
+                Some(until_epoch_ms(s.deadline_ms))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "lost the Lambda Extensions API; shutting down");
+                None
+            }
+        },
+        _ = &mut served => return Ok(()),
+    };
+    stop.begin_graceful();
+    let grace = deadline.unwrap_or(Duration::ZERO).saturating_sub(EXIT_MARGIN);
+    if tokio::time::timeout(grace, &mut served).await.is_err() {
+        tracing::warn!(?grace, "transactions still open at the shutdown deadline; closing them");
+        stop.force();
+        let _ = served.await;
+    }
+    Ok(())
+}
+
+/// How long until an absolute deadline in Unix epoch milliseconds (zero if it has passed).
+fn until_epoch_ms(deadline_ms: u64) -> Duration {
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_are_epoch_milliseconds() {
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        let left = until_epoch_ms(now_ms + 2000);
+        assert!(left <= Duration::from_millis(2000) && left >= Duration::from_millis(1900), "{left:?}");
+        assert_eq!(until_epoch_ms(now_ms - 10), Duration::ZERO);
+    }
+}

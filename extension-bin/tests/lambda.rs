@@ -1,0 +1,189 @@
+//! The real `pgmux` binary as a Lambda extension: against lambda-simulator it registers for SHUTDOWN only,
+//! serves concurrent clients, and on SHUTDOWN leaves no server connection open and exits before the
+//! deadline; a bad configuration is reported to `extension/init/error`.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lambda_simulator::{EventType, ShutdownReason, Simulator};
+use pgmux_testkit::{APP_USER, PgServer, free_port};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_postgres::NoTls;
+
+/// Lambda gives extensions about 2 s after SHUTDOWN.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(2);
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The binary started the way Lambda starts an extension: from `extensions/pgmux`, with the Runtime API
+/// address and the function's environment.
+fn extension(runtime_api: &str, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgmux"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PGMUX_") || k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWS_LAMBDA_RUNTIME_API", runtime_api).env("PGMUX_LOG_LEVEL", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stderr(Stdio::piped()).spawn().unwrap()
+}
+
+async fn client(port: u16) -> tokio_postgres::Client {
+    let mut cfg = tokio_postgres::Config::new();
+    // Lambda mode trusts loopback clients: no password.
+    cfg.host("127.0.0.1").port(port).user(APP_USER.user).dbname("pgmux");
+    let (client, conn) = cfg.connect(NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+fn pgmux_backends(pg: &PgServer) -> i64 {
+    pg.psql("select count(*) from pg_stat_activity where usename = 'pgmux_app' and backend_type = 'client backend'")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_for_shutdown_only_serves_clients_and_leaves_nothing_open() {
+    for mode in ["on-demand", "lambda-managed-instances"] {
+        let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+        let sim = Simulator::builder().function_name("orders").shutdown_timeout(SHUTDOWN_BUDGET).build().await.unwrap();
+        let port = free_port();
+        let started = Instant::now();
+        let mut child = extension(
+            &format!("127.0.0.1:{}", sim.addr().port()),
+            &[
+                ("PGMUX_DATABASE_URL", pg.url(&APP_USER)),
+                ("PGMUX_LISTEN", format!("127.0.0.1:{port}")),
+                // The test server has no TLS; in Lambda the default is verify-full.
+                ("PGMUX_SSLMODE", "disable".into()),
+                ("PGMUX_POOL_MAX", "2".into()),
+                ("AWS_LAMBDA_INITIALIZATION_TYPE", mode.into()),
+            ],
+        );
+        sim.wait_for(|| async { sim.extension_count().await == 1 }, Duration::from_secs(10)).await.unwrap();
+        eprintln!("{mode}: exec to registered in {:?}", started.elapsed());
+        let registered = sim.get_registered_extensions().await;
+        assert_eq!(registered[0].name, "pgmux", "the name is the executable's file name");
+        assert_eq!(registered[0].events, vec![EventType::Shutdown], "{mode}: SHUTDOWN only, never INVOKE");
+        assert_eq!(pgmux_backends(&pg), 0, "{mode}: no database I/O before a client needs it");
+
+        // Concurrent invocations, as Managed Instances runs them.
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            tasks.push(tokio::spawn(async move {
+                let c = client(port).await;
+                for j in 0..20 {
+                    let row = c.query_one("select $1::int4 * 2", &[&(i * 100 + j)]).await.unwrap();
+                    assert_eq!(row.get::<_, i32>(0), (i * 100 + j) * 2);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(pgmux_backends(&pg) <= 2);
+
+        let before = now_ms();
+        sim.graceful_shutdown(ShutdownReason::Spindown).await;
+        let deadline = before + SHUTDOWN_BUDGET.as_millis() as u64;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(now_ms() < deadline + 1000, "{mode}: still running a second past the deadline");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let exited = now_ms();
+        assert_eq!(status.code(), Some(0), "{mode}");
+        assert!(exited < deadline, "{mode}: exited {} ms after the deadline", exited - deadline);
+        assert_eq!(pgmux_backends(&pg), 0, "{mode}: server connections left open");
+        let mut log = String::new();
+        use std::io::Read;
+        child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+        assert!(log.contains("SHUTDOWN received"), "{log}");
+        assert!(log.lines().all(|l| l.starts_with('{')), "Lambda mode logs JSON lines: {log}");
+        assert!(!log.contains(APP_USER.password), "the log shows the password");
+    }
+}
+
+/// A stand-in for the Extensions API that records every request (lambda-simulator has no init/error).
+async fn recorder() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 4096];
+                // Read headers, then as much body as Content-Length says.
+                loop {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned())
+                            })
+                            .and_then(|v| v.parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let text = String::from_utf8_lossy(&buf).to_string();
+                log.lock().unwrap().push(text.clone());
+                let response = if text.starts_with("POST /2020-01-01/extension/register") {
+                    let body = r#"{"functionName":"f","functionVersion":"$LATEST","handler":"h"}"#;
+                    format!(
+                        "HTTP/1.1 200 OK\r\nLambda-Extension-Identifier: ext-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                } else {
+                    "HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}".to_owned()
+                };
+                let _ = sock.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_configuration_is_reported_to_init_error() {
+    let (addr, seen) = recorder().await;
+    let child = extension(
+        &addr,
+        &[("PGMUX_DATABASE_URL", "postgres://app@db.example/app".into()), ("PGMUX_POOL_MAX", "lots".into())],
+    );
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let requests = seen.lock().unwrap().clone();
+    let init_error = requests
+        .iter()
+        .find(|r| r.starts_with("POST /2020-01-01/extension/init/error"))
+        .unwrap_or_else(|| panic!("no init/error request among {requests:?}"));
+    let lower = init_error.to_ascii_lowercase();
+    assert!(lower.contains("lambda-extension-function-error-type: fatal.configinvalid"), "{init_error}");
+    assert!(lower.contains("lambda-extension-identifier: ext-1"), "{init_error}");
+    assert!(init_error.contains("pool_max") && init_error.contains("PGMUX_POOL_MAX"), "{init_error}");
+    let register = requests.iter().find(|r| r.starts_with("POST /2020-01-01/extension/register")).unwrap();
+    assert!(register.contains("\"SHUTDOWN\"") && !register.contains("INVOKE"), "{register}");
+}
