@@ -8,9 +8,10 @@ demo: prereqs
 	cargo build --release -p pgmux -p pgmux-benches
 	target/release/pgmux-demo
 
-# Everything CI runs: formatting, lints, unit and integration tests, and the benchmark driver in its quick
-# form (every workload once, in seconds, against pgmux, PgBouncer and PostgreSQL; figures not judged).
-test: prereqs lint unit bench-quick
+# Everything CI runs: formatting, lints, unit and integration tests, the driver compatibility matrix, and the
+# benchmark driver in its quick form (every workload once, in seconds, against pgmux, PgBouncer and
+# PostgreSQL; figures not judged).
+test: prereqs lint unit drivers bench-quick
 
 prereqs:
 	tests/prereqs.sh
@@ -33,3 +34,40 @@ bench: prereqs
 bench-quick: prereqs
 	cargo build -p pgmux -p pgmux-benches
 	target/debug/pgmux-bench --quick --pgmux target/debug/pgmux --out target/bench-quick.md
+
+# The driver compatibility matrix (tests/drivers/README.md): real drivers at their defaults against pgmux
+# (transaction mode, pool_max = 2), one suite at a time; prints every scenario line and the driver x scenario
+# matrix, writes it to target/driver-matrix.md, and fails unless every scenario passes (a missing suite or
+# runtime is a failure too). MATRIX_ONLY=go,rust runs a subset.
+.PHONY: drivers drivers-setup drivers-negative drivers-direct
+
+DRIVER_SUITES = node python go java rust
+
+# Each suite's pinned dependencies and build (tests/drivers/<suite>/setup.sh: npm, a Python virtualenv, Go
+# modules, Maven, cargo). Quick when nothing changed; runs every suite's setup, then fails naming those that
+# failed.
+drivers-setup: prereqs
+	@failed=""; \
+	for suite in $(DRIVER_SUITES); do \
+	  script=tests/drivers/$$suite/setup.sh; \
+	  if [ ! -x $$script ]; then echo "drivers-setup: $$script is missing" >&2; failed="$$failed $$suite"; continue; fi; \
+	  echo "drivers-setup: $$script"; \
+	  $$script || failed="$$failed $$suite"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "drivers-setup: failed for:$$failed" >&2; exit 1; fi
+
+drivers: drivers-setup
+	cargo test -p pgmux-testkit --test drivers -- --ignored --nocapture
+
+# Negative control: the same run with pgmux's prepared-statement tracking off; the drivers that prepare by
+# default should fail S4/S13 (drivers.md section 7.3). Reports without asserting, to
+# target/driver-matrix-negative.md.
+drivers-negative: drivers-setup
+	MATRIX_PGMUX_EXTRA='max_prepared_statements = 0' MATRIX_EXPECT_FAILURES=1 \
+	  MATRIX_REPORT=target/driver-matrix-negative.md \
+	  cargo test -p pgmux-testkit --test drivers -- --ignored --nocapture
+
+# Baseline: every suite straight against PostgreSQL, no pgmux (PGPORT = DIRECT_PGPORT), to
+# target/driver-matrix-direct.md; a scenario that fails here is the suite's problem, not pgmux's.
+drivers-direct: drivers-setup
+	MATRIX_DIRECT=1 cargo test -p pgmux-testkit --test drivers -- --ignored --nocapture

@@ -26,6 +26,18 @@ if [ -z "${PGMUX_PGBOUNCER:-}" ] && [ ! -x /usr/sbin/pgbouncer ] && ! command -v
   need+=(pgbouncer)
 fi
 
+# The driver compatibility matrix (make drivers, part of make test) runs suites in Node, Python, Go and Java;
+# tests/drivers/<lang>/setup.sh then installs each suite's pinned dependencies with npm, pip, go and mvn.
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+# Debian's python3 has no venv (ensurepip) without python3-venv.
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  need+=(python3-venv)
+fi
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
+
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

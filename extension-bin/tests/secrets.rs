@@ -94,6 +94,15 @@ async fn logs_in_with_a_secret_and_follows_its_rotation() {
     pg.psql("alter role pgmux_app password 'rotated-pw-9'");
     admin("put", &secret(&pg, "rotated-pw-9"));
     pg.psql(&format!("select pg_terminate_backend({pid})"));
+    // pg_terminate_backend only signals: wait until the backend is gone, so that pgmux sees the closed
+    // connection when it next lends it (a query sent before the backend exits would get 08006, correctly).
+    let gone = format!("select count(*) from pg_stat_activity where pid = {pid}");
+    for _ in 0..500 {
+        if pg.psql(&gone).trim() == "0" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let row = client.query_one("select 'after rotation'", &[]).await.unwrap();
     assert_eq!(row.get::<_, &str>(0), "after rotation", "the new connection logged in with the new password");
 

@@ -1,0 +1,278 @@
+//! The driver compatibility matrix (tests/drivers/README.md): a throwaway PostgreSQL, pgmux in transaction
+//! mode with `pool_max = 2` in front of it, and every driver suite run against pgmux in turn. Prints each
+//! scenario line, the driver × scenario matrix and `N passed, N failed`; writes the matrix to
+//! `target/driver-matrix.md`; fails unless every scenario passed.
+//!
+//! Settings, all optional: `MATRIX_ONLY=go,rust` (a subset of node, python, go, java, rust);
+//! `MATRIX_PGMUX_EXTRA` (TOML appended to pgmux's settings); `MATRIX_EXPECT_FAILURES=1` (negative control:
+//! report, do not assert); `MATRIX_REPORT` (where the Markdown goes, relative to the repository root);
+//! `MATRIX_CLIENTS`, `MATRIX_TXNS`, `MATRIX_TIMEOUT_S` (passed to the suites; 50, 100, 60);
+//! `MATRIX_DIRECT=1` (baseline: no pgmux, the suites talk to PostgreSQL itself, `PGPORT` = `DIRECT_PGPORT`;
+//! the report goes to `target/driver-matrix-direct.md`).
+
+mod matrix;
+mod suites;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgmux_proxy::{Config, Proxy, ProxyHandle};
+use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, SUPERUSER};
+
+use matrix::Matrix;
+use suites::{Run, Suite};
+
+// Ignored so that `cargo test --workspace` (make unit) does not need Node, Python, Go and Java: `make drivers`
+// builds every suite and runs this with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by make drivers (needs every driver's dependencies)"]
+async fn driver_matrix() {
+    let started = Instant::now();
+    let settings = Settings::from_env();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("PGMUX_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+    let stage = Stage::start(&settings).await;
+    println!(
+        "driver matrix: PostgreSQL {} on port {}, {}{}; suites: {}",
+        stage.pg_version,
+        stage.pg.port(),
+        stage.front,
+        stage.proxy.as_ref().map(|p| format!(" on {}", p.addr)).unwrap_or_default(),
+        settings.suites.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+    );
+    let mut runs = Vec::new();
+    for suite in &settings.suites {
+        runs.push(stage.run(suite, &settings.root).await);
+    }
+    let setting = stage.describe();
+    if let Some(proxy) = stage.proxy {
+        proxy.shutdown().await;
+    }
+
+    let matrix = Matrix { runs };
+    let elapsed = started.elapsed();
+    println!("\n---- every scenario line ----");
+    for line in matrix.all_lines() {
+        println!("{line}");
+    }
+    println!("\n{}\n{}", matrix.table(), matrix.suites());
+    let report = &settings.report;
+    if let Some(dir) = report.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(report, matrix.markdown(&setting, elapsed))
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", report.display()));
+    println!("matrix written to {} ({:.0} s)", report.display(), elapsed.as_secs_f64());
+    println!("{} passed, {} failed", matrix.passed(), matrix.failed());
+    if settings.expect_failures {
+        println!("MATRIX_EXPECT_FAILURES=1: negative control, failures are reported and not asserted");
+    } else {
+        assert_eq!(
+            matrix.failed(),
+            0,
+            "{} failure(s): failed scenarios and suite problems; see {}",
+            matrix.failed(),
+            report.display()
+        );
+    }
+}
+
+/// What the environment asks of this run.
+struct Settings {
+    /// The repository root, the suites' working directory.
+    root: PathBuf,
+    suites: Vec<Suite>,
+    /// TOML appended to pgmux's settings (`MATRIX_PGMUX_EXTRA`).
+    extra: String,
+    /// No pgmux: the suites talk to PostgreSQL itself (`MATRIX_DIRECT=1`).
+    direct: bool,
+    /// Report without asserting (`MATRIX_EXPECT_FAILURES=1`).
+    expect_failures: bool,
+    /// Where the Markdown goes.
+    report: PathBuf,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf();
+        let bin_dir = bin_dir();
+        let suites = chosen_suites(&root, &bin_dir);
+        let direct = std::env::var("MATRIX_DIRECT").is_ok_and(|v| v == "1");
+        let report = match std::env::var("MATRIX_REPORT") {
+            Ok(path) if !path.is_empty() => root.join(path),
+            _ => {
+                let name = if direct { "driver-matrix-direct.md" } else { "driver-matrix.md" };
+                bin_dir.parent().unwrap_or(&bin_dir).join(name)
+            }
+        };
+        Settings {
+            root,
+            suites,
+            extra: std::env::var("MATRIX_PGMUX_EXTRA").unwrap_or_default(),
+            direct,
+            expect_failures: std::env::var("MATRIX_EXPECT_FAILURES").is_ok_and(|v| v == "1"),
+            report,
+        }
+    }
+}
+
+/// PostgreSQL with the fixtures, pgmux in front of it (unless direct), and the suites' environment.
+struct Stage {
+    pg: Arc<PgServer>,
+    proxy: Option<ProxyHandle>,
+    pg_version: String,
+    /// What the suites talk to, in words.
+    front: String,
+    contract: BTreeMap<String, String>,
+    timeout: Duration,
+}
+
+impl Stage {
+    async fn start(settings: &Settings) -> Stage {
+        let opts = PgOptions { max_connections: 100, ..Default::default() };
+        let pg =
+            Arc::new(tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL"));
+        apply_fixtures(&pg, &settings.root).await;
+        let config = pgmux_config(&pg, &settings.extra);
+        let pool_max = config.pool_max;
+        let proxy = if settings.direct { None } else { Some(Proxy::start(config).await.expect("start pgmux")) };
+        let pg_version = psql(&pg, "SHOW server_version").await.expect("SHOW server_version");
+        let front = match (&proxy, settings.extra.trim()) {
+            (None, _) => "no pgmux (MATRIX_DIRECT=1: the suites talk to PostgreSQL itself)".to_owned(),
+            (Some(_), "") => format!("pgmux in transaction mode, pool_max = {pool_max}"),
+            (Some(_), extra) => format!("pgmux in transaction mode, pool_max = {pool_max}, extra settings `{extra}`"),
+        };
+        let contract = contract_env(&pg, proxy.as_ref().map_or(pg.port(), |p| p.addr.port()), pool_max);
+        let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(60));
+        Stage { pg, proxy, pg_version, front, contract, timeout }
+    }
+
+    /// Runs one suite, or says why it cannot run; then checks that it left no transaction open.
+    async fn run(&self, suite: &Suite, root: &Path) -> Run {
+        let run = match suite.not_ready(root) {
+            Some(why) => Run::not_run(suite.name, why),
+            None => {
+                println!("[{}] {}", suite.name, suite.command.join(" "));
+                let mut run = suites::run(suite, root, &self.contract, self.timeout).await;
+                if let Err(why) = no_idle_in_transaction(&self.pg).await {
+                    run.problems.push(why);
+                }
+                run
+            }
+        };
+        for problem in &run.problems {
+            println!("[{}] {} suite FAIL {problem}", run.suite, run.suite);
+        }
+        run
+    }
+
+    /// The report's first paragraph.
+    fn describe(&self) -> String {
+        format!(
+            "PostgreSQL {}, {}; MATRIX_CLIENTS={}, MATRIX_TXNS={}, MATRIX_TIMEOUT_S={}. Written by \
+             `cargo test -p pgmux-testkit --test drivers -- --ignored` (make drivers).",
+            self.pg_version,
+            self.front,
+            self.contract["MATRIX_CLIENTS"],
+            self.contract["MATRIX_TXNS"],
+            self.contract["MATRIX_TIMEOUT_S"],
+        )
+    }
+}
+
+/// `target/<profile>`: the test executable is `target/<profile>/deps/drivers-<hash>`.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// The suites to run: all, or those `MATRIX_ONLY` names.
+fn chosen_suites(root: &Path, bin_dir: &Path) -> Vec<Suite> {
+    let all = suites::all(root, bin_dir);
+    let only = std::env::var("MATRIX_ONLY").unwrap_or_default();
+    if only.trim().is_empty() {
+        return all;
+    }
+    let names: Vec<&str> = only.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    for name in &names {
+        assert!(
+            all.iter().any(|s| s.name == *name),
+            "MATRIX_ONLY names {name:?}; the suites are {}",
+            all.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+        );
+    }
+    all.into_iter().filter(|s| names.contains(&s.name)).collect()
+}
+
+/// pgmux's settings for the matrix, with `extra` (MATRIX_PGMUX_EXTRA) appended.
+fn pgmux_config(pg: &PgServer, extra: &str) -> Config {
+    let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n{extra}\n", pg.url(&APP_USER));
+    let defaults = [
+        ("pool_max", "pool_max = 2"),
+        ("client_auth", "client_auth = \"scram-sha-256\""),
+        ("max_client_conn", "max_client_conn = 1000"),
+        ("query_wait_timeout", "query_wait_timeout = \"60s\""),
+    ];
+    for (key, line) in defaults {
+        if !extra.lines().any(|l| l.trim_start().starts_with(key)) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    Config::from_toml_str(&text)
+        .unwrap_or_else(|e| panic!("pgmux rejects the matrix settings (MATRIX_PGMUX_EXTRA = {extra:?}): {e}"))
+}
+
+/// Applies `tests/drivers/setup.sql` as the superuser.
+async fn apply_fixtures(pg: &Arc<PgServer>, root: &Path) {
+    let path = root.join("tests/drivers/setup.sql");
+    let sql = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    psql(pg, &sql).await.unwrap_or_else(|e| panic!("tests/drivers/setup.sql failed: {e}"));
+}
+
+/// psql as the superuser, off the runtime's threads.
+async fn psql(pg: &Arc<PgServer>, sql: &str) -> Result<String, String> {
+    let (pg, sql) = (Arc::clone(pg), sql.to_owned());
+    tokio::task::spawn_blocking(move || pg.try_psql(&sql)).await.map_err(|e| e.to_string())?
+}
+
+/// The contract's environment for every suite.
+fn contract_env(pg: &PgServer, port: u16, pool_max: usize) -> BTreeMap<String, String> {
+    let knob = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    BTreeMap::from([
+        ("PGHOST".into(), "127.0.0.1".into()),
+        ("PGPORT".into(), port.to_string()),
+        ("PGUSER".into(), APP_USER.user.into()),
+        ("PGPASSWORD".into(), APP_USER.password.into()),
+        ("PGDATABASE".into(), DATABASE.into()),
+        ("DIRECT_PGPORT".into(), pg.port().to_string()),
+        ("DIRECT_PGUSER".into(), SUPERUSER.user.into()),
+        ("DIRECT_PGPASSWORD".into(), SUPERUSER.password.into()),
+        ("MATRIX_CLIENTS".into(), knob("MATRIX_CLIENTS", "50")),
+        ("MATRIX_TXNS".into(), knob("MATRIX_TXNS", "100")),
+        ("MATRIX_TIMEOUT_S".into(), knob("MATRIX_TIMEOUT_S", "60")),
+        ("MATRIX_POOL_MAX".into(), pool_max.to_string()),
+    ])
+}
+
+/// The contract says a suite leaves no backend idle in a transaction; pgmux's servers are looked at
+/// directly, a few times over two seconds (a transaction may still be closing).
+async fn no_idle_in_transaction(pg: &Arc<PgServer>) -> Result<(), String> {
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = '{}' AND state LIKE 'idle in transaction%'",
+        APP_USER.user
+    );
+    let mut last = String::new();
+    for _ in 0..10 {
+        last = psql(pg, &sql).await?;
+        if last == "0" {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("left {last} backend(s) idle in transaction"))
+}
