@@ -71,3 +71,21 @@ drivers-negative: drivers-setup
 # target/driver-matrix-direct.md; a scenario that fails here is the suite's problem, not pgmux's.
 drivers-direct: drivers-setup
 	MATRIX_DIRECT=1 cargo test -p pgmux-testkit --test drivers -- --ignored --nocapture
+
+# Packaging and deployment: deploy/lambda/README.md, deploy/sidecar/README.md. Each installs what it needs
+# (pinned, under target/deploy-tools; Debian packages with apt-get as root).
+.PHONY: layer lambda-sample deploy-check
+
+# The Lambda extension layers dist/pgmux-layer-x86_64.zip and dist/pgmux-layer-arm64.zip: static musl
+# builds of pgmux, cross-compiled with zig, checked (static, architecture, runs), zipped deterministically.
+layer:
+	deploy/scripts/build-layer.sh
+
+# dist/pgmux-sample-function.zip: the sample function with node-postgres, for Terraform or the aws CLI.
+lambda-sample:
+	deploy/scripts/package-function.sh
+
+# Validates deploy/: cfn-lint on the SAM template, terraform validate, the sidecar config and systemd unit,
+# and the sample function against a throwaway PostgreSQL, directly and through pgmux. Not in `make test`.
+deploy-check:
+	deploy/scripts/deploy-check.sh
