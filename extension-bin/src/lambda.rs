@@ -2,8 +2,9 @@
 //! rejects INVOKE; on classic Lambda it is enough), keep serving while the environment lives, and on
 //! SHUTDOWN drain and exit before the deadline.
 //!
-//! The listener is bound before registering, so the function's own init can connect at once; nothing
-//! talks to the database before `event/next` is called: the pool opens connections when clients need them.
+//! The listener is bound before registering, so the function's own init can connect at once; pgmux itself
+//! does not talk to the database before `event/next` is called (the control connection that sizes the pool
+//! and `min_pool_size` wait for it); the pool opens connections when clients need them.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,6 +20,11 @@ pub fn detected() -> bool {
     std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some()
 }
 
+/// True on Lambda Managed Instances, where one execution environment serves many invocations at once.
+pub fn managed_instances() -> bool {
+    std::env::var("AWS_LAMBDA_INITIALIZATION_TYPE").is_ok_and(|v| v == "lambda-managed-instances")
+}
+
 /// The extension's name: the file name Lambda started it from (`/opt/extensions/pgmux`).
 pub fn extension_name() -> String {
     std::env::args()
@@ -28,13 +34,16 @@ pub fn extension_name() -> String {
 }
 
 /// Registers, serves until SHUTDOWN, then stops within the deadline.
-pub async fn run(proxy: Proxy) -> Result<(), StartError> {
+pub async fn run(mut proxy: Proxy) -> Result<(), StartError> {
     let name = extension_name();
     let mut extension = pgmux_aws::extension::start(&name)
         .await
         .map_err(|e| StartError::new("Extension.RegisterFailed", format!("cannot register with Lambda: {e}")))?;
     let mode = std::env::var("AWS_LAMBDA_INITIALIZATION_TYPE").unwrap_or_default();
     tracing::info!(extension = %name, initialization_type = %mode, "registered as a Lambda extension (SHUTDOWN only)");
+    if let Some(gate) = extension.take_next_called() {
+        proxy.hold_database_until(gate);
+    }
     let stop = proxy.stop();
     let mut served = tokio::spawn(proxy.run());
     let deadline = tokio::select! {

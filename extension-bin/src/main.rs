@@ -21,7 +21,11 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn usage() -> String {
     let mut s = String::from(
         "pgmux: a PostgreSQL transaction-mode connection pooler\n\n\
-         Usage: pgmux [--config FILE] [--print-config]\n\n\
+         Usage: pgmux [--config FILE] [--print-config]\n       \
+         pgmux check [--config FILE]\n\n\
+         Commands:\n  \
+         check               connect, read max_connections and pg_stat_activity, print the connection budget,\n                      \
+         the pgmux instances seen and the pool limit pgmux would use; exit 1 on any problem\n\n\
          Options:\n  \
          -c, --config FILE   read settings from a TOML file\n      \
          --print-config  print the effective configuration (password hidden) and exit\n  \
@@ -40,6 +44,7 @@ fn usage() -> String {
 #[derive(Debug, PartialEq)]
 enum Command {
     Run { config: Option<PathBuf>, print: bool },
+    Check { config: Option<PathBuf> },
     Help,
     Version,
 }
@@ -47,7 +52,12 @@ enum Command {
 fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> {
     let mut config = None;
     let mut print = false;
-    let mut args = args.into_iter();
+    let mut check = false;
+    let mut args = args.into_iter().peekable();
+    if args.peek().is_some_and(|a| a == "check") {
+        args.next();
+        check = true;
+    }
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
@@ -60,7 +70,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command>
             },
         }
     }
-    Ok(Command::Run { config, print })
+    match (check, print) {
+        (true, true) => anyhow::bail!("pgmux check does not take --print-config"),
+        (true, false) => Ok(Command::Check { config }),
+        (false, _) => Ok(Command::Run { config, print }),
+    }
 }
 
 fn init_logging(cfg: &Config) -> anyhow::Result<()> {
@@ -92,6 +106,7 @@ impl From<ProxyError> for StartError {
         let kind = match e {
             ProxyError::Bind { .. } => "Fatal.ListenFailed",
             ProxyError::Tls(_) => "Fatal.ConfigInvalid",
+            ProxyError::Check(_) => "Fatal.DatabaseUnreachable",
         };
         StartError::new(kind, e.to_string())
     }
@@ -117,11 +132,44 @@ fn rds_roots() -> Result<Vec<pgmux_proxy::tls::CertificateDer<'static>>, StartEr
         .map_err(|e| StartError::new("Fatal.Internal", e.to_string()))
 }
 
-async fn serve(cfg: Config, lambda: bool) -> Result<(), StartError> {
-    let credentials = aws_login::AwsLogin::from_config(&cfg)
+fn extras(cfg: &Config) -> Result<Extras, StartError> {
+    let credentials = aws_login::AwsLogin::from_config(cfg)
         .map_err(|e| StartError::new("Fatal.CredentialsInvalid", e.to_string()))?
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::credentials::Credentials>);
-    let extras = Extras { credentials, extra_root_certs: rds_roots()? };
+    Ok(Extras { credentials, extra_root_certs: rds_roots()? })
+}
+
+/// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.
+async fn check(cfg: Config) -> ExitCode {
+    let extras = match extras(&cfg) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("pgmux check: {}", e.message);
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("database                                 {}", cfg.database_url);
+    let report = match Proxy::check(cfg, extras).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pgmux check: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{report}");
+    let problems = report.problems();
+    if problems.is_empty() {
+        println!("ok");
+        return ExitCode::SUCCESS;
+    }
+    for p in problems {
+        eprintln!("pgmux check: {p}");
+    }
+    ExitCode::FAILURE
+}
+
+async fn serve(cfg: Config, lambda: bool) -> Result<(), StartError> {
+    let extras = extras(&cfg)?;
     let proxy = Proxy::bind_with(cfg, extras).await?;
     if lambda {
         return lambda::run(proxy).await;
@@ -148,7 +196,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (path, print) = match command {
+    let (path, print, checking) = match command {
         Command::Help => {
             print!("{}", usage());
             return ExitCode::SUCCESS;
@@ -157,10 +205,15 @@ fn main() -> ExitCode {
             println!("pgmux {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
-        Command::Run { config, print } => (config, print),
+        Command::Run { config, print } => (config, print, false),
+        Command::Check { config } => (config, false, true),
     };
-    let lambda = lambda::detected();
-    let profile = if lambda { Profile::Lambda } else { Profile::Sidecar };
+    let lambda = lambda::detected() && !checking;
+    let profile = match (lambda, lambda::managed_instances()) {
+        (false, _) => Profile::Sidecar,
+        (true, false) => Profile::Lambda,
+        (true, true) => Profile::LambdaManaged,
+    };
     let cfg = match Config::load_for(profile, path.as_deref(), std::env::vars()) {
         Ok(cfg) => cfg,
         Err(e) => return fatal(lambda, &StartError::new("Fatal.ConfigInvalid", e.to_string())),
@@ -168,6 +221,15 @@ fn main() -> ExitCode {
     if print {
         print!("{cfg}");
         return ExitCode::SUCCESS;
+    }
+    if checking {
+        return match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(check(cfg)),
+            Err(e) => {
+                eprintln!("pgmux: cannot start the runtime: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if let Err(e) = init_logging(&cfg) {
         return fatal(lambda, &StartError::new("Fatal.ConfigInvalid", format!("{e:#}")));
@@ -215,6 +277,12 @@ mod tests {
         assert_eq!(parse_args(args(&["-h"])).unwrap(), Command::Help);
         assert!(parse_args(args(&["--bogus"])).is_err());
         assert!(parse_args(args(&["--config"])).is_err());
+        assert_eq!(parse_args(args(&["check"])).unwrap(), Command::Check { config: None });
+        assert_eq!(
+            parse_args(args(&["check", "-c", "c.toml"])).unwrap(),
+            Command::Check { config: Some("c.toml".into()) }
+        );
+        assert!(parse_args(args(&["check", "--print-config"])).is_err());
     }
 
     #[test]

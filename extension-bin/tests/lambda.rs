@@ -45,10 +45,37 @@ async fn client(port: u16) -> tokio_postgres::Client {
     client
 }
 
+/// pgmux's server connections, the control connection included.
 fn pgmux_backends(pg: &PgServer) -> i64 {
     pg.psql("select count(*) from pg_stat_activity where usename = 'pgmux_app' and backend_type = 'client backend'")
         .parse()
         .unwrap()
+}
+
+/// pgmux's pool connections: its server connections but the control connection.
+fn pool_backends(pg: &PgServer) -> i64 {
+    pg.psql(
+        "select count(*) from pg_stat_activity where usename = 'pgmux_app' and backend_type = 'client backend' \
+         and application_name not like 'pgmux %'",
+    )
+    .parse()
+    .unwrap()
+}
+
+/// When the control connection started (Unix epoch ms), waiting up to 10 s for it to appear.
+async fn control_started_ms(pg: &PgServer) -> i64 {
+    let started = Instant::now();
+    loop {
+        let ms = pg.psql(
+            "select (extract(epoch from backend_start) * 1000)::bigint from pg_stat_activity \
+             where application_name like 'pgmux %'",
+        );
+        if let Ok(ms) = ms.parse() {
+            return ms;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no control connection after 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +101,16 @@ async fn registers_for_shutdown_only_serves_clients_and_leaves_nothing_open() {
         let registered = sim.get_registered_extensions().await;
         assert_eq!(registered[0].name, "pgmux", "the name is the executable's file name");
         assert_eq!(registered[0].events, vec![EventType::Shutdown], "{mode}: SHUTDOWN only, never INVOKE");
-        assert_eq!(pgmux_backends(&pg), 0, "{mode}: no database I/O before a client needs it");
+        assert_eq!(pool_backends(&pg), 0, "{mode}: no pool connection before a client needs it");
+        if mode == "lambda-managed-instances" {
+            // Sizing is on: the control connection opens only once the extension has called event/next.
+            let next_ms =
+                sim.first_next_poll_at(&registered[0].id).await.expect("event/next called").timestamp_millis();
+            let control_ms = control_started_ms(&pg).await;
+            assert!(control_ms >= next_ms, "control connection at {control_ms} ms, event/next at {next_ms} ms");
+        } else {
+            assert_eq!(pgmux_backends(&pg), 0, "{mode}: no control connection on classic Lambda");
+        }
 
         // Concurrent invocations, as Managed Instances runs them.
         let mut tasks = Vec::new();
@@ -90,7 +126,7 @@ async fn registers_for_shutdown_only_serves_clients_and_leaves_nothing_open() {
         for t in tasks {
             t.await.unwrap();
         }
-        assert!(pgmux_backends(&pg) <= 2);
+        assert!(pool_backends(&pg) <= 2);
 
         let before = now_ms();
         sim.graceful_shutdown(ShutdownReason::Spindown).await;
@@ -148,16 +184,18 @@ async fn recorder() -> (String, Arc<Mutex<Vec<String>>>) {
                         }
                     }
                 }
+                // One request per connection (the answers say `Connection: close`), so that a second request
+                // never goes to a socket this task has already left.
                 let text = String::from_utf8_lossy(&buf).to_string();
                 log.lock().unwrap().push(text.clone());
                 let response = if text.starts_with("POST /2020-01-01/extension/register") {
                     let body = r#"{"functionName":"f","functionVersion":"$LATEST","handler":"h"}"#;
                     format!(
-                        "HTTP/1.1 200 OK\r\nLambda-Extension-Identifier: ext-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\nLambda-Extension-Identifier: ext-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     )
                 } else {
-                    "HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}".to_owned()
+                    "HTTP/1.1 202 Accepted\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}".to_owned()
                 };
                 let _ = sock.write_all(response.as_bytes()).await;
             });

@@ -138,7 +138,7 @@ impl Stage {
             Arc::new(tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL"));
         apply_fixtures(&pg, &settings.root).await;
         let config = pgmux_config(&pg, &settings.extra);
-        let pool_max = config.pool_max;
+        let pool_max = config.pool_max.expect("the matrix always sets pool_max");
         let proxy = if settings.direct { None } else { Some(Proxy::start(config).await.expect("start pgmux")) };
         let pg_version = psql(&pg, "SHOW server_version").await.expect("SHOW server_version");
         let front = match (&proxy, settings.extra.trim()) {
@@ -216,6 +216,8 @@ fn pgmux_config(pg: &PgServer, extra: &str) -> Config {
         ("client_auth", "client_auth = \"scram-sha-256\""),
         ("max_client_conn", "max_client_conn = 1000"),
         ("query_wait_timeout", "query_wait_timeout = \"60s\""),
+        // A fixed pool of pool_max connections, no control connection: the suites count the backends.
+        ("max_connections_percent", "max_connections_percent = 0"),
     ];
     for (key, line) in defaults {
         if !extra.lines().any(|l| l.trim_start().starts_with(key)) {

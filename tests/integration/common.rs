@@ -28,8 +28,13 @@ impl Fixture {
 /// Settings for a test pgmux; `extra` is TOML appended to the defaults.
 pub fn config(pg: &PgServer, extra: &str) -> Config {
     let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n{extra}\n", pg.url(&APP_USER));
-    // Test defaults, unless `extra` sets them.
-    for (key, line) in [("pool_max", "pool_max = 2"), ("client_auth", "client_auth = \"scram-sha-256\"")] {
+    // Test defaults, unless `extra` sets them: a fixed pool of two and no control connection (sizing.rs
+    // tests sizing), so that the backends a test counts are the pool's.
+    for (key, line) in [
+        ("pool_max", "pool_max = 2"),
+        ("client_auth", "client_auth = \"scram-sha-256\""),
+        ("max_connections_percent", "max_connections_percent = 0"),
+    ] {
         if !extra.lines().any(|l| l.trim_start().starts_with(key)) {
             text.push_str(line);
             text.push('\n');

@@ -8,5 +8,6 @@ mod failures;
 mod params;
 mod pooling;
 mod protocol;
+mod sizing;
 mod statements;
 mod tls;

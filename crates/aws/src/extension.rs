@@ -72,6 +72,8 @@ impl Shutdown {
 pub struct Running {
     registration: Registration,
     events: Option<oneshot::Receiver<Result<Shutdown, AwsError>>>,
+    /// Fires once the first `event/next` request is under way.
+    next_called: Option<oneshot::Receiver<()>>,
     poller: JoinHandle<()>,
 }
 
@@ -79,6 +81,13 @@ impl Running {
     /// What Lambda answered to the registration.
     pub fn registration(&self) -> &Registration {
         &self.registration
+    }
+
+    /// A signal that fires once the first `event/next` call has been made (the request handed to the HTTP
+    /// client), which ends this extension's Init: whatever must not run during Init waits for it. Given out
+    /// once.
+    pub fn take_next_called(&mut self) -> Option<oneshot::Receiver<()>> {
+        self.next_called.take()
     }
 
     /// Waits for the SHUTDOWN event. Cancel-safe: dropping the future (say in `select!`) loses nothing.
@@ -118,11 +127,24 @@ pub async fn start_with(runtime_api: &str, name: &str) -> Result<Running, AwsErr
     let client = client_for(runtime_api)?;
     let registration = register(&client, runtime_api, name).await?;
     let (tx, rx) = oneshot::channel();
+    let (called_tx, called_rx) = oneshot::channel();
     let id = registration.extension_id.clone();
     let poller = tokio::spawn(async move {
-        let _ = tx.send(next_shutdown(&client, &id).await);
+        let next = next_shutdown(&client, &id);
+        tokio::pin!(next);
+        let mut called = Some(called_tx);
+        // The first poll of `next` hands the request to the client; signal right after it.
+        let result = std::future::poll_fn(|cx| {
+            let polled = next.as_mut().poll(cx);
+            if let Some(called) = called.take() {
+                let _ = called.send(());
+            }
+            polled
+        })
+        .await;
+        let _ = tx.send(result);
     });
-    Ok(Running { registration, events: Some(rx), poller })
+    Ok(Running { registration, events: Some(rx), next_called: Some(called_rx), poller })
 }
 
 /// Reports a fatal initialisation error to Lambda with the Runtime API at `AWS_LAMBDA_RUNTIME_API`.

@@ -116,6 +116,7 @@ impl<C> Slot<C> {
             Some(pool) => pool,
             None => unreachable!("a slot is filled once"),
         };
+        pool.opened();
         let now = Instant::now();
         Lease::new(&pool, conn, Meta { created: now, idle_since: now, lends: 0 })
     }
@@ -124,7 +125,7 @@ impl<C> Slot<C> {
 impl<C> Drop for Slot<C> {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.forget();
+            pool.forget_slot();
         }
     }
 }

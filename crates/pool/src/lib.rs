@@ -7,8 +7,12 @@
 //! is [`discard`](Lease::discard)ed frees its place instead. Waiters are served first come, first served.
 //!
 //! Growth is lazy when `grow_after` is set: a caller that finds no idle connection waits that long for one
-//! to come back before it is allowed to open another, so a burst of short transactions shares one or two
-//! connections instead of opening one each.
+//! to come back before it is allowed to open another, and only one connection is opened at a time, so a
+//! burst of short transactions shares one or two connections instead of opening one each. (With nothing
+//! open at all there is nothing to wait for: the first connection is opened at once.)
+//!
+//! The limit can change while the pool runs ([`Pool::set_max_size`]). A connection that comes back while
+//! the pool is over its limit is not kept: it goes to the closer given to [`Pool::with_closer`].
 //!
 //! The bookkeeping sits behind a short synchronous mutex that is never held across an `.await`, and a lease
 //! returns its connection inline on drop (no task is spawned: inside Lambda a spawned task may only run after
@@ -17,6 +21,7 @@
 mod lease;
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -54,6 +59,8 @@ pub struct Status {
     pub idle: usize,
     /// Callers waiting.
     pub waiting: usize,
+    /// Of `size`, connections being opened (slots handed out and not yet filled).
+    pub opening: usize,
     /// Current limit.
     pub max_size: usize,
 }
@@ -70,9 +77,18 @@ impl<C> Clone for Pool<C> {
     }
 }
 
-#[derive(Debug)]
+/// What the pool does with a connection it will not keep (it came back while the pool was over its limit).
+pub type Closer<C> = Box<dyn Fn(C) + Send + Sync>;
+
 pub(crate) struct Shared<C> {
     state: Mutex<State<C>>,
+    closer: Option<Closer<C>>,
+}
+
+impl<C: fmt::Debug> fmt::Debug for Shared<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").field("state", &self.state).field("closer", &self.closer.is_some()).finish()
+    }
 }
 
 #[derive(Debug)]
@@ -81,6 +97,8 @@ struct State<C> {
     idle: VecDeque<(C, Meta)>,
     /// Connections open or being opened (leases, slots, idle entries, and grants in flight to waiters).
     size: usize,
+    /// Of `size`, slots not yet filled.
+    opening: usize,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
     next_waiter: u64,
@@ -94,11 +112,29 @@ struct Waiter<C> {
 }
 
 impl<C> Pool<C> {
-    /// An empty pool.
+    /// An empty pool. A connection that comes back while the pool is over its limit is kept anyway, until
+    /// [`evict_idle`](Self::evict_idle) takes it out.
     pub fn new(config: PoolConfig) -> Self {
-        let state =
-            State { idle: VecDeque::new(), size: 0, config, waiters: VecDeque::new(), next_waiter: 0, closed: false };
-        Pool { shared: Arc::new(Shared { state: Mutex::new(state) }) }
+        Self::build(config, None)
+    }
+
+    /// An empty pool that hands connections it will not keep to `closer`, which must not block (it runs
+    /// inside a lease's drop, with no lock held).
+    pub fn with_closer(config: PoolConfig, closer: impl Fn(C) + Send + Sync + 'static) -> Self {
+        Self::build(config, Some(Box::new(closer)))
+    }
+
+    fn build(config: PoolConfig, closer: Option<Closer<C>>) -> Self {
+        let state = State {
+            idle: VecDeque::new(),
+            size: 0,
+            opening: 0,
+            config,
+            waiters: VecDeque::new(),
+            next_waiter: 0,
+            closed: false,
+        };
+        Pool { shared: Arc::new(Shared { state: Mutex::new(state), closer }) }
     }
 
     /// An idle connection or the right to open one, if either is available right now without waiting
@@ -119,11 +155,20 @@ impl<C> Pool<C> {
             return Ok(Some(Grant::Idle(Lease::new(&self.shared, conn, meta))));
         }
         // With nothing open there is nothing to wait for: open at once, lazy growth or not.
-        if st.size < st.config.max_size && (st.config.grow_after.is_zero() || st.size == 0) {
-            st.size += 1;
-            return Ok(Some(Grant::Open(Slot::new(&self.shared))));
+        if st.may_open_now() {
+            return Ok(Some(Grant::Open(st.reserve(&self.shared))));
         }
         Ok(None)
+    }
+
+    /// The right to open one more connection, if the pool is below its limit and nobody is waiting; for
+    /// keeping a minimum of connections warm. Ignores lazy growth.
+    pub fn try_grow(&self) -> Option<Slot<C>> {
+        let mut st = self.shared.lock();
+        if st.closed || !st.waiters.is_empty() || st.size >= st.config.max_size {
+            return None;
+        }
+        Some(st.reserve(&self.shared))
     }
 
     /// Waits for an idle connection or the right to open one, in arrival order. Callers bound the wait
@@ -140,7 +185,12 @@ impl<C> Pool<C> {
             st.waiters.push_back(Waiter { id, tx });
             (id, st.config.grow_after, rx)
         };
-        if !grow_after.is_zero() {
+        if grow_after.is_zero() {
+            return rx.await.map_err(|_| Closed);
+        }
+        // Lazy growth: every `grow_after` spent waiting, try to open a connection; it is refused while
+        // another one is being opened or the pool is at its limit, and then the wait goes on.
+        loop {
             tokio::select! {
                 grant = &mut rx => return grant.map_err(|_| Closed),
                 _ = tokio::time::sleep(grow_after) => {
@@ -150,30 +200,35 @@ impl<C> Pool<C> {
                 }
             }
         }
-        // At the limit, or a grant is already on its way: wait for it.
-        rx.await.map_err(|_| Closed)
     }
 
-    /// Lets waiter `id` open a connection if it is still queued and the pool is below its limit.
+    /// Lets waiter `id` open a connection if it is still queued, the pool is below its limit and no other
+    /// connection is being opened.
     fn grow_for(&self, id: u64) -> Option<Slot<C>> {
         let mut st = self.shared.lock();
-        if st.closed || st.size >= st.config.max_size {
+        if st.closed || st.size >= st.config.max_size || st.opening > 0 {
             return None;
         }
         let pos = st.waiters.iter().position(|w| w.id == id)?;
         st.waiters.remove(pos);
-        st.size += 1;
-        Some(Slot::new(&self.shared))
+        Some(st.reserve(&self.shared))
     }
 
     /// Counters at this moment.
     pub fn status(&self) -> Status {
         let st = self.shared.lock();
-        Status { size: st.size, idle: st.idle.len(), waiting: st.waiters.len(), max_size: st.config.max_size }
+        Status {
+            size: st.size,
+            idle: st.idle.len(),
+            waiting: st.waiters.len(),
+            opening: st.opening,
+            max_size: st.config.max_size,
+        }
     }
 
-    /// Changes the limit. Growing lets waiters open connections at once; shrinking closes nothing by
-    /// itself: [`evict_idle`](Self::evict_idle) then takes out idle connections above the limit.
+    /// Changes the limit. Growing lets waiters open connections (at once without lazy growth, else as lazy
+    /// growth allows); shrinking closes nothing by itself: connections that come back above the limit go to
+    /// the closer, and [`evict_idle`](Self::evict_idle) takes out idle ones above it.
     pub fn set_max_size(&self, max_size: usize) {
         let slots = {
             let mut st = self.shared.lock();
@@ -185,14 +240,14 @@ impl<C> Pool<C> {
 
     /// Removes idle connections for which `expired` says yes, and the oldest idle ones while the pool is
     /// over its limit, and returns them for the caller to close.
-    pub fn evict_idle(&self, mut expired: impl FnMut(&Meta) -> bool) -> Vec<C> {
+    pub fn evict_idle(&self, mut expired: impl FnMut(&C, &Meta) -> bool) -> Vec<C> {
         let (out, slots) = {
             let mut st = self.shared.lock();
             let mut out = Vec::new();
             let mut keep = VecDeque::with_capacity(st.idle.len());
             while let Some((conn, meta)) = st.idle.pop_front() {
                 let excess = st.size - out.len() > st.config.max_size;
-                if excess || expired(&meta) {
+                if excess || expired(&conn, &meta) {
                     out.push(conn);
                 } else {
                     keep.push_back((conn, meta));
@@ -220,7 +275,7 @@ impl<C> Pool<C> {
 
     /// Takes every idle connection out of the pool for the caller to close.
     pub fn drain_idle(&self) -> Vec<C> {
-        self.evict_idle(|_| true)
+        self.evict_idle(|_, _| true)
     }
 }
 
@@ -230,12 +285,22 @@ impl<C> Shared<C> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Puts a connection back: to the first live waiter, else onto the idle list.
+    /// Puts a connection back: to the closer if the pool is over its limit, else to the first live waiter,
+    /// else onto the idle list.
     pub(crate) fn release(self: &Arc<Self>, conn: C, meta: Meta) {
         let mut item = (conn, meta);
         loop {
             let waiter = {
                 let mut st = self.lock();
+                if let Some(closer) = &self.closer
+                    && !st.closed
+                    && st.size > st.config.max_size
+                {
+                    st.size -= 1;
+                    drop(st);
+                    closer(item.0);
+                    return;
+                }
                 match st.waiters.pop_front() {
                     Some(w) => w,
                     None => {
@@ -254,14 +319,31 @@ impl<C> Shared<C> {
         }
     }
 
-    /// Frees the place of a connection that was discarded or never opened, and lets a waiter open one.
+    /// Frees the place of a connection that was discarded, and lets a waiter open one.
     pub(crate) fn forget(self: &Arc<Self>) {
+        self.free_place(false);
+    }
+
+    /// Frees the place of a slot that was dropped unfilled.
+    pub(crate) fn forget_slot(self: &Arc<Self>) {
+        self.free_place(true);
+    }
+
+    fn free_place(self: &Arc<Self>, was_opening: bool) {
         let slots = {
             let mut st = self.lock();
             st.size -= 1;
+            if was_opening {
+                st.opening -= 1;
+            }
             st.grant_free_slots()
         };
         Self::deliver_slots(self, slots);
+    }
+
+    /// A slot was filled: its connection is no longer being opened.
+    pub(crate) fn opened(&self) {
+        self.lock().opening -= 1;
     }
 
     fn deliver_slots(self: &Arc<Self>, mut waiters: Vec<Waiter<C>>) {
@@ -273,12 +355,26 @@ impl<C> Shared<C> {
 }
 
 impl<C> State<C> {
-    /// Reserves a place for each waiter that can open a connection under the current limit.
+    /// Whether a caller may open a connection without waiting: below the limit, and either growth is not
+    /// lazy or nothing is open (so there is nothing to wait for).
+    fn may_open_now(&self) -> bool {
+        !self.closed && self.size < self.config.max_size && (self.config.grow_after.is_zero() || self.size == 0)
+    }
+
+    /// Counts a new place and hands out the slot for it.
+    fn reserve(&mut self, shared: &Arc<Shared<C>>) -> Slot<C> {
+        self.size += 1;
+        self.opening += 1;
+        Slot::new(shared)
+    }
+
+    /// Reserves a place for each waiter that may open a connection now (see `may_open_now`).
     fn grant_free_slots(&mut self) -> Vec<Waiter<C>> {
         let mut out = Vec::new();
-        while !self.closed && self.size < self.config.max_size {
+        while self.may_open_now() {
             let Some(w) = self.waiters.pop_front() else { break };
             self.size += 1;
+            self.opening += 1;
             out.push(w);
         }
         out

@@ -30,7 +30,7 @@ async fn a_returned_connection_is_lent_again() {
     let l = open(&p, 1).await;
     assert_eq!(l.meta().lends, 1);
     drop(l);
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 2 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 2 });
     let l = idle(&p).await;
     assert_eq!((*l, l.meta().lends), (1, 2));
 }
@@ -99,7 +99,7 @@ async fn a_waiter_that_gives_up_loses_nothing() {
     assert!(gave_up.is_err());
     assert_eq!(p.status().waiting, 1, "the dead waiter is only found on release");
     drop(held);
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,7 +110,7 @@ async fn a_grant_sent_to_a_waiter_that_then_vanishes_comes_back() {
     assert!(futures_poll(&mut pending).is_none());
     drop(held); // the lease is sent into the waiter's channel
     drop(pending); // and the waiter disappears before reading it
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
 }
 
 fn futures_poll<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
@@ -200,12 +200,12 @@ async fn eviction_takes_expired_and_excess_idle_connections() {
     tokio::time::advance(Duration::from_secs(10)).await;
     drop(b);
     drop(c);
-    let old = p.evict_idle(|m| m.idle_since.elapsed() >= Duration::from_secs(5));
+    let old = p.evict_idle(|_, m| m.idle_since.elapsed() >= Duration::from_secs(5));
     assert_eq!(old, vec![1]);
     p.set_max_size(1);
-    let excess = p.evict_idle(|_| false);
+    let excess = p.evict_idle(|_, _| false);
     assert_eq!(excess, vec![2], "the oldest idle one goes first");
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
 }
 
 #[tokio::test(start_paused = true)]
@@ -223,4 +223,124 @@ async fn closing_fails_waiters_and_collects_returns() {
     drop(held);
     assert_eq!(p.drain_idle(), vec![1]);
     assert_eq!(p.status().size, 0);
+}
+
+/// A burst of `clients` transactions that each hold a connection for `hold` after a connect that takes
+/// `connect`; returns the pool's largest size and the times (from the start) at which connections opened.
+async fn burst(p: &Pool<u32>, clients: usize, connect: Duration, hold: Duration) -> (usize, Vec<Duration>) {
+    let start = Instant::now();
+    let opened = Arc::new(Mutex::new(Vec::new()));
+    let peak = Arc::new(Mutex::new(0usize));
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (p, opened, peak) = (p.clone(), Arc::clone(&opened), Arc::clone(&peak));
+        tasks.push(tokio::spawn(async move {
+            let lease = match p.acquire().await.unwrap() {
+                Grant::Idle(l) => l,
+                Grant::Open(slot) => {
+                    opened.lock().unwrap().push(start.elapsed());
+                    tokio::time::sleep(connect).await;
+                    slot.fill(0)
+                }
+            };
+            let size = p.status().size;
+            {
+                let mut peak = peak.lock().unwrap();
+                *peak = (*peak).max(size);
+            }
+            tokio::time::sleep(hold).await;
+            drop(lease);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let opened = opened.lock().unwrap().clone();
+    (*peak.lock().unwrap(), opened)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_that_one_connection_can_serve_opens_one() {
+    // 64 clients arrive at once; each transaction is over before anyone has waited 5 ms.
+    let lazy = pool(64, 5);
+    let (peak, opened) = burst(&lazy, 64, Duration::from_millis(1), Duration::ZERO).await;
+    assert_eq!((peak, opened.len()), (1, 1), "opened at {opened:?}");
+    // Without lazy growth the same burst opens a connection per client.
+    let eager = pool(64, 0);
+    let (peak, _) = burst(&eager, 64, Duration::from_millis(1), Duration::ZERO).await;
+    assert_eq!(peak, 64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lazy_growth_opens_one_connection_at_a_time() {
+    // 64 transactions of 1 ms each: one connection would need 64 ms, so the pool grows, but only while
+    // clients keep waiting, one connection at a time and at most one per 5 ms of waiting.
+    let p = pool(64, 5);
+    let (peak, opened) = burst(&p, 64, Duration::from_millis(3), Duration::from_millis(1)).await;
+    assert!(peak > 1 && peak < 16, "peak {peak}, opened at {opened:?}");
+    for pair in opened.windows(2) {
+        assert!(pair[1] - pair[0] >= Duration::from_millis(5), "opened too close together: {opened:?}");
+    }
+    assert_eq!(p.status().opening, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_connect_holds_back_further_growth() {
+    let p = pool(10, 5);
+    let held = open(&p, 1).await;
+    let grower = tokio::spawn({
+        let p = p.clone();
+        async move {
+            let Grant::Open(slot) = p.acquire().await.unwrap() else { panic!("expected a slot") };
+            tokio::time::sleep(Duration::from_millis(52)).await;
+            slot.fill(2)
+        }
+    });
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The second waiter has waited 50 ms, yet nothing more is opened while the first connect runs.
+    assert_eq!(p.status(), Status { size: 2, idle: 0, waiting: 1, opening: 1, max_size: 10 });
+    let second = grower.await.unwrap();
+    drop(second);
+    assert_eq!(waiter.await.unwrap(), 2, "the waiter got the new connection when it was returned");
+    drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_returned_above_the_limit_goes_to_the_closer() {
+    let closed = Arc::new(Mutex::new(Vec::new()));
+    let p = Pool::with_closer(PoolConfig { max_size: 3, grow_after: Duration::ZERO }, {
+        let closed = Arc::clone(&closed);
+        move |c| closed.lock().unwrap().push(c)
+    });
+    let a = open(&p, 1).await;
+    let b = open(&p, 2).await;
+    p.set_max_size(1);
+    drop(a);
+    assert_eq!(*closed.lock().unwrap(), vec![1]);
+    drop(b);
+    assert_eq!(*closed.lock().unwrap(), vec![1], "at the limit, kept");
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_grow_keeps_to_the_limit_and_the_queue() {
+    let p = pool(2, 50);
+    let a = p.try_grow().expect("below the limit").fill(1);
+    let b = p.try_grow().expect("below the limit, lazy growth or not").fill(2);
+    assert!(p.try_grow().is_none(), "at the limit");
+    drop((a, b));
+    p.set_max_size(3);
+    let held: Vec<_> = vec![idle(&p).await, idle(&p).await];
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { p.acquire().await.is_ok() }
+    });
+    tokio::task::yield_now().await;
+    assert!(p.try_grow().is_none(), "a client is waiting: it goes first");
+    drop(held);
+    assert!(waiter.await.unwrap());
 }

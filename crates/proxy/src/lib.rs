@@ -11,6 +11,7 @@ mod proxy;
 mod server;
 mod session;
 mod shared;
+pub mod sizing;
 mod slots;
 pub mod sql;
 mod startup;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
@@ -16,6 +17,7 @@ use crate::config::Config;
 use crate::credentials::{Credentials, StaticCredentials};
 use crate::session;
 use crate::shared::Shared;
+use crate::sizing::{self, Report};
 use crate::stop::{Level, Stop};
 use crate::tls::{self, ServerTls, TlsSetupError};
 
@@ -25,6 +27,8 @@ pub struct Proxy {
     shared: Arc<Shared>,
     listener: TcpListener,
     stop: Stop,
+    /// No database I/O of pgmux's own (sizing, warm connections) until this fires.
+    gate: Option<oneshot::Receiver<()>>,
 }
 
 /// What the binary adds to the configuration: where credentials come from and which CAs to trust.
@@ -50,6 +54,9 @@ pub enum ProxyError {
     /// TLS could not be set up.
     #[error("invalid TLS setting {0}")]
     Tls(#[from] TlsSetupError),
+    /// `pgmux check` could not read the database.
+    #[error("{0}")]
+    Check(String),
 }
 
 /// A pooler running in the background (tests and embedding).
@@ -82,6 +89,13 @@ impl Proxy {
 
     /// Like [`bind`](Self::bind), with credentials and CAs from the binary.
     pub async fn bind_with(config: Config, extras: Extras) -> Result<Proxy, ProxyError> {
+        let (shared, listen) = Self::prepare(config, extras)?;
+        let listener = TcpListener::bind(listen).await.map_err(|source| ProxyError::Bind { addr: listen, source })?;
+        Ok(Proxy { shared, listener, stop: Stop::new(), gate: None })
+    }
+
+    /// Everything but the listener.
+    fn prepare(config: Config, extras: Extras) -> Result<(Arc<Shared>, SocketAddr), ProxyError> {
         let mut roots = extras.extra_root_certs;
         if let Some(path) = &config.ssl_root_cert {
             roots.extend(tls::certs_from_pem_file("ssl_root_cert", path)?);
@@ -92,11 +106,23 @@ impl Proxy {
             _ => None,
         };
         let credentials = extras.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ProxyError::Bind { addr: config.listen, source })?;
+        let listen = config.listen;
         let shared = Arc::new(Shared::new(Arc::new(config), TaskTracker::new(), credentials, server_tls, client_tls));
-        Ok(Proxy { shared, listener, stop: Stop::new() })
+        Ok((shared, listen))
+    }
+
+    /// `pgmux check`: connects as the configuration says, reads what sizing reads, and works out the
+    /// limit this instance would take. Listens on nothing.
+    pub async fn check(config: Config, extras: Extras) -> Result<Report, ProxyError> {
+        let (shared, _) = Self::prepare(config, extras)?;
+        sizing::check(&shared).await.map_err(ProxyError::Check)
+    }
+
+    /// Holds back pgmux's own database I/O (the control connection, `min_pool_size`) until `gate` fires or
+    /// is dropped; clients are served meanwhile. The Lambda extension fires it once it has called
+    /// `event/next`.
+    pub fn hold_database_until(&mut self, gate: oneshot::Receiver<()>) {
+        self.gate = Some(gate);
     }
 
     /// Where clients connect.
@@ -126,10 +152,12 @@ impl Proxy {
 
     /// Serves clients until a graceful shutdown begins, then shuts down.
     pub async fn run(self) {
-        let Proxy { shared, listener, stop } = self;
+        let Proxy { shared, listener, stop, gate } = self;
         tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            database = %shared.config.database_url, pool_max = shared.config.pool_max, "pgmux is ready");
+            database = %shared.config.database_url, pool_max = ?shared.config.pool_max,
+            max_connections_percent = shared.config.max_connections_percent, "pgmux is ready");
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
+        let sizing = tokio::spawn(sizing::run(Arc::clone(&shared), stop.clone(), gate));
         let next_id = AtomicU64::new(1);
         loop {
             tokio::select! {
@@ -159,6 +187,7 @@ impl Proxy {
         }
         stop.force();
         let _ = maintenance.await;
+        let _ = sizing.await;
         let servers = shared.pool.drain_idle();
         let count = servers.len();
         futures_join_all(servers.into_iter().map(|s| s.terminate())).await;

@@ -111,6 +111,8 @@ pub(crate) struct ServerConn {
     pub(crate) statements: ServerStatements,
     /// What the server owes the client it is lent to; empty between loans.
     pub(crate) tracker: TxTracker<Undo>,
+    /// Retire it when it is this old (0 = never): `server_lifetime` with jitter.
+    pub(crate) lifetime: Duration,
 }
 
 impl ServerConn {
@@ -162,6 +164,7 @@ impl ServerConn {
             params: ServerParams::default(),
             statements: ServerStatements::new(max_statements),
             tracker: TxTracker::default(),
+            lifetime: Duration::ZERO,
         };
         conn.login(login).await?;
         Ok(conn)

@@ -1,6 +1,7 @@
 //! What all sessions share: the configuration, the server pool, the parameter catalog, cancel keys, and the
 //! lending rules (a connection is checked before it is lent and retired when it is too old).
 
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,14 +17,21 @@ use crate::config::Config;
 use crate::credentials::{Credentials, CredentialsError};
 use crate::params::{Catalog, Defaults};
 use crate::server::{ConnectError, ServerConn};
+use crate::sizing::{self, Limits};
 use crate::statements::Registry;
 use crate::tls::ServerTls;
 
 /// Why a client could not get a server connection.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CheckoutError {
-    #[error("no server connection became free within query_wait_timeout ({}s)", .0.as_secs_f32())]
-    Timeout(Duration),
+    #[error("no server connection became free within query_wait_timeout ({}s)", .waited.as_secs_f32())]
+    Timeout {
+        waited: Duration,
+        /// The pool limit at the time.
+        limit: usize,
+        /// The database's last refusal of a new connection, if that is why.
+        refused: Option<String>,
+    },
     #[error(transparent)]
     Connect(#[from] ConnectError),
     #[error("cannot get database credentials: {0}")]
@@ -34,13 +42,18 @@ pub(crate) enum CheckoutError {
 
 impl CheckoutError {
     /// The error a client sees.
-    pub(crate) fn to_client(&self, pool_max: usize) -> ErrorMessage {
+    pub(crate) fn to_client(&self) -> ErrorMessage {
         match self {
-            CheckoutError::Timeout(_) => ErrorMessage::error(
+            CheckoutError::Timeout { refused: Some(refusal), .. } => ErrorMessage::error(
                 sqlstate::TOO_MANY_CONNECTIONS,
-                format!("{self}: all {pool_max} server connections stayed busy"),
+                format!("{self}: the database refused new connections ({refusal})"),
             )
-            .with_hint("raise pool_max or query_wait_timeout, or shorten transactions"),
+            .with_hint("the database is at max_connections: lower other clients' connections, or raise it"),
+            CheckoutError::Timeout { limit, .. } => ErrorMessage::error(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                format!("{self}: all {limit} server connections stayed busy"),
+            )
+            .with_hint("raise query_wait_timeout or the pool limit (pool_max, max_connections_percent), or shorten transactions"),
             CheckoutError::Connect(_) | CheckoutError::Credentials(_) => {
                 ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string())
             }
@@ -85,7 +98,11 @@ pub(crate) struct Shared {
     pub(crate) client_tls: Option<ClientTls>,
     /// Logged-in and logging-in client sessions.
     pub(crate) clients: AtomicUsize,
+    /// The pool's limit and where it comes from (the database, refusals, pool_max).
+    pub(crate) limits: Limits,
     next_server_id: AtomicU64,
+    /// Seeds the per-connection lifetime jitter.
+    jitter: std::collections::hash_map::RandomState,
     /// Background work (closing retired connections) that shutdown waits for.
     pub(crate) tasks: TaskTracker,
 }
@@ -99,7 +116,14 @@ impl Shared {
         client_tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> Self {
         let client_tls = client_tls.map(ClientTls);
-        let pool = Pool::new(PoolConfig { max_size: config.pool_max, grow_after: Duration::ZERO });
+        let limit = sizing::initial_limit(config.max_connections_percent, config.pool_max);
+        let pool_config = PoolConfig { max_size: limit, grow_after: config.pool_grow_after };
+        // A connection that comes back while the pool is over a lowered limit is closed, not kept.
+        let closer_tasks = tasks.clone();
+        let pool = Pool::with_closer(pool_config, move |conn: Box<ServerConn>| {
+            tracing::debug!(server_id = conn.id, "closing a server connection above the pool limit");
+            closer_tasks.spawn(conn.terminate());
+        });
         let auth = Authenticator::new(&config);
         Shared {
             config,
@@ -113,7 +137,9 @@ impl Shared {
             server_tls,
             client_tls,
             clients: AtomicUsize::new(0),
+            limits: Limits::new(limit),
             next_server_id: AtomicU64::new(1),
+            jitter: Default::default(),
             tasks,
         }
     }
@@ -121,17 +147,18 @@ impl Shared {
     /// A server connection for one client: idle and checked, or newly opened; waits in line up to
     /// `query_wait_timeout`.
     pub(crate) async fn checkout(&self) -> Result<Lease<Box<ServerConn>>, CheckoutError> {
+        let wait = self.config.query_wait_timeout;
         let mut deadline = None;
+        let mut refused: Option<(String, Duration)> = None;
         loop {
             // Most checkouts find an idle connection: no timer, no queue.
             let grant = match self.pool.try_acquire() {
                 Err(_closed) => return Err(CheckoutError::Closed),
                 Ok(Some(grant)) => grant,
                 Ok(None) => {
-                    let wait = self.config.query_wait_timeout;
                     let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
                     match tokio::time::timeout_at(until, self.pool.acquire()).await {
-                        Err(_) => return Err(CheckoutError::Timeout(wait)),
+                        Err(_) => return Err(self.timeout(wait, refused)),
                         Ok(Err(_closed)) => return Err(CheckoutError::Closed),
                         Ok(Ok(grant)) => grant,
                     }
@@ -145,16 +172,83 @@ impl Shared {
                     tracing::debug!(server_id = lease.id, "idle server connection failed its check; closing it");
                     self.retire(lease.discard());
                 }
-                Grant::Open(slot) => {
-                    let conn = self.open().await?;
-                    let id = conn.id;
-                    tracing::debug!(server_id = id, addr = %conn.addr, "opened server connection");
-                    if !self.catalog.has_defaults() {
-                        self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
+                Grant::Open(slot) => match self.open().await {
+                    Ok(conn) => {
+                        let id = conn.id;
+                        tracing::debug!(server_id = id, addr = %conn.addr, "opened server connection");
+                        if !self.catalog.has_defaults() {
+                            self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
+                        }
+                        return Ok(slot.fill(Box::new(conn)));
                     }
-                    return Ok(slot.fill(Box::new(conn)));
-                }
+                    // The database has no slot left: back-pressure, not an error. Hold fewer connections,
+                    // wait (longer each time) and try again until query_wait_timeout.
+                    Err(CheckoutError::Connect(e)) if sizing::is_refusal(&e) => {
+                        drop(slot);
+                        let status = self.pool.status();
+                        let limit = self.limits.refused(status.size - status.opening);
+                        self.apply_limit(limit);
+                        let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+                        let pause = refused
+                            .as_ref()
+                            .map_or(Duration::from_millis(50), |(_, p)| (*p * 2).min(Duration::from_secs(1)));
+                        tracing::warn!(error = %e, limit, retry_in = ?pause,
+                            "the database refused a new connection; lowering the pool limit");
+                        refused = Some((e.to_string(), pause));
+                        if tokio::time::Instant::now() + pause >= until {
+                            tokio::time::sleep_until(until).await;
+                            return Err(self.timeout(wait, refused));
+                        }
+                        tokio::time::sleep(pause).await;
+                    }
+                    Err(e) => return Err(e),
+                },
             }
+        }
+    }
+
+    fn timeout(&self, waited: Duration, refused: Option<(String, Duration)>) -> CheckoutError {
+        CheckoutError::Timeout { waited, limit: self.limits.current(), refused: refused.map(|(e, _)| e) }
+    }
+
+    /// Puts a new limit into force: waiters may open up to it, idle connections above it are closed, and
+    /// busy ones are closed when they come back.
+    pub(crate) fn apply_limit(&self, limit: usize) {
+        if self.pool.status().max_size == limit {
+            return;
+        }
+        self.pool.set_max_size(limit);
+        for conn in self.pool.evict_idle(|_, _| false) {
+            tracing::debug!(server_id = conn.id, limit, "closing an idle server connection above the pool limit");
+            self.retire(conn);
+        }
+    }
+
+    /// Opens connections in the background up to `min_pool_size` (within the limit).
+    pub(crate) fn warm(self: &Arc<Self>) {
+        let want = self.config.min_pool_size.min(self.limits.current());
+        while self.pool.status().size < want {
+            let Some(slot) = self.pool.try_grow() else { return };
+            let shared = Arc::clone(self);
+            self.tasks.spawn(async move {
+                match shared.open().await {
+                    Ok(conn) => drop(slot.fill(Box::new(conn))),
+                    Err(e) => tracing::debug!(error = %e, "could not open a connection for min_pool_size"),
+                }
+            });
+        }
+    }
+
+    /// Opens the control connection (sizing): logged in like a pool connection, never lent.
+    pub(crate) async fn open_control(&self) -> Result<ServerConn, CheckoutError> {
+        let login = self.credentials.login().await?;
+        let timeout = self.config.server_connect_timeout;
+        match ServerConn::connect(&login, &self.server_tls, 0, timeout, 0).await {
+            Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
+                let login = self.credentials.login().await?;
+                Ok(ServerConn::connect(&login, &self.server_tls, 0, timeout, 0).await?)
+            }
+            other => Ok(other?),
         }
     }
 
@@ -165,14 +259,26 @@ impl Shared {
         let timeout = self.config.server_connect_timeout;
         let max = self.config.max_prepared_statements;
         let login = self.credentials.login().await?;
-        match ServerConn::connect(&login, &self.server_tls, id, timeout, max).await {
+        let mut conn = match ServerConn::connect(&login, &self.server_tls, id, timeout, max).await {
             Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
                 tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
                 let login = self.credentials.login().await?;
-                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout, max).await?)
+                ServerConn::connect(&login, &self.server_tls, id, timeout, max).await?
             }
-            other => Ok(other?),
+            other => other?,
+        };
+        conn.lifetime = self.jittered_lifetime(id);
+        Ok(conn)
+    }
+
+    /// `server_lifetime` less a random 0-10 %, so that connections opened together retire apart.
+    fn jittered_lifetime(&self, id: u64) -> Duration {
+        let lifetime = self.config.server_lifetime;
+        let tenth_ms = (lifetime.as_millis() / 10) as u64;
+        if tenth_ms == 0 {
+            return lifetime;
         }
+        lifetime.saturating_sub(Duration::from_millis(self.jitter.hash_one(id) % (tenth_ms + 1)))
     }
 
     /// The common case of [`checkout`](Self::checkout), without waiting: an idle connection that passes
@@ -196,7 +302,7 @@ impl Shared {
     fn quick_check(&self, lease: &mut Lease<Box<ServerConn>>) -> Fitness {
         let meta = *lease.meta();
         let now = tokio::time::Instant::now();
-        let lifetime = self.config.server_lifetime;
+        let lifetime = lease.lifetime;
         if !lifetime.is_zero() && now.saturating_duration_since(meta.created) >= lifetime {
             return Fitness::Unfit;
         }
@@ -229,10 +335,16 @@ impl Shared {
     /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.
     pub(crate) fn evict_idle(&self) {
         let idle = self.config.server_idle_timeout;
-        let lifetime = self.config.server_lifetime;
-        let expired = self.pool.evict_idle(|m| {
-            (!idle.is_zero() && m.idle_since.elapsed() >= idle)
-                || (!lifetime.is_zero() && m.created.elapsed() >= lifetime)
+        let keep = self.config.min_pool_size;
+        let mut size = self.pool.status().size;
+        let expired = self.pool.evict_idle(|conn, m| {
+            let old = !conn.lifetime.is_zero() && m.created.elapsed() >= conn.lifetime;
+            // Idle ones are closed down to min_pool_size; old ones are closed anyway (and replaced warm).
+            let stale = !idle.is_zero() && m.idle_since.elapsed() >= idle && size > keep;
+            if old || stale {
+                size -= 1;
+            }
+            old || stale
         });
         for conn in expired {
             tracing::debug!(server_id = conn.id, "closing idle server connection");

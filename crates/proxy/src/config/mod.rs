@@ -103,8 +103,20 @@ config_keys! {
     tls_cert: Option<PathBuf> = "";
     /// The PEM private key of tls_cert.
     tls_key: Option<PathBuf> = "";
-    /// Most server connections open at once.
-    pool_max: usize = "20";
+    /// A cap on server connections open at once. Unset: the database decides (see max_connections_percent),
+    /// or 20 when sizing from the database is off.
+    pool_max: Option<usize> = "";
+    /// pgmux's share of the database's usable connections (max_connections minus the reserved ones), split
+    /// with the other pgmux instances it sees and net of everyone else's connections; read by a control
+    /// connection. 0 turns this off: no control connection, the limit is pool_max.
+    max_connections_percent: usize = "90";
+    /// How often the control connection re-reads max_connections and pg_stat_activity.
+    pool_sizing_interval: Duration = "10s";
+    /// A client that has waited this long with no idle server connection may open a new one (one at a
+    /// time); until then it waits for one to come back. 0 opens at once.
+    pool_grow_after: Duration = "5ms";
+    /// Server connections kept open even when idle (within the limit).
+    min_pool_size: usize = "0";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
     client_auth: ClientAuth = "scram-sha-256";
     /// Most client connections at once; the next one gets SQLSTATE 53300.
@@ -113,7 +125,8 @@ config_keys! {
     query_wait_timeout: Duration = "30s";
     /// Close a server connection that has been idle this long (0 = never).
     server_idle_timeout: Duration = "60s";
-    /// Close a server connection this old when it is next idle (0 = never).
+    /// Close a server connection this old when it is next idle (0 = never); each connection's lifetime is
+    /// shortened by a random 0-10 % so that connections opened together are not all closed together.
     server_lifetime: Duration = "1h";
     /// On SIGTERM / SIGINT, how long open transactions may run before pgmux exits anyway.
     shutdown_timeout: Duration = "30s";
@@ -141,16 +154,25 @@ pub enum Profile {
     /// On EC2 or in a container, next to the application.
     Sidecar,
     /// As an AWS Lambda extension: listen on 127.0.0.1:5432, trust loopback clients, verify the database's
-    /// certificate, log JSON.
+    /// certificate, log JSON. No control connection by default: one invocation at a time per execution
+    /// environment, where a control connection each would double the database connections.
     Lambda,
+    /// As an extension on Lambda Managed Instances (many concurrent invocations per environment): as
+    /// `Lambda`, with the pool sized from the database.
+    LambdaManaged,
 }
 
 impl Profile {
+    /// Either Lambda profile.
+    pub fn is_lambda(self) -> bool {
+        matches!(self, Profile::Lambda | Profile::LambdaManaged)
+    }
+
     /// The TLS mode towards the database when neither the key nor database_url sets one.
     fn default_sslmode(self) -> SslMode {
         match self {
             Profile::Sidecar => SslMode::Prefer,
-            Profile::Lambda => SslMode::VerifyFull,
+            Profile::Lambda | Profile::LambdaManaged => SslMode::VerifyFull,
         }
     }
 
@@ -163,6 +185,13 @@ impl Profile {
                 ("client_auth", "trust"),
                 ("log_format", "json"),
                 // A connection idle across a freeze may be dead: check it with a round trip sooner.
+                ("server_check_delay", "1s"),
+                ("max_connections_percent", "0"),
+            ],
+            Profile::LambdaManaged => &[
+                ("listen", "127.0.0.1:5432"),
+                ("client_auth", "trust"),
+                ("log_format", "json"),
                 ("server_check_delay", "1s"),
             ],
         }
@@ -299,8 +328,16 @@ impl Config {
         if self.database_url.host.is_empty() && self.secret_arn.is_empty() {
             return Err(ConfigError::Missing("database_url"));
         }
-        if self.pool_max == 0 {
-            return Err(invalid("pool_max", "must be at least 1"));
+        if self.pool_max == Some(0) {
+            return Err(invalid("pool_max", "must be at least 1 (leave it unset to size from the database)"));
+        }
+        if self.max_connections_percent > 100 {
+            return Err(invalid("max_connections_percent", "must be between 0 (off) and 100"));
+        }
+        if let Some(max) = self.pool_max
+            && self.min_pool_size > max
+        {
+            return Err(invalid("min_pool_size", "must not be above pool_max"));
         }
         if self.max_client_conn == 0 {
             return Err(invalid("max_client_conn", "must be at least 1"));
@@ -315,7 +352,7 @@ impl Config {
                  (database_url has none)",
             ));
         }
-        if self.client_auth == ClientAuth::Trust && self.profile == Profile::Lambda && !self.listen.ip().is_loopback() {
+        if self.client_auth == ClientAuth::Trust && self.profile.is_lambda() && !self.listen.ip().is_loopback() {
             return Err(invalid("listen", "in Lambda mode clients are trusted, so pgmux listens on loopback only"));
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
@@ -325,6 +362,7 @@ impl Config {
             ("query_wait_timeout", self.query_wait_timeout),
             ("server_connect_timeout", self.server_connect_timeout),
             ("client_login_timeout", self.client_login_timeout),
+            ("pool_sizing_interval", self.pool_sizing_interval),
         ] {
             if d.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));

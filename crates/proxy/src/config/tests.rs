@@ -12,7 +12,7 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 fn defaults_fill_everything_but_the_url() {
     let cfg = Config::from_toml_str(&format!("database_url = {URL:?}")).unwrap();
     assert_eq!(cfg.listen, "127.0.0.1:6432".parse().unwrap());
-    assert_eq!(cfg.pool_max, 20);
+    assert_eq!(cfg.pool_max, None);
     assert_eq!(cfg.client_auth, ClientAuth::ScramSha256);
     assert_eq!(cfg.query_wait_timeout, Duration::from_secs(30));
     assert_eq!(cfg.database_url.host, "db.example");
@@ -30,7 +30,7 @@ fn environment_overrides_the_file() {
         env(&[("PGMUX_POOL_MAX", "7"), ("PGMUX_CLIENT_AUTH", "md5"), ("PGMUX_LISTEN", "0.0.0.0:7000")]),
     )
     .unwrap();
-    assert_eq!(cfg.pool_max, 7);
+    assert_eq!(cfg.pool_max, Some(7));
     assert_eq!(cfg.client_auth, ClientAuth::Md5);
     assert_eq!(cfg.listen.port(), 7000);
     assert_eq!(cfg.query_wait_timeout, Duration::from_secs(2));
@@ -48,7 +48,10 @@ fn a_bad_value_names_its_key_and_source() {
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\nquery_wait_timeout = \"soon\"")).unwrap_err();
     assert!(err.to_string().starts_with("invalid value for query_wait_timeout (config file)"), "{err}");
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 0")).unwrap_err();
-    assert_eq!(err.to_string(), "invalid value for pool_max (config file): must be at least 1");
+    assert_eq!(
+        err.to_string(),
+        "invalid value for pool_max (config file): must be at least 1 (leave it unset to size from the database)"
+    );
 }
 
 #[test]

@@ -52,7 +52,7 @@ impl Session {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no server connection for client");
-                let err = e.to_client(self.shared.config.pool_max);
+                let err = e.to_client();
                 return Ok(Some(self.answer_unit(tag, err.to_bytes())));
             }
         };

@@ -141,7 +141,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u
 /// the server rejects fails the login with the server's own error, which names the parameter.
 async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, ErrorMessage> {
     let mut lease = shared.checkout().await.map_err(|e| {
-        let mut err = e.to_client(shared.config.pool_max);
+        let mut err = e.to_client();
         err.severity = Severity::Fatal;
         err
     })?;

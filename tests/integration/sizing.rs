@@ -1,0 +1,226 @@
+//! Sizing the pool from the database: the budget left by other clients, back-pressure when the database is
+//! full, two instances sharing one budget, and a new `max_connections` picked up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use pgmux_proxy::sizing::Member;
+use pgmux_proxy::{Config, Proxy, ProxyHandle};
+use pgmux_testkit::{APP_USER, PgOptions, PgServer};
+use tokio_postgres::Client;
+
+use crate::common;
+
+/// pgmux with sizing on (the defaults but a quick refresh) and `extra` settings. Clients are trusted: a
+/// hundred SCRAM logins in a debug build would keep the test's runtime busy for seconds.
+fn sizing_config(pg: &PgServer, extra: &str) -> Config {
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\nclient_auth = \"trust\"\npool_sizing_interval = \"200ms\"\n{extra}\n",
+        pg.url(&APP_USER)
+    );
+    Config::from_toml_str(&text).expect("test config is valid")
+}
+
+async fn start_pg(max_connections: u32) -> PgServer {
+    let opts = PgOptions { max_connections, ..Default::default() };
+    tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL")
+}
+
+/// `n` connections straight to PostgreSQL as the superuser, held by "another client".
+async fn hold(pg: &PgServer, n: usize) -> Vec<Client> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(common::direct(pg).await);
+    }
+    held
+}
+
+/// The pgmux instances visible in `pg_stat_activity`.
+async fn fleet(oracle: &Client) -> Vec<Member> {
+    let rows = oracle
+        .query("select application_name from pg_stat_activity where application_name like 'pgmux %'", &[])
+        .await
+        .expect("read the tags");
+    rows.iter().filter_map(|r| Member::parse(r.get(0))).collect()
+}
+
+/// Waits until `want` holds for the fleet's tags; panics with what it saw after 15 s.
+async fn await_fleet(oracle: &Client, what: &str, want: impl Fn(&[Member]) -> bool) -> Vec<Member> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let seen = fleet(oracle).await;
+        if want(&seen) {
+            return seen;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "waited 15 s for {what}; the fleet shows {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Samples the backends of pgmux's role (pool and control connections) every 10 ms until dropped.
+struct Sampler {
+    peak: Arc<AtomicI64>,
+    running: Arc<AtomicBool>,
+}
+
+impl Sampler {
+    fn start(oracle: Client) -> Sampler {
+        let peak = Arc::new(AtomicI64::new(0));
+        let running = Arc::new(AtomicBool::new(true));
+        let (p, r) = (Arc::clone(&peak), Arc::clone(&running));
+        tokio::spawn(async move {
+            while r.load(Ordering::Relaxed) {
+                let Ok(row) = oracle
+                    .query_one(
+                        "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend'",
+                        &[&APP_USER.user],
+                    )
+                    .await
+                else {
+                    return;
+                };
+                p.fetch_max(row.get(0), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        Sampler { peak, running }
+    }
+
+    fn peak(&self) -> i64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.running.store(false, Ordering::Relaxed);
+    }
+}
+
+/// `clients` clients, spread over `proxies`, each connecting and running `rounds` transactions of
+/// `select pg_sleep(sleep)`; returns the errors, as text.
+async fn load(proxies: &[&ProxyHandle], clients: usize, rounds: usize, sleep: f64) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let addr = proxies[i % proxies.len()].addr;
+        tasks.push(tokio::spawn(async move {
+            let client = match common::connect(addr, &APP_USER, |_| {}).await {
+                Ok(c) => c,
+                Err(e) => return Err(format!("connect: {}", common::message(&e))),
+            };
+            for _ in 0..rounds {
+                if let Err(e) = client.simple_query(&format!("select pg_sleep({sleep})")).await {
+                    return Err(format!(
+                        "query: {} {}",
+                        e.as_db_error().map_or("", |d| d.code().code()),
+                        common::message(&e)
+                    ));
+                }
+            }
+            Ok(())
+        }));
+    }
+    let mut errors = Vec::new();
+    for t in tasks {
+        if let Err(e) = t.await.expect("client task") {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgmux_stays_within_what_another_client_leaves() {
+    // max_connections 40, 3 reserved: 37 usable; 90 % of it is a budget of 33.
+    let pg = start_pg(40).await;
+    let oracle = common::direct(&pg).await;
+    let _other = hold(&pg, 30).await;
+    let proxy = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux");
+    // Everyone else holds 31 (the other client's 30 and this test's oracle): 33 - 31 leaves 2, one of them
+    // for pgmux's control connection.
+    let seen = await_fleet(&oracle, "the control connection with limit 1", |f| f.len() == 1 && f[0].limit == 1).await;
+    assert_eq!(seen[0].cap, None);
+
+    let sampler = Sampler::start(common::direct(&pg).await);
+    let errors = load(&[&proxy], 100, 1, 0.1).await;
+    assert!(errors.is_empty(), "{} of 100 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    // The sampler's own connection is one more outsider; pgmux must still not exceed the budget's rest.
+    let headroom = 40 - 3 - 30;
+    let peak = sampler.peak();
+    assert!(
+        (1..=2).contains(&peak),
+        "pgmux held {peak} connections at once; the budget left it 2 (headroom {headroom})"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_database_makes_clients_wait_not_fail() {
+    // Sizing off and pool_max 20, so pgmux asks for more than the database has left: the superuser's 31
+    // connections leave pgmux's role 37 - 31 = 6, and the 7th login is refused with SQLSTATE 53300.
+    let pg = start_pg(40).await;
+    let _other = hold(&pg, 30).await;
+    let sampler = Sampler::start(common::direct(&pg).await);
+    let config = sizing_config(&pg, "max_connections_percent = 0\npool_max = 20");
+    let proxy = Proxy::start(config).await.expect("start pgmux");
+    let errors = load(&[&proxy], 60, 1, 0.1).await;
+    assert!(errors.is_empty(), "{} of 60 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    assert!(sampler.peak() <= 6, "pgmux held {} connections", sampler.peak());
+    let log = pg.log_tail(2000);
+    assert!(
+        log.contains("remaining connection slots are reserved"),
+        "the database never refused pgmux, so back-pressure was not exercised:\n{}",
+        pg.log_tail(20)
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_budget() {
+    let pg = start_pg(40).await;
+    let oracle = common::direct(&pg).await;
+    let a = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux a");
+    let b = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux b");
+    // Budget 33; the oracle and the sampler are outsiders (2); two control connections: 29 left, 14 each.
+    let _sampler_slot = common::direct(&pg).await;
+    let seen =
+        await_fleet(&oracle, "two instances at 14 each", |f| f.len() == 2 && f.iter().all(|m| m.limit == 14)).await;
+    assert_ne!(seen[0].id, seen[1].id);
+    drop(_sampler_slot);
+
+    let sampler = Sampler::start(common::direct(&pg).await);
+    // 80 clients of 3 transactions of 0.2 s: far more than 33 connections could serve at once.
+    let errors = load(&[&a, &b], 80, 3, 0.2).await;
+    assert!(errors.is_empty(), "{} of 80 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    let peak = sampler.peak();
+    assert!(peak <= 33 - 2, "the two instances held {peak} connections together; the budget left them 31");
+    assert!(peak > 14 + 1, "peak {peak}: both instances should have grown past one instance's share");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_max_connections_is_picked_up() {
+    let mut pg = start_pg(40).await;
+    let oracle = common::direct(&pg).await;
+    let proxy = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux");
+    // Budget 33, the oracle outside, the control connection: 31.
+    await_fleet(&oracle, "limit 31", |f| f.len() == 1 && f[0].limit == 31).await;
+    drop(oracle);
+
+    let mut pg = tokio::task::spawn_blocking(move || {
+        pg.restart_with(&PgOptions { max_connections: 60, ..Default::default() });
+        pg
+    })
+    .await
+    .expect("restart PostgreSQL");
+    // 57 usable, budget 51, less the oracle and the control connection: 49.
+    let oracle = common::direct(&pg).await;
+    await_fleet(&oracle, "limit 49 after the restart", |f| f.len() == 1 && f[0].limit == 49).await;
+    let client = common::connect(proxy.addr, &APP_USER, |_| {}).await.expect("connect through pgmux");
+    assert_eq!(common::scalar(&client, "select 1").await, "1");
+    drop(client);
+    proxy.shutdown().await;
+    pg.stop();
+}
