@@ -39,7 +39,7 @@ bench-quick: prereqs
 # (transaction mode, pool_max = 2), one suite at a time; prints every scenario line and the driver x scenario
 # matrix, writes it to target/driver-matrix.md, and fails unless every scenario passes (a missing suite or
 # runtime is a failure too). MATRIX_ONLY=go,rust runs a subset.
-.PHONY: drivers drivers-setup drivers-negative drivers-direct
+.PHONY: drivers drivers-setup drivers-negative drivers-direct drivers-pgbouncer
 
 DRIVER_SUITES = node python go java rust
 
@@ -71,6 +71,12 @@ drivers-negative: drivers-setup
 # target/driver-matrix-direct.md; a scenario that fails here is the suite's problem, not pgmux's.
 drivers-direct: drivers-setup
 	MATRIX_DIRECT=1 cargo test -p pgmux-testkit --test drivers -- --ignored --nocapture
+
+# Reference: every suite against PgBouncer (Debian's /usr/sbin/pgbouncer, or PGMUX_PGBOUNCER) in transaction
+# mode in place of pgmux, with the same pool size; reports without asserting, to
+# target/driver-matrix-pgbouncer.md. MATRIX_PGBOUNCER_EXTRA adds ini lines to its [pgbouncer] section.
+drivers-pgbouncer: drivers-setup
+	MATRIX_PGBOUNCER=1 cargo test -p pgmux-testkit --test drivers -- --ignored --nocapture
 
 # Packaging and deployment: deploy/lambda/README.md, deploy/sidecar/README.md. Each installs what it needs
 # (pinned, under target/deploy-tools; Debian packages with apt-get as root).

@@ -8,9 +8,14 @@
 //! report, do not assert); `MATRIX_REPORT` (where the Markdown goes, relative to the repository root);
 //! `MATRIX_CLIENTS`, `MATRIX_TXNS`, `MATRIX_TIMEOUT_S` (passed to the suites; 50, 100, 60);
 //! `MATRIX_DIRECT=1` (baseline: no pgmux, the suites talk to PostgreSQL itself, `PGPORT` = `DIRECT_PGPORT`;
-//! the report goes to `target/driver-matrix-direct.md`).
+//! the report goes to `target/driver-matrix-direct.md`); `MATRIX_PGBOUNCER=1` (reference: PgBouncer in
+//! transaction mode in place of pgmux, with the pool size pgmux would get; reports without asserting, to
+//! `target/driver-matrix-pgbouncer.md`; the binary is `PGMUX_PGBOUNCER` or `/usr/sbin/pgbouncer`;
+//! `MATRIX_PGBOUNCER_EXTRA` is ini lines for its `[pgbouncer]` section, replacing the runner's value of each key
+//! they set).
 
 mod matrix;
+mod pgbouncer;
 mod suites;
 
 use std::collections::BTreeMap;
@@ -22,6 +27,7 @@ use pgmux_proxy::{Config, Proxy, ProxyHandle};
 use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, SUPERUSER};
 
 use matrix::Matrix;
+use pgbouncer::PgBouncer;
 use suites::{Run, Suite};
 
 // Ignored so that `cargo test --workspace` (make unit) does not need Node, Python, Go and Java: `make drivers`
@@ -35,13 +41,17 @@ async fn driver_matrix() {
         .with_env_filter(std::env::var("PGMUX_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .with_test_writer()
         .try_init();
-    let stage = Stage::start(&settings).await;
+    let mut stage = Stage::start(&settings).await;
+    let listening = match (&stage.proxy, &stage.bouncer) {
+        (Some(proxy), _) => format!(" on {}", proxy.addr),
+        (None, Some(bouncer)) => format!(" on 127.0.0.1:{}", bouncer.port),
+        (None, None) => String::new(),
+    };
     println!(
-        "driver matrix: PostgreSQL {} on port {}, {}{}; suites: {}",
+        "driver matrix: PostgreSQL {} on port {}, {}{listening}; suites: {}",
         stage.pg_version,
         stage.pg.port(),
         stage.front,
-        stage.proxy.as_ref().map(|p| format!(" on {}", p.addr)).unwrap_or_default(),
         settings.suites.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
     );
     let mut runs = Vec::new();
@@ -49,9 +59,13 @@ async fn driver_matrix() {
         runs.push(stage.run(suite, &settings.root).await);
     }
     let setting = stage.describe();
-    if let Some(proxy) = stage.proxy {
+    if let Some(proxy) = stage.proxy.take() {
         proxy.shutdown().await;
     }
+    let bouncer_log = match stage.bouncer.take() {
+        Some(bouncer) => Some(tokio::task::spawn_blocking(move || bouncer.stop()).await.expect("stop PgBouncer")),
+        None => None,
+    };
 
     let matrix = Matrix { runs };
     let elapsed = started.elapsed();
@@ -60,16 +74,25 @@ async fn driver_matrix() {
         println!("{line}");
     }
     println!("\n{}\n{}", matrix.table(), matrix.suites());
+    let mut markdown = matrix.markdown(&setting, elapsed);
+    if let Some(log) = &bouncer_log {
+        println!("PgBouncer's log, warnings and disconnect reasons:\n{log}");
+        markdown.push_str(&format!(
+            "\n## PgBouncer's log\n\nWarnings, errors and the reasons it gave for closing connections, with how \
+             often each came (addresses, pointers and ages left out):\n\n```\n{log}```\n"
+        ));
+    }
     let report = &settings.report;
     if let Some(dir) = report.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(report, matrix.markdown(&setting, elapsed))
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", report.display()));
+    std::fs::write(report, markdown).unwrap_or_else(|e| panic!("cannot write {}: {e}", report.display()));
     println!("matrix written to {} ({:.0} s)", report.display(), elapsed.as_secs_f64());
     println!("{} passed, {} failed", matrix.passed(), matrix.failed());
     if settings.expect_failures {
         println!("MATRIX_EXPECT_FAILURES=1: negative control, failures are reported and not asserted");
+    } else if settings.front == FrontKind::PgBouncer {
+        println!("MATRIX_PGBOUNCER=1: reference run, failures are reported and not asserted");
     } else {
         assert_eq!(
             matrix.failed(),
@@ -81,6 +104,16 @@ async fn driver_matrix() {
     }
 }
 
+/// What the suites talk to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FrontKind {
+    Pgmux,
+    /// No pooler (`MATRIX_DIRECT=1`).
+    Direct,
+    /// PgBouncer in place of pgmux (`MATRIX_PGBOUNCER=1`).
+    PgBouncer,
+}
+
 /// What the environment asks of this run.
 struct Settings {
     /// The repository root, the suites' working directory.
@@ -88,8 +121,9 @@ struct Settings {
     suites: Vec<Suite>,
     /// TOML appended to pgmux's settings (`MATRIX_PGMUX_EXTRA`).
     extra: String,
-    /// No pgmux: the suites talk to PostgreSQL itself (`MATRIX_DIRECT=1`).
-    direct: bool,
+    front: FrontKind,
+    /// Ini lines for PgBouncer's `[pgbouncer]` section (`MATRIX_PGBOUNCER_EXTRA`).
+    bouncer_extra: String,
     /// Report without asserting (`MATRIX_EXPECT_FAILURES=1`).
     expect_failures: bool,
     /// Where the Markdown goes.
@@ -101,11 +135,21 @@ impl Settings {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf();
         let bin_dir = bin_dir();
         let suites = chosen_suites(&root, &bin_dir);
-        let direct = std::env::var("MATRIX_DIRECT").is_ok_and(|v| v == "1");
+        let flag = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        let front = match (flag("MATRIX_DIRECT"), flag("MATRIX_PGBOUNCER")) {
+            (false, false) => FrontKind::Pgmux,
+            (true, false) => FrontKind::Direct,
+            (false, true) => FrontKind::PgBouncer,
+            (true, true) => panic!("MATRIX_DIRECT=1 and MATRIX_PGBOUNCER=1 exclude each other: set one"),
+        };
         let report = match std::env::var("MATRIX_REPORT") {
             Ok(path) if !path.is_empty() => root.join(path),
             _ => {
-                let name = if direct { "driver-matrix-direct.md" } else { "driver-matrix.md" };
+                let name = match front {
+                    FrontKind::Pgmux => "driver-matrix.md",
+                    FrontKind::Direct => "driver-matrix-direct.md",
+                    FrontKind::PgBouncer => "driver-matrix-pgbouncer.md",
+                };
                 bin_dir.parent().unwrap_or(&bin_dir).join(name)
             }
         };
@@ -113,17 +157,20 @@ impl Settings {
             root,
             suites,
             extra: std::env::var("MATRIX_PGMUX_EXTRA").unwrap_or_default(),
-            direct,
-            expect_failures: std::env::var("MATRIX_EXPECT_FAILURES").is_ok_and(|v| v == "1"),
+            front,
+            bouncer_extra: std::env::var("MATRIX_PGBOUNCER_EXTRA").unwrap_or_default(),
+            expect_failures: flag("MATRIX_EXPECT_FAILURES"),
             report,
         }
     }
 }
 
-/// PostgreSQL with the fixtures, pgmux in front of it (unless direct), and the suites' environment.
+/// PostgreSQL with the fixtures, pgmux or PgBouncer in front of it (unless direct), and the suites'
+/// environment.
 struct Stage {
     pg: Arc<PgServer>,
     proxy: Option<ProxyHandle>,
+    bouncer: Option<PgBouncer>,
     pg_version: String,
     /// What the suites talk to, in words.
     front: String,
@@ -137,18 +184,47 @@ impl Stage {
         let pg =
             Arc::new(tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL"));
         apply_fixtures(&pg, &settings.root).await;
+        // PgBouncer gets the pool pgmux would get (MATRIX_PGMUX_EXTRA may change pool_max).
         let config = pgmux_config(&pg, &settings.extra);
         let pool_max = config.pool_max.expect("the matrix always sets pool_max");
-        let proxy = if settings.direct { None } else { Some(Proxy::start(config).await.expect("start pgmux")) };
         let pg_version = psql(&pg, "SHOW server_version").await.expect("SHOW server_version");
-        let front = match (&proxy, settings.extra.trim()) {
-            (None, _) => "no pgmux (MATRIX_DIRECT=1: the suites talk to PostgreSQL itself)".to_owned(),
-            (Some(_), "") => format!("pgmux in transaction mode, pool_max = {pool_max}"),
-            (Some(_), extra) => format!("pgmux in transaction mode, pool_max = {pool_max}, extra settings `{extra}`"),
+        let (proxy, bouncer, front) = match settings.front {
+            FrontKind::Direct => {
+                (None, None, "no pgmux (MATRIX_DIRECT=1: the suites talk to PostgreSQL itself)".to_owned())
+            }
+            FrontKind::Pgmux => {
+                let proxy = Proxy::start(config).await.expect("start pgmux");
+                let front = match settings.extra.trim() {
+                    "" => format!("pgmux in transaction mode, pool_max = {pool_max}"),
+                    extra => format!("pgmux in transaction mode, pool_max = {pool_max}, extra settings `{extra}`"),
+                };
+                (Some(proxy), None, front)
+            }
+            FrontKind::PgBouncer => {
+                let secret =
+                    psql(&pg, &format!("SELECT rolpassword FROM pg_authid WHERE rolname = '{}'", APP_USER.user))
+                        .await
+                        .expect("read the application role's SCRAM secret");
+                let (port, extra) = (pg.port(), settings.bouncer_extra.clone());
+                let bouncer = tokio::task::spawn_blocking(move || PgBouncer::start(port, pool_max, &secret, &extra))
+                    .await
+                    .expect("start PgBouncer");
+                let front = format!(
+                    "no pgmux: {} (MATRIX_PGBOUNCER=1) in its place, settings `{}`",
+                    bouncer.version,
+                    bouncer.settings.join("`, `")
+                );
+                (None, Some(bouncer), front)
+            }
         };
-        let contract = contract_env(&pg, proxy.as_ref().map_or(pg.port(), |p| p.addr.port()), pool_max);
+        let port = match (&proxy, &bouncer) {
+            (Some(proxy), _) => proxy.addr.port(),
+            (None, Some(bouncer)) => bouncer.port,
+            (None, None) => pg.port(),
+        };
+        let contract = contract_env(&pg, port, pool_max);
         let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(60));
-        Stage { pg, proxy, pg_version, front, contract, timeout }
+        Stage { pg, proxy, bouncer, pg_version, front, contract, timeout }
     }
 
     /// Runs one suite, or says why it cannot run; then checks that it left no transaction open.
@@ -173,15 +249,49 @@ impl Stage {
     /// The report's first paragraph.
     fn describe(&self) -> String {
         format!(
-            "PostgreSQL {}, {}; MATRIX_CLIENTS={}, MATRIX_TXNS={}, MATRIX_TIMEOUT_S={}. Written by \
-             `cargo test -p pgmux-testkit --test drivers -- --ignored` (make drivers).",
+            "PostgreSQL {}, {}; MATRIX_CLIENTS={}, MATRIX_TXNS={}, MATRIX_TIMEOUT_S={}. Written on {} (UTC) by \
+             `{}`.",
             self.pg_version,
             self.front,
             self.contract["MATRIX_CLIENTS"],
             self.contract["MATRIX_TXNS"],
             self.contract["MATRIX_TIMEOUT_S"],
+            utc_date(std::time::SystemTime::now()),
+            command_line(),
         )
     }
+}
+
+/// This run as a command: the `MATRIX_*` variables that are set, then cargo's command.
+fn command_line() -> String {
+    let mut vars: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("MATRIX_")).collect();
+    vars.sort();
+    let mut out = String::new();
+    for (key, value) in vars {
+        let plain = !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_./,:".contains(c));
+        if plain {
+            out.push_str(&format!("{key}={value} "));
+        } else {
+            out.push_str(&format!("{key}='{}' ", value.replace('\'', r"'\''")));
+        }
+    }
+    out + "cargo test -p pgmux-testkit --test drivers -- --ignored"
+}
+
+/// `YYYY-MM-DD HH:MM` in UTC (days to a civil date: Howard Hinnant's `civil_from_days`).
+fn utc_date(when: std::time::SystemTime) -> String {
+    let secs = when.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rest / 3600, rest % 3600 / 60)
 }
 
 /// `target/<profile>`: the test executable is `target/<profile>/deps/drivers-<hash>`.
