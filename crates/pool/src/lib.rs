@@ -7,8 +7,9 @@
 //! is [`discard`](Lease::discard)ed frees its place instead. Waiters are served first come, first served.
 //!
 //! Growth is lazy when `grow_after` is set: a caller that finds no idle connection waits that long for one
-//! to come back before it is allowed to open another, and only one connection is opened at a time, so a
-//! burst of short transactions shares one or two connections instead of opening one each. (With nothing
+//! to come back before it is allowed to open another, only one connection is opened at a time, and each new
+//! one gets `grow_after` to shorten the queue before the next is opened, so a burst of short transactions
+//! shares one or two connections instead of opening one each. (With nothing
 //! open at all there is nothing to wait for: the first connection is opened at once.)
 //!
 //! The limit can change while the pool runs ([`Pool::set_max_size`]). A connection that comes back while
@@ -99,6 +100,9 @@ struct State<C> {
     size: usize,
     /// Of `size`, slots not yet filled.
     opening: usize,
+    /// When a slot was last filled: lazy growth gives each new connection `grow_after` to shorten the queue
+    /// before it opens another.
+    last_opened: Option<tokio::time::Instant>,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
     next_waiter: u64,
@@ -129,6 +133,7 @@ impl<C> Pool<C> {
             idle: VecDeque::new(),
             size: 0,
             opening: 0,
+            last_opened: None,
             config,
             waiters: VecDeque::new(),
             next_waiter: 0,
@@ -202,11 +207,14 @@ impl<C> Pool<C> {
         }
     }
 
-    /// Lets waiter `id` open a connection if it is still queued, the pool is below its limit and no other
-    /// connection is being opened.
+    /// Lets waiter `id` open a connection if it is still queued, the pool is below its limit, no other
+    /// connection is being opened, and the last one opened has had `grow_after` to serve the queue.
     fn grow_for(&self, id: u64) -> Option<Slot<C>> {
         let mut st = self.shared.lock();
         if st.closed || st.size >= st.config.max_size || st.opening > 0 {
+            return None;
+        }
+        if st.last_opened.is_some_and(|t| t.elapsed() < st.config.grow_after) {
             return None;
         }
         let pos = st.waiters.iter().position(|w| w.id == id)?;
@@ -343,7 +351,9 @@ impl<C> Shared<C> {
 
     /// A slot was filled: its connection is no longer being opened.
     pub(crate) fn opened(&self) {
-        self.lock().opening -= 1;
+        let mut st = self.lock();
+        st.opening -= 1;
+        st.last_opened = Some(tokio::time::Instant::now());
     }
 
     fn deliver_slots(self: &Arc<Self>, mut waiters: Vec<Waiter<C>>) {

@@ -274,12 +274,13 @@ async fn a_burst_that_one_connection_can_serve_opens_one() {
 #[tokio::test(start_paused = true)]
 async fn lazy_growth_opens_one_connection_at_a_time() {
     // 64 transactions of 1 ms each: one connection would need 64 ms, so the pool grows, but only while
-    // clients keep waiting, one connection at a time and at most one per 5 ms of waiting.
+    // clients keep waiting, one connection at a time, each new one given 5 ms to serve the queue before the
+    // next is opened (3 ms to connect + 5 ms).
     let p = pool(64, 5);
     let (peak, opened) = burst(&p, 64, Duration::from_millis(3), Duration::from_millis(1)).await;
-    assert!(peak > 1 && peak < 16, "peak {peak}, opened at {opened:?}");
+    assert!(peak > 1 && peak < 10, "peak {peak}, opened at {opened:?}");
     for pair in opened.windows(2) {
-        assert!(pair[1] - pair[0] >= Duration::from_millis(5), "opened too close together: {opened:?}");
+        assert!(pair[1] - pair[0] >= Duration::from_millis(8), "opened too close together: {opened:?}");
     }
     assert_eq!(p.status().opening, 0);
 }
