@@ -366,7 +366,9 @@ mod tests {
         assert!(report.invocations >= 4, "{report:?}");
         assert_eq!(report.connect.count as u64, report.invocations);
         assert_eq!(report.query.count as u64, 2 * report.invocations);
-        assert_eq!(report.peak_client_connections, 4);
+        // All four overlap in a normal run, but on a loaded machine one may be between invocations when the
+        // others are connected: at most the number of clients, never more.
+        assert!((1..=4).contains(&report.peak_client_connections), "{report:?}");
         let peak_server = report.peak_server_connections.unwrap();
         assert!((1..=4).contains(&peak_server), "{report:?}");
     }
