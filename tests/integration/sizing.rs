@@ -183,13 +183,12 @@ async fn two_instances_share_one_budget() {
     let a = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux a");
     let b = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux b");
     // Budget 33; the oracle and the sampler are outsiders (2); two control connections: 29 left, 14 each.
-    let _sampler_slot = common::direct(&pg).await;
+    // The sampler connects first, so that no reading sees one outsider fewer than the load will.
+    let sampler = Sampler::start(common::direct(&pg).await);
     let seen =
         await_fleet(&oracle, "two instances at 14 each", |f| f.len() == 2 && f.iter().all(|m| m.limit == 14)).await;
     assert_ne!(seen[0].id, seen[1].id);
-    drop(_sampler_slot);
 
-    let sampler = Sampler::start(common::direct(&pg).await);
     // 80 clients of 3 transactions of 0.2 s: far more than 33 connections could serve at once.
     let errors = load(&[&a, &b], 80, 3, 0.2).await;
     assert!(errors.is_empty(), "{} of 80 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
