@@ -193,7 +193,11 @@ async fn two_instances_share_one_budget() {
     let errors = load(&[&a, &b], 80, 3, 0.2).await;
     assert!(errors.is_empty(), "{} of 80 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
     let peak = sampler.peak();
-    assert!(peak <= 33 - 2, "the two instances held {peak} connections together; the budget left them 31");
+    // Each instance publishes what it holds up to a second late, so a reading can count one connection
+    // fewer than there is and a share can run one over for a refresh; the 10 % of usable connections
+    // outside the budget (37 - 33) is there for that. Beyond one, the split is wrong.
+    assert!(peak <= 33 - 2 + 1, "the two instances held {peak} connections together; the budget left them 31");
+    assert!(peak + 2 <= 37, "{peak} connections and 2 outsiders exceed the 37 usable");
     assert!(peak > 14 + 1, "peak {peak}: both instances should have grown past one instance's share");
     a.shutdown().await;
     b.shutdown().await;
