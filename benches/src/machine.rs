@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -91,27 +90,7 @@ fn pretty_name(os_release: &str) -> Option<String> {
     Some(value.trim().trim_matches('"').to_owned())
 }
 
-/// Now, as `YYYY-MM-DD HH:MM UTC`.
-pub fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    utc_timestamp(secs)
-}
-
-/// Seconds since the epoch as `YYYY-MM-DD HH:MM UTC` (the civil-from-days algorithm of H. Hinnant).
-pub fn utc_timestamp(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
-}
+pub use pgmux_testkit::utc_now;
 
 #[cfg(test)]
 mod tests {
@@ -127,12 +106,5 @@ mod tests {
             pretty_name("NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n").as_deref(),
             Some("Debian GNU/Linux 12 (bookworm)")
         );
-    }
-
-    #[test]
-    fn dates() {
-        assert_eq!(utc_timestamp(0), "1970-01-01 00:00 UTC");
-        assert_eq!(utc_timestamp(951_782_400 + 3_660), "2000-02-29 01:01 UTC");
-        assert_eq!(utc_timestamp(1_700_000_000), "2023-11-14 22:13 UTC");
     }
 }

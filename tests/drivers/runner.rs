@@ -249,14 +249,14 @@ impl Stage {
     /// The report's first paragraph.
     fn describe(&self) -> String {
         format!(
-            "PostgreSQL {}, {}; MATRIX_CLIENTS={}, MATRIX_TXNS={}, MATRIX_TIMEOUT_S={}. Written on {} (UTC) by \
+            "PostgreSQL {}, {}; MATRIX_CLIENTS={}, MATRIX_TXNS={}, MATRIX_TIMEOUT_S={}. Written on {} by \
              `{}`.",
             self.pg_version,
             self.front,
             self.contract["MATRIX_CLIENTS"],
             self.contract["MATRIX_TXNS"],
             self.contract["MATRIX_TIMEOUT_S"],
-            utc_date(std::time::SystemTime::now()),
+            pgmux_testkit::utc_now(),
             command_line(),
         )
     }
@@ -276,22 +276,6 @@ fn command_line() -> String {
         }
     }
     out + "cargo test -p pgmux-testkit --test drivers -- --ignored"
-}
-
-/// `YYYY-MM-DD HH:MM` in UTC (days to a civil date: Howard Hinnant's `civil_from_days`).
-fn utc_date(when: std::time::SystemTime) -> String {
-    let secs = when.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}", rest / 3600, rest % 3600 / 60)
 }
 
 /// `target/<profile>`: the test executable is `target/<profile>/deps/drivers-<hash>`.

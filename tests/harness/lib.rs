@@ -88,6 +88,28 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Now, as `YYYY-MM-DD HH:MM UTC`, for reports.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    utc_timestamp(secs)
+}
+
+/// Seconds since the epoch as `YYYY-MM-DD HH:MM UTC` (the civil-from-days algorithm of H. Hinnant).
+pub fn utc_timestamp(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
 /// Whether this process runs as root (effective uid 0), in which case PostgreSQL runs as `postgres`.
 pub fn as_root() -> bool {
     sys::effective_uid() == 0

@@ -172,3 +172,11 @@ fn missing_binaries_name_what_to_install() {
     let found = bins::find_bin_dir(None, Path::new("/usr/lib/postgresql")).unwrap();
     assert!(found.join("initdb").is_file());
 }
+
+#[test]
+fn dates() {
+    use crate::utc_timestamp;
+    assert_eq!(utc_timestamp(0), "1970-01-01 00:00 UTC");
+    assert_eq!(utc_timestamp(951_782_400 + 3_660), "2000-02-29 01:01 UTC");
+    assert_eq!(utc_timestamp(1_700_000_000), "2023-11-14 22:13 UTC");
+}
