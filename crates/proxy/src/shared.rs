@@ -241,44 +241,30 @@ impl Shared {
 
     /// Opens the control connection (sizing): logged in like a pool connection, never lent.
     pub(crate) async fn open_control(&self) -> Result<ServerConn, CheckoutError> {
-        let login = self.credentials.login().await?;
-        let timeout = self.config.server_connect_timeout;
-        match ServerConn::connect(&login, &self.server_tls, 0, timeout, 0).await {
-            Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
-                let login = self.credentials.login().await?;
-                Ok(ServerConn::connect(&login, &self.server_tls, 0, timeout, 0).await?)
-            }
-            other => Ok(other?),
-        }
+        self.connect(0, 0).await
+    }
+
+    /// Opens a pool connection, with its own jittered `server_lifetime`.
+    async fn open(&self) -> Result<ServerConn, CheckoutError> {
+        let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.connect(id, self.config.max_prepared_statements).await?;
+        conn.lifetime = jittered(self.config.server_lifetime, self.jitter.hash_one(id));
+        Ok(conn)
     }
 
     /// Opens and logs in a new server connection. A login refused for its password is tried once more
     /// after the credentials are refreshed: a rotated secret then takes effect without an error.
-    async fn open(&self) -> Result<ServerConn, CheckoutError> {
-        let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
+    async fn connect(&self, id: u64, max_statements: usize) -> Result<ServerConn, CheckoutError> {
         let timeout = self.config.server_connect_timeout;
-        let max = self.config.max_prepared_statements;
         let login = self.credentials.login().await?;
-        let mut conn = match ServerConn::connect(&login, &self.server_tls, id, timeout, max).await {
+        match ServerConn::connect(&login, &self.server_tls, id, timeout, max_statements).await {
             Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
                 tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
                 let login = self.credentials.login().await?;
-                ServerConn::connect(&login, &self.server_tls, id, timeout, max).await?
+                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout, max_statements).await?)
             }
-            other => other?,
-        };
-        conn.lifetime = self.jittered_lifetime(id);
-        Ok(conn)
-    }
-
-    /// `server_lifetime` less a random 0-10 %, so that connections opened together retire apart.
-    fn jittered_lifetime(&self, id: u64) -> Duration {
-        let lifetime = self.config.server_lifetime;
-        let tenth_ms = (lifetime.as_millis() / 10) as u64;
-        if tenth_ms == 0 {
-            return lifetime;
+            other => Ok(other?),
         }
-        lifetime.saturating_sub(Duration::from_millis(self.jitter.hash_one(id) % (tenth_ms + 1)))
     }
 
     /// The common case of [`checkout`](Self::checkout), without waiting: an idle connection that passes
@@ -350,5 +336,30 @@ impl Shared {
             tracing::debug!(server_id = conn.id, "closing idle server connection");
             self.retire(conn);
         }
+    }
+}
+
+/// `lifetime` less a random 0-10 % (`random` picks how much), so that connections opened together retire
+/// apart.
+fn jittered(lifetime: Duration, random: u64) -> Duration {
+    let tenth_ms = (lifetime.as_millis() / 10) as u64;
+    lifetime.saturating_sub(Duration::from_millis(random % (tenth_ms + 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_are_shortened_by_up_to_a_tenth() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(jittered(hour, 0), hour);
+        assert_eq!(jittered(hour, 360_000), hour - Duration::from_secs(360));
+        assert_eq!(jittered(hour, 360_001), hour, "wraps within the tenth");
+        let seen: Vec<Duration> = (0..1000u64).map(|i| jittered(hour, i.wrapping_mul(0x9E37_79B9_7F4A_7C15))).collect();
+        assert!(seen.iter().all(|d| *d <= hour && *d >= hour - Duration::from_secs(360)));
+        assert!(seen.iter().any(|d| *d < hour - Duration::from_secs(300)), "spread over the whole tenth");
+        assert_eq!(jittered(Duration::ZERO, 12345), Duration::ZERO, "0 stays 'never'");
+        assert_eq!(jittered(Duration::from_millis(5), 7), Duration::from_millis(5), "too short to jitter");
     }
 }

@@ -113,6 +113,11 @@ pub struct Reading {
 }
 
 impl Reading {
+    /// Every reserved slot: superuser, `reserved_connections`, RDS's.
+    pub fn reserved_total(&self) -> usize {
+        self.superuser_reserved + self.reserved + self.rds_reserved
+    }
+
     fn from_row(row: &[Option<String>]) -> Result<Reading, String> {
         let number = |i: usize, what: &str| -> Result<usize, String> {
             let text = row.get(i).and_then(|v| v.as_deref()).ok_or_else(|| format!("no value for {what}"))?;
@@ -151,8 +156,7 @@ pub struct Plan {
 /// Works out this instance's limit from a reading, given what it holds (`own_open` pool connections plus
 /// its control connection) and its `pool_max`.
 pub fn plan(r: &Reading, own_open: usize, percent: usize, cap: Option<usize>) -> Plan {
-    let reserved = r.superuser_reserved + r.reserved + r.rds_reserved;
-    let usable = r.max_connections.saturating_sub(reserved);
+    let usable = r.max_connections.saturating_sub(r.reserved_total());
     let budget = usable * percent / 100;
     let fleet_held: usize = r.others.iter().map(|m| m.open + 1).sum::<usize>() + own_open + 1;
     let outsiders = r.in_use.saturating_sub(fleet_held);
@@ -204,8 +208,7 @@ impl Limits {
 
     /// The limit in force.
     pub(crate) fn current(&self) -> usize {
-        let st = self.lock();
-        st.ceiling.map_or(st.planned, |c| c.min(st.planned))
+        self.lock().in_force()
     }
 
     /// Sets the planned limit; returns the limit in force.
@@ -215,16 +218,15 @@ impl Limits {
         if st.ceiling.is_some_and(|c| c >= planned) {
             st.ceiling = None;
         }
-        st.ceiling.map_or(planned, |c| c.min(planned))
+        st.in_force()
     }
 
     /// The server refused a connection while pgmux held `held`: no more than that for now (at least 1).
     pub(crate) fn refused(&self, held: usize) -> usize {
         let mut st = self.lock();
-        let ceiling = held.max(1).min(st.ceiling.unwrap_or(usize::MAX));
-        st.ceiling = Some(ceiling);
+        st.ceiling = Some(held.max(1).min(st.ceiling.unwrap_or(usize::MAX)));
         st.moved = Instant::now();
-        ceiling.min(st.planned)
+        st.in_force()
     }
 
     /// Raises a ceiling that has held for [`PROBE_EVERY`] by one; `Some(limit)` if the limit changed.
@@ -241,6 +243,12 @@ impl Limits {
         }
         st.ceiling = Some(ceiling + 1);
         Some(ceiling + 1)
+    }
+}
+
+impl LimitState {
+    fn in_force(&self) -> usize {
+        self.ceiling.map_or(self.planned, |c| c.min(self.planned))
     }
 }
 
@@ -427,7 +435,7 @@ impl Report {
                 "the budget is zero: max_connections {} minus {} reserved leaves {} usable, and {} % of that is \
                  nothing; raise max_connections_percent or max_connections",
                 self.reading.max_connections,
-                self.plan.usable.abs_diff(self.reading.max_connections),
+                self.reading.reserved_total(),
                 self.plan.usable,
                 self.percent
             ));
