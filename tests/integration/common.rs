@@ -92,14 +92,18 @@ pub async fn direct(pg: &PgServer) -> Client {
 
 /// Server connections pgmux holds right now (its user's client backends).
 pub async fn pgmux_backends(oracle: &Client) -> i64 {
-    oracle
+    try_pgmux_backends(oracle).await.expect("count backends")
+}
+
+/// [`pgmux_backends`], with the error for callers that outlive the server.
+pub async fn try_pgmux_backends(oracle: &Client) -> Result<i64, tokio_postgres::Error> {
+    let row = oracle
         .query_one(
             "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend'",
             &[&APP_USER.user],
         )
-        .await
-        .expect("count backends")
-        .get(0)
+        .await?;
+    Ok(row.get(0))
 }
 
 /// The SQLSTATE of an error, or a panic that shows the error.

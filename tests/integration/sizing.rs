@@ -71,16 +71,8 @@ impl Sampler {
         let (p, r) = (Arc::clone(&peak), Arc::clone(&running));
         tokio::spawn(async move {
             while r.load(Ordering::Relaxed) {
-                let Ok(row) = oracle
-                    .query_one(
-                        "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend'",
-                        &[&APP_USER.user],
-                    )
-                    .await
-                else {
-                    return;
-                };
-                p.fetch_max(row.get(0), Ordering::Relaxed);
+                let Ok(n) = common::try_pgmux_backends(&oracle).await else { return };
+                p.fetch_max(n, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
@@ -226,4 +218,49 @@ async fn a_new_max_connections_is_picked_up() {
     drop(client);
     proxy.shutdown().await;
     pg.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pool_size_connections_are_kept_warm() {
+    let pg = start_pg(40).await;
+    let oracle = common::direct(&pg).await;
+    let config = sizing_config(
+        &pg,
+        "max_connections_percent = 0\npool_max = 4\nmin_pool_size = 2\nserver_idle_timeout = \"1s\"",
+    );
+    let proxy = Proxy::start(config).await.expect("start pgmux");
+    // Opened without any client asking.
+    let warm =
+        common::eventually(Duration::from_secs(5), || async { common::pgmux_backends(&oracle).await == 2 }).await;
+    assert!(warm, "{} server connections, want the 2 of min_pool_size", common::pgmux_backends(&oracle).await);
+
+    // Three transactions at once take a third connection; once idle past server_idle_timeout it closes, and
+    // the two warm ones stay.
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let c = common::connect(proxy.addr, &APP_USER, |_| {}).await.expect("connect through pgmux");
+        c.batch_execute("begin; select 1").await.expect("begin");
+        clients.push(c);
+    }
+    assert_eq!(common::pgmux_backends(&oracle).await, 3);
+    for c in &clients {
+        c.batch_execute("commit").await.expect("commit");
+    }
+    let committed = common::scalar(&oracle, "select now()::text").await;
+    let shrunk =
+        common::eventually(Duration::from_secs(5), || async { common::pgmux_backends(&oracle).await == 2 }).await;
+    assert!(shrunk, "{} server connections after the idle timeout, want 2", common::pgmux_backends(&oracle).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(common::pgmux_backends(&oracle).await, 2, "the warm connections were closed as idle");
+    let reopened = common::scalar(
+        &oracle,
+        &format!(
+            "select count(*) from pg_stat_activity where usename = '{}' and backend_start > '{committed}'",
+            APP_USER.user
+        ),
+    )
+    .await;
+    assert_eq!(reopened, "0", "the warm connections were closed as idle and opened again");
+    drop(clients);
+    proxy.shutdown().await;
 }
