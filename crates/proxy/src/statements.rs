@@ -96,11 +96,40 @@ impl Registry {
 /// One client's statement names.
 #[derive(Debug, Default)]
 pub(crate) struct ClientStatements {
-    pub(crate) named: HashMap<String, Arc<Statement>>,
+    pub(crate) named: Names,
     /// The client's last `Parse('')`, to replay where its `Bind('')` lands.
     pub(crate) unnamed: Option<Bytes>,
     /// Bumped on every `Parse('')`.
     pub(crate) unnamed_generation: u64,
+}
+
+/// A client's statement names. Empty until its first named Parse, and then boxed: most clients never name
+/// a statement, and every byte here is paid by each idle client.
+#[derive(Debug, Default)]
+#[allow(clippy::box_collection, reason = "the box is what keeps an unused map to one pointer")]
+pub(crate) struct Names(Option<Box<HashMap<String, Arc<Statement>>>>);
+
+impl Names {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Statement>> {
+        self.0.as_ref()?.get(name)
+    }
+
+    pub(crate) fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub(crate) fn insert(&mut self, name: String, stmt: Arc<Statement>) -> Option<Arc<Statement>> {
+        self.0.get_or_insert_default().insert(name, stmt)
+    }
+
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Arc<Statement>> {
+        self.0.as_mut()?.remove(name)
+    }
+
+    /// Forgets every name and gives the map's memory back.
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
 }
 
 /// What one server connection has prepared.

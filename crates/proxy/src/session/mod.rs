@@ -10,7 +10,9 @@ mod login;
 mod relay;
 mod route;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
@@ -98,21 +100,30 @@ struct Session {
 }
 
 /// Serves one accepted client connection until it ends.
-pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, client_id: u64, stop: Stop) {
+///
+/// The task this future becomes is most of what an idle client costs, so it is built to hold no more than
+/// the session and its relay loop: login is boxed (and freed once done), and the accepted socket's
+/// arguments go into that box rather than staying in the future as an async fn's parameters would.
+pub(crate) fn serve(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    client_id: u64,
+    stop: Stop,
+) -> impl Future<Output = ()> + Send {
     let span = tracing::info_span!("client", client_id, %peer);
-    async move {
-        let _ = stream.set_nodelay(true);
-        let conn = Conn::new(stream, Sender::Frontend);
-        // Login and cleanup are boxed, so that what a connected client keeps while it idles is the session
-        // and its relay loop, in the task's own allocation.
-        let Some(mut session) = Box::pin(login::login(shared, conn, stop, client_id)).await else {
-            return;
-        };
-        let end = session.run().await;
-        Box::pin(session.finish(end)).await;
-    }
-    .instrument(span)
-    .await;
+    let _ = stream.set_nodelay(true);
+    let conn = Conn::new(stream, Sender::Frontend);
+    live(Box::pin(login::login(shared, conn, stop, client_id))).instrument(span)
+}
+
+/// Logs in, relays, cleans up.
+async fn live(login: Pin<Box<impl Future<Output = Option<Session>>>>) {
+    let Some(mut session) = login.await else {
+        return;
+    };
+    let end = session.run().await;
+    Box::pin(session.finish(end)).await;
 }
 
 /// Counts a client session in `Shared::clients` for as long as it lives.
