@@ -136,7 +136,9 @@ fn extras(cfg: &Config) -> Result<Extras, StartError> {
     let credentials = aws_login::AwsLogin::from_config(cfg)
         .map_err(|e| StartError::new("Fatal.CredentialsInvalid", e.to_string()))?
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::credentials::Credentials>);
-    Ok(Extras { credentials, extra_root_certs: rds_roots()? })
+    // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
+    let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
+    Ok(Extras { credentials, extra_root_certs })
 }
 
 /// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.

@@ -21,6 +21,11 @@ pub enum SslMode {
 }
 
 impl SslMode {
+    /// Whether the server's certificate is checked against trusted CAs (`verify-ca`, `verify-full`).
+    pub fn verifies_certificate(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+
     /// Parses a libpq `sslmode` value.
     pub fn parse(s: &str) -> Result<Self, String> {
         Ok(match s {
