@@ -89,6 +89,33 @@ async fn parameters_are_set_only_when_they_differ() {
     assert!(sets_after >= sets + 9, "alternating clients with different names need SETs:\n{log}");
 }
 
+/// Connections opened for `min_pool_size` (before any client) must teach pgmux the server's own values just
+/// as connections opened for a client do; without them every link reset every reported parameter, one
+/// extra round trip per transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_connections_need_no_parameter_round_trips() {
+    let opts = PgOptions { extra_conf: vec![("log_statement".into(), "all".into())], ..PgOptions::default() };
+    let fx = common::start_with(opts, "pool_max = 1\nmin_pool_size = 1").await;
+    let oracle = common::direct(&fx.pg).await;
+    let warm =
+        common::eventually(std::time::Duration::from_secs(5), || async { common::pgmux_backends(&oracle).await == 1 })
+            .await;
+    assert!(warm, "min_pool_size did not open its connection");
+    let a = common::connect(fx.addr(), &APP_USER, |_| {}).await.unwrap();
+    let b = common::connect(fx.addr(), &APP_USER, |_| {}).await.unwrap();
+    for _ in 0..10 {
+        scalar(&a, "select 'a marker'").await;
+        scalar(&b, "select 'b marker'").await;
+    }
+    let log = fx.pg.log_tail(2000);
+    let syncs =
+        log.matches("statement: RESET").count() + log.matches("statement: SELECT pg_catalog.set_config").count();
+    assert!(
+        syncs <= 1,
+        "20 transactions of two clients with equal parameters on a warm connection cost {syncs} syncs:\n{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parameter_the_server_rejects_fails_the_login_with_the_servers_error() {
     let fx = common::start("").await;

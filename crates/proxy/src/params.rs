@@ -289,10 +289,18 @@ impl Catalog {
             }
             map.insert(k, param);
         }
-        let set = Arc::new(map);
-        if known.sets.len() < CATALOG_LIMIT {
-            known.sets.insert(raw.to_vec(), Arc::clone(&set));
-        }
+        // Clients that logged in together before their values were known share one set all the same, so
+        // that a server synced to one of them is in sync for all.
+        let set = match known.sets.get(raw) {
+            Some(set) if **set == map => Arc::clone(set),
+            _ => {
+                let set = Arc::new(map);
+                if known.sets.len() < CATALOG_LIMIT {
+                    known.sets.insert(raw.to_vec(), Arc::clone(&set));
+                }
+                set
+            }
+        };
         ClientParams { values: set }
     }
 }

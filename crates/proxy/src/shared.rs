@@ -174,11 +174,7 @@ impl Shared {
                 }
                 Grant::Open(slot) => match self.open().await {
                     Ok(conn) => {
-                        let id = conn.id;
-                        tracing::debug!(server_id = id, addr = %conn.addr, "opened server connection");
-                        if !self.catalog.has_defaults() {
-                            self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
-                        }
+                        tracing::debug!(server_id = conn.id, addr = %conn.addr, "opened server connection");
                         return Ok(slot.fill(Box::new(conn)));
                     }
                     // The database has no slot left: back-pressure, not an error. Hold fewer connections,
@@ -249,6 +245,11 @@ impl Shared {
         let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.connect(id, self.config.max_prepared_statements).await?;
         conn.lifetime = jittered(self.config.server_lifetime, self.jitter.hash_one(id));
+        // Whichever path opened it (a checkout, min_pool_size), the first connection tells what the server's
+        // own values are. Without them every link would reset every reported parameter, a round trip each.
+        if !self.catalog.has_defaults() {
+            self.catalog.set_defaults(Defaults::from_reported(&conn.params.reported));
+        }
         Ok(conn)
     }
 

@@ -92,6 +92,17 @@ fn catalog_learns_canonical_values_once() {
 }
 
 #[test]
+fn clients_that_log_in_together_share_one_set() {
+    // Both logged in before either's values were known, so both had a server check them.
+    let cat = Catalog::default();
+    let raw = vec![p("datestyle", "iso")];
+    let s = server(&[("DateStyle", "ISO, MDY")]);
+    let first = cat.learn(&raw, &s);
+    let second = cat.learn(&raw, &s);
+    assert!(Arc::ptr_eq(&first.values, &second.values));
+}
+
+#[test]
 fn a_server_in_sync_with_a_shared_set_needs_no_comparison() {
     let cat = Catalog::default();
     let raw = vec![p("application_name", "app")];
