@@ -5,17 +5,19 @@
 #   benches/scripts/cpu_share.sh PID PORT [pgbench args...]
 #
 # PID is the pooler's process, PORT where it listens on 127.0.0.1. The default pgbench arguments are W2's
-# (-S -M simple -c 50 -j 2 -T 10); PGUSER and PGDATABASE as for pgbench. Reads /proc/stat and
-# /proc/PID/stat before and after; prints tps, the whole machine's busy CPU per transaction, the pooler's,
-# and the ceiling. Run it side by side (pgmux, then PgBouncer, then pgmux...) on an otherwise idle machine.
+# (-S -M simple -c 50 -j 2 -T 10); PGUSER and PGDATABASE as for pgbench. Reads /proc/stat (user, nice,
+# system, irq, softirq: not idle, I/O wait or stolen time) and /proc/PID/stat before and after; prints
+# tps, the whole machine's busy CPU per transaction, the pooler's, and the ceiling. Run it side by side
+# (pgmux, then PgBouncer, then pgmux...) on an otherwise idle machine. `make bench` reports the same two
+# CPU figures for W2 and W3.
 set -euo pipefail
 if [ $# -lt 2 ]; then
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 pid=$1; port=$2; shift 2
 [ $# -gt 0 ] || set -- -S -M simple -c 50 -j 2 -T 10
-busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 pooler() { awk '{print $14+$15}' "/proc/$pid/stat"; }
 b0=$(busy); p0=$(pooler)
 out=$(pgbench -h 127.0.0.1 -p "$port" -n "$@" 2>&1) || { echo "$out" >&2; exit 1; }

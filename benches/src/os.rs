@@ -20,6 +20,23 @@ pub fn cpu_seconds(pid: u32) -> io::Result<f64> {
     Ok(ticks as f64 / clock_ticks_per_second() as f64)
 }
 
+/// CPU time the whole machine has spent busy so far, all CPUs, in seconds: `/proc/stat`'s user, nice,
+/// system, irq and softirq (not idle, not I/O wait, not time the hypervisor stole).
+pub fn machine_busy_seconds() -> io::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let ticks = parse_busy_ticks(&stat)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "cannot parse the cpu line of /proc/stat"))?;
+    Ok(ticks as f64 / clock_ticks_per_second() as f64)
+}
+
+/// The busy ticks of `/proc/stat`'s first line: `cpu  user nice system idle iowait irq softirq steal …`.
+pub fn parse_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let f: Vec<u64> = line.split_whitespace().take(7).map(str::parse).collect::<Result<_, _>>().ok()?;
+    let [user, nice, system, _idle, _iowait, irq, softirq] = f[..] else { return None };
+    Some(user + nice + system + irq + softirq)
+}
+
 /// `VmRSS:   12345 kB` → 12345. `None` for a kernel thread (no such line) or a line in another unit.
 pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
     let line = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
@@ -94,10 +111,20 @@ mod tests {
     }
 
     #[test]
+    fn busy_ticks_leave_out_idle_iowait_and_steal() {
+        let stat = "cpu  100 2 30 5000 40 5 6 700 0 0\ncpu0 50 1 15 2500 20 2 3 350 0 0\nintr 123\n";
+        assert_eq!(parse_busy_ticks(stat), Some(100 + 2 + 30 + 5 + 6));
+        assert_eq!(parse_busy_ticks("cpu0 1 2 3 4 5 6 7\n"), None, "the first line must be the total");
+        assert_eq!(parse_busy_ticks("cpu  1 2 3\n"), None);
+        assert_eq!(parse_busy_ticks(""), None);
+    }
+
+    #[test]
     fn our_own_process_has_figures() {
         let me = std::process::id();
         assert!(rss_kib(me).unwrap() > 0);
         assert!(cpu_seconds(me).unwrap() >= 0.0);
         assert!(clock_ticks_per_second() >= 1);
+        assert!(machine_busy_seconds().unwrap() > 0.0);
     }
 }

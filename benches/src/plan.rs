@@ -121,7 +121,10 @@ impl Plan {
                 self.idle_clients, self.idle_concurrency
             ),
             format!("W7: median of {} starts per round, from exec until a TCP connect succeeds.", self.starts),
-            "CPU: the pooler's utime + stime during the W2 / W3 run over the transactions pgbench reports.".to_owned(),
+            "CPU: the pooler's utime + stime during the W2 / W3 run over the transactions pgbench reports; the \
+             whole machine's: busy time in `/proc/stat` (user, nice, system, irq, softirq) during the same run. A \
+             pooler that cost nothing would reach its tps × machine / (machine − pooler)."
+                .to_owned(),
             format!(
                 "Pools: pgmux `pool_max={pool}`, PgBouncer `pool_mode=transaction default_pool_size={pool}`; \
                  both `max_client_conn={}`, trust authentication on both sides; pgmux `log_level=warn`, \

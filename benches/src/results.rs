@@ -50,10 +50,12 @@ pub enum Metric {
     StartupMs,
     CpuSimple,
     CpuExtended,
+    MachineCpuSimple,
+    MachineCpuExtended,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 16] = [
         Metric::ReconnectTps,
         Metric::SimpleTps,
         Metric::ExtendedTps,
@@ -68,6 +70,8 @@ impl Metric {
         Metric::StartupMs,
         Metric::CpuSimple,
         Metric::CpuExtended,
+        Metric::MachineCpuSimple,
+        Metric::MachineCpuExtended,
     ];
 
     pub fn label(self) -> &'static str {
@@ -86,6 +90,8 @@ impl Metric {
             Metric::StartupMs => "W7 start-up to first accepted connection (ms)",
             Metric::CpuSimple => "CPU per transaction in W2 (µs)",
             Metric::CpuExtended => "CPU per transaction in W3 (µs)",
+            Metric::MachineCpuSimple => "whole machine's CPU per transaction in W2 (µs)",
+            Metric::MachineCpuExtended => "whole machine's CPU per transaction in W3 (µs)",
         }
     }
 
@@ -93,8 +99,8 @@ impl Metric {
     pub fn step(self) -> &'static str {
         match self {
             Metric::ReconnectTps => "W1",
-            Metric::SimpleTps | Metric::CpuSimple => "W2",
-            Metric::ExtendedTps | Metric::CpuExtended => "W3",
+            Metric::SimpleTps | Metric::CpuSimple | Metric::MachineCpuSimple => "W2",
+            Metric::ExtendedTps | Metric::CpuExtended | Metric::MachineCpuExtended => "W3",
             Metric::PreparedTps => "W4",
             Metric::BurstServerPeak | Metric::BurstQueryP50 | Metric::BurstQueryP99 | Metric::BurstErrors => "W5",
             Metric::IdleRssBefore | Metric::IdleRssWith | Metric::IdlePerClient => "W6",
@@ -133,7 +139,9 @@ impl Metric {
             | Metric::IdleRssWith
             | Metric::IdlePerClient
             | Metric::CpuSimple
-            | Metric::CpuExtended => format!("{value:.1}"),
+            | Metric::CpuExtended
+            | Metric::MachineCpuSimple
+            | Metric::MachineCpuExtended => format!("{value:.1}"),
             Metric::BurstQueryP50 | Metric::BurstQueryP99 | Metric::StartupMs if value < 10.0 => format!("{value:.2}"),
             Metric::BurstQueryP50 | Metric::BurstQueryP99 | Metric::StartupMs => format!("{value:.1}"),
         }

@@ -38,8 +38,14 @@ impl Suite<'_> {
         type Step = fn(&mut Suite<'_>, Target) -> Figures;
         let steps: [(&str, Step); 7] = [
             ("W1", |s, t| s.pgbench(t, &["-S", "-C"], Metric::ReconnectTps, None)),
-            ("W2", |s, t| s.pgbench(t, &["-S", "-M", "simple"], Metric::SimpleTps, Some(Metric::CpuSimple))),
-            ("W3", |s, t| s.pgbench(t, &["-S", "-M", "extended"], Metric::ExtendedTps, Some(Metric::CpuExtended))),
+            ("W2", |s, t| {
+                let cpu = Some((Metric::CpuSimple, Metric::MachineCpuSimple));
+                s.pgbench(t, &["-S", "-M", "simple"], Metric::SimpleTps, cpu)
+            }),
+            ("W3", |s, t| {
+                let cpu = Some((Metric::CpuExtended, Metric::MachineCpuExtended));
+                s.pgbench(t, &["-S", "-M", "extended"], Metric::ExtendedTps, cpu)
+            }),
             ("W4", |s, t| s.pgbench(t, &["-S", "-M", "prepared"], Metric::PreparedTps, None)),
             ("W5", |s, t| s.burst(t)),
             ("W6", |s, t| s.idle(t)),
@@ -69,10 +75,12 @@ impl Suite<'_> {
         }
     }
 
-    /// W1–W4: one pgbench run; with `cpu`, also the pooler's CPU time per transaction during it.
-    fn pgbench(&mut self, target: Target, mode: &[&str], tps: Metric, cpu: Option<Metric>) -> Figures {
-        let cpu = cpu.filter(|m| m.applies_to(target));
-        let metrics: Vec<Metric> = std::iter::once(tps).chain(cpu).collect();
+    /// W1–W4: one pgbench run; with `cpu`, also the CPU time per transaction during it: the pooler's (its
+    /// process) and the whole machine's (busy time in `/proc/stat`, for a pooler's share of the machine).
+    fn pgbench(&mut self, target: Target, mode: &[&str], tps: Metric, cpu: Option<(Metric, Metric)>) -> Figures {
+        let pooler_cpu = cpu.map(|(own, _)| own).filter(|m| m.applies_to(target));
+        let machine_cpu = cpu.map(|(_, machine)| machine);
+        let metrics: Vec<Metric> = std::iter::once(tps).chain(pooler_cpu).chain(machine_cpu).collect();
         let port = match self.lab.port(target) {
             Ok(port) => port,
             Err(e) => return fail_all(&metrics, &e),
@@ -81,7 +89,12 @@ impl Suite<'_> {
         let args = pgbench_args(plan, mode);
         let pid = self.lab.pid(target);
         let cpu_before = pid.map(os::cpu_seconds);
+        let machine_before = os::machine_busy_seconds();
         let outcome = self.lab.pgbench.run(port, &args, plan.pgbench_clients, plan.pgbench_duration() + SLACK);
+        let machine_used = match (os::machine_busy_seconds(), machine_before) {
+            (Ok(after), Ok(before)) => Ok(after - before),
+            (Err(e), _) | (_, Err(e)) => Err(format!("reading /proc/stat: {e}")),
+        };
         let cpu_used = match (pid.map(os::cpu_seconds), cpu_before) {
             (Some(Ok(after)), Some(Ok(before))) => Ok(after - before),
             (Some(Err(e)), _) | (_, Some(Err(e))) => Err(format!("reading the pooler's CPU time: {e}")),
@@ -89,10 +102,15 @@ impl Suite<'_> {
         };
         match outcome {
             PgbenchOutcome::Done { tps: rate, transactions } => {
+                let per_tx = |secs: Result<f64, String>| {
+                    secs.map(|s| s * 1e6 / transactions as f64).map_or_else(Outcome::Failed, Outcome::Value)
+                };
                 let mut figures = vec![(tps, Outcome::Value(rate))];
-                if let Some(cpu) = cpu {
-                    let per_tx = cpu_used.map(|secs| secs * 1e6 / transactions as f64);
-                    figures.push((cpu, per_tx.map_or_else(Outcome::Failed, Outcome::Value)));
+                if let Some(metric) = pooler_cpu {
+                    figures.push((metric, per_tx(cpu_used)));
+                }
+                if let Some(metric) = machine_cpu {
+                    figures.push((metric, per_tx(machine_used)));
                 }
                 figures
             }
