@@ -264,3 +264,31 @@ async fn min_pool_size_connections_are_kept_warm() {
     drop(clients);
     proxy.shutdown().await;
 }
+
+/// What the Lambda extension relies on during Init: pgmux's own database I/O (the control connection,
+/// `min_pool_size`) waits for the gate, while clients would be served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_reaches_the_database_before_the_gate_opens() {
+    let mut pg = start_pg(40).await;
+    let oracle = common::direct(&pg).await;
+    let config = sizing_config(&pg, "pool_max = 4\nmin_pool_size = 1");
+    let mut proxy = Proxy::bind(config).await.expect("bind pgmux");
+    let (open, gate) = tokio::sync::oneshot::channel();
+    proxy.hold_database_until(gate);
+    let stop = proxy.stop();
+    let running = tokio::spawn(proxy.run());
+    // Unheld, the control connection and the warm one open at once (the refresh is every 200 ms).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(common::pgmux_backends(&oracle).await, 0, "pgmux reached the database before the gate opened");
+    open.send(()).expect("pgmux still holds the gate");
+    let both =
+        common::eventually(Duration::from_secs(5), || async { common::pgmux_backends(&oracle).await == 2 }).await;
+    assert!(
+        both,
+        "{} server connections once the gate opened, want the control and the warm one",
+        common::pgmux_backends(&oracle).await
+    );
+    stop.begin_graceful();
+    running.await.expect("pgmux stopped");
+    pg.stop();
+}
