@@ -178,6 +178,31 @@ async fn pgmux_logs_in_to_servers_with_cleartext_md5_and_scram() {
     }
 }
 
+/// A new server connection that cannot be opened while others are open is not the client's problem: it
+/// waits for one of the open ones (within query_wait_timeout) instead of getting 08001.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_open_waits_for_a_busy_connection_instead_of_failing() {
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    let a = fx.client().await;
+    let b = fx.client().await;
+    a.batch_execute("begin; select 1").await.unwrap();
+    // New server sessions for pgmux's role are refused from now on; the one A holds goes on.
+    oracle.batch_execute(&format!("alter role {} nologin", APP_USER.user)).await.unwrap();
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a.batch_execute("commit").await.unwrap();
+    };
+    let (answer, ()) = tokio::join!(b.simple_query("select 'b served'"), release);
+    oracle.batch_execute(&format!("alter role {} login", APP_USER.user)).await.unwrap();
+    let answer = answer.expect("B waits for A's connection instead of failing");
+    let row = answer.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+        _ => None,
+    });
+    assert_eq!(row.as_deref(), Some("b served"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_server_password_is_reported_as_08001() {
     let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();

@@ -150,6 +150,8 @@ impl Shared {
         let wait = self.config.query_wait_timeout;
         let mut deadline = None;
         let mut refused: Option<(String, Duration)> = None;
+        // A new connection that could not be opened while others were: what went wrong, and the next pause.
+        let mut failed_open: Option<(ConnectError, Duration)> = None;
         loop {
             // Most checkouts find an idle connection: no timer, no queue.
             let grant = match self.pool.try_acquire() {
@@ -158,7 +160,10 @@ impl Shared {
                 Ok(None) => {
                     let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
                     match tokio::time::timeout_at(until, self.pool.acquire()).await {
-                        Err(_) => return Err(self.timeout(wait, refused)),
+                        Err(_) => match failed_open {
+                            Some((e, _)) => return Err(e.into()),
+                            None => return Err(self.timeout(wait, refused)),
+                        },
                         Ok(Err(_closed)) => return Err(CheckoutError::Closed),
                         Ok(Ok(grant)) => grant,
                     }
@@ -196,6 +201,28 @@ impl Shared {
                             return Err(self.timeout(wait, refused));
                         }
                         tokio::time::sleep(pause).await;
+                    }
+                    // The database is up and busy connections will come back: a failed open (a lost SYN, a
+                    // slow start under load, a login refused to new sessions only) makes this client wait
+                    // for one of them, as long as query_wait_timeout allows, instead of failing its query.
+                    // With no connection open at all, the error goes to the client at once.
+                    Err(CheckoutError::Connect(e)) => {
+                        drop(slot);
+                        if self.pool.status().size == 0 {
+                            return Err(e.into());
+                        }
+                        let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+                        let pause = failed_open
+                            .as_ref()
+                            .map_or(Duration::from_millis(50), |(_, p)| (*p * 2).min(Duration::from_secs(1)));
+                        tracing::warn!(error = %e, retry_in = ?pause,
+                            "could not open a server connection; the client waits for one of the open ones");
+                        let now = tokio::time::Instant::now();
+                        if now >= until {
+                            return Err(e.into());
+                        }
+                        failed_open = Some((e, pause));
+                        tokio::time::sleep(pause.min(until - now)).await;
                     }
                     Err(e) => return Err(e),
                 },
