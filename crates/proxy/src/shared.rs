@@ -149,9 +149,11 @@ impl Shared {
     pub(crate) async fn checkout(&self) -> Result<Lease<Box<ServerConn>>, CheckoutError> {
         let wait = self.config.query_wait_timeout;
         let mut deadline = None;
-        let mut refused: Option<(String, Duration)> = None;
-        // A new connection that could not be opened while others were: what went wrong, and the next pause.
-        let mut failed_open: Option<(ConnectError, Duration)> = None;
+        // Why the last open failed: the database refused it (53300), or it failed while others were open.
+        let mut refused: Option<String> = None;
+        let mut failed_open: Option<ConnectError> = None;
+        // The pause after the last failed open; each failure doubles it.
+        let mut pause: Option<Duration> = None;
         loop {
             // Most checkouts find an idle connection: no timer, no queue.
             let grant = match self.pool.try_acquire() {
@@ -161,7 +163,7 @@ impl Shared {
                     let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
                     match tokio::time::timeout_at(until, self.pool.acquire()).await {
                         Err(_) => match failed_open {
-                            Some((e, _)) => return Err(e.into()),
+                            Some(e) => return Err(e.into()),
                             None => return Err(self.timeout(wait, refused)),
                         },
                         Ok(Err(_closed)) => return Err(CheckoutError::Closed),
@@ -190,12 +192,10 @@ impl Shared {
                         let limit = self.limits.refused(status.size - status.opening);
                         self.apply_limit(limit);
                         let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
-                        let pause = refused
-                            .as_ref()
-                            .map_or(Duration::from_millis(50), |(_, p)| (*p * 2).min(Duration::from_secs(1)));
+                        let pause = *pause.insert(next_pause(pause));
                         tracing::warn!(error = %e, limit, retry_in = ?pause,
                             "the database refused a new connection; lowering the pool limit");
-                        refused = Some((e.to_string(), pause));
+                        refused = Some(e.to_string());
                         if tokio::time::Instant::now() + pause >= until {
                             tokio::time::sleep_until(until).await;
                             return Err(self.timeout(wait, refused));
@@ -212,16 +212,14 @@ impl Shared {
                             return Err(e.into());
                         }
                         let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + wait);
-                        let pause = failed_open
-                            .as_ref()
-                            .map_or(Duration::from_millis(50), |(_, p)| (*p * 2).min(Duration::from_secs(1)));
+                        let pause = *pause.insert(next_pause(pause));
                         tracing::warn!(error = %e, retry_in = ?pause,
                             "could not open a server connection; the client waits for one of the open ones");
                         let now = tokio::time::Instant::now();
                         if now >= until {
                             return Err(e.into());
                         }
-                        failed_open = Some((e, pause));
+                        failed_open = Some(e);
                         tokio::time::sleep(pause.min(until - now)).await;
                     }
                     Err(e) => return Err(e),
@@ -230,8 +228,8 @@ impl Shared {
         }
     }
 
-    fn timeout(&self, waited: Duration, refused: Option<(String, Duration)>) -> CheckoutError {
-        CheckoutError::Timeout { waited, limit: self.limits.current(), refused: refused.map(|(e, _)| e) }
+    fn timeout(&self, waited: Duration, refused: Option<String>) -> CheckoutError {
+        CheckoutError::Timeout { waited, limit: self.limits.current(), refused }
     }
 
     /// Puts a new limit into force: waiters may open up to it, idle connections above it are closed, and
@@ -374,9 +372,25 @@ fn jittered(lifetime: Duration, random: u64) -> Duration {
     lifetime.saturating_sub(Duration::from_millis(random % (tenth_ms + 1)))
 }
 
+/// The pause before opening again after a failed open: 50 ms, then twice the last, at most a second.
+fn next_pause(last: Option<Duration>) -> Duration {
+    last.map_or(Duration::from_millis(50), |p| (p * 2).min(Duration::from_secs(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pauses_between_failed_opens_double_up_to_a_second() {
+        let mut pauses = Vec::new();
+        let mut last = None;
+        for _ in 0..7 {
+            last = Some(next_pause(last));
+            pauses.push(last.unwrap().as_millis());
+        }
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000]);
+    }
 
     #[test]
     fn lifetimes_are_shortened_by_up_to_a_tenth() {
