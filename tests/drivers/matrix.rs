@@ -105,6 +105,15 @@ impl Matrix {
         out
     }
 
+    /// The failed scenario lines, then the suite problems.
+    pub fn failures(&self) -> Vec<String> {
+        self.lines()
+            .filter(|l| !l.pass)
+            .map(Line::text)
+            .chain(self.runs.iter().flat_map(|r| r.problems.iter().map(|p| format!("{} suite FAIL {p}", r.suite))))
+            .collect()
+    }
+
     /// The Markdown report.
     pub fn markdown(&self, setting: &str, elapsed: Duration) -> String {
         let mut out = format!("# Driver compatibility matrix\n\n{setting}\n\n");
@@ -118,12 +127,7 @@ impl Matrix {
             elapsed.as_secs_f64(),
             self.suites()
         );
-        let failures: Vec<String> = self
-            .lines()
-            .filter(|l| !l.pass)
-            .map(Line::text)
-            .chain(self.runs.iter().flat_map(|r| r.problems.iter().map(|p| format!("{} suite FAIL {p}", r.suite))))
-            .collect();
+        let failures = self.failures();
         if failures.is_empty() {
             out.push_str("None.\n");
         }

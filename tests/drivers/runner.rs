@@ -94,12 +94,14 @@ async fn driver_matrix() {
     } else if settings.front == FrontKind::PgBouncer {
         println!("MATRIX_PGBOUNCER=1: reference run, failures are reported and not asserted");
     } else {
+        // The failed lines go in the message too: a CI log often keeps only the end of the output.
         assert_eq!(
             matrix.failed(),
             0,
-            "{} failure(s): failed scenarios and suite problems; see {}",
+            "{} failure(s); see {}:\n{}",
             matrix.failed(),
-            report.display()
+            report.display(),
+            matrix.failures().join("\n")
         );
     }
 }

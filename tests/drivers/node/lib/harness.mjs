@@ -144,6 +144,25 @@ export class Oracle {
     }
   }
 
+  /**
+   * Application backends still running `SELECT pg_sleep(30)`, waiting up to `ms` for them to stop. A
+   * cancelled backend sends its ErrorResponse before it reports itself idle, and node-postgres raises the
+   * error on the ErrorResponse, so an immediate look can still see it active; one that was never
+   * cancelled stays active for 30 s.
+   */
+  async sleepersStillActive(ms = 2000) {
+    const deadline = Date.now() + ms
+    for (;;) {
+      const rows = await this.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE usename = $1 AND state = 'active' AND query LIKE 'SELECT pg_sleep(30)%'`,
+        [cfg.user],
+      )
+      if (rows[0].n === 0 || Date.now() > deadline) return rows[0].n
+      await sleep(50)
+    }
+  }
+
   async close() {
     await within(5000, this.client.end(), 'oracle close').catch(() => this.client.connection.stream.destroy())
   }

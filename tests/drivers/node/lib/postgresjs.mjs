@@ -302,11 +302,7 @@ export function postgresJs(driver) {
       elapsed = Date.now() - t0
       check(err !== null, 'pg_sleep(30) finished instead of being cancelled')
       check(err.code === '57014', `cancel gave ${err.code}: ${err.message}`)
-      const still = await oracle.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1 AND state = 'active' AND query LIKE 'SELECT pg_sleep(30)%'",
-        [cfg.user],
-      )
-      eq(still[0].n, 0, 'pg_sleep(30) still running on the server')
+      eq(await oracle.sleepersStillActive(), 0, 'pg_sleep(30) still running on the server 2 s after the cancel')
       eq((await sql`SELECT ${8}::int AS x`)[0].x, 8, 'query after cancel')
     } finally {
       await bg.stop()
