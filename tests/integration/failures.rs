@@ -250,6 +250,49 @@ async fn cancel_reaches_the_right_query_and_nobody_else() {
     }
 }
 
+/// A query waiting in line for a server connection has no server to cancel it: pgmux answers it with
+/// 57014 itself, so that the cancel is not lost and the query never runs later. Both protocols: a simple
+/// Query, and a Parse/Bind/Execute/Sync unit whose remaining messages must be skipped up to the Sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_waiting_for_a_server_connection_answers_the_query_and_it_never_runs() {
+    let fx = common::start("pool_max = 1\nquery_wait_timeout = \"20s\"").await;
+    let oracle = common::direct(&fx.pg).await;
+    let holder = fx.client().await;
+    holder.batch_execute("create table cancel_wait(v text)").await.unwrap();
+    holder.batch_execute("begin; select 1").await.unwrap();
+
+    let waiter = std::sync::Arc::new(fx.client().await);
+    let token = waiter.cancel_token();
+    let simple = {
+        let waiter = std::sync::Arc::clone(&waiter);
+        tokio::spawn(async move { waiter.simple_query("insert into cancel_wait values ('simple')").await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), simple).await.expect("the cancel answered the query");
+    assert_eq!(common::code(&r.unwrap().unwrap_err()), "57014");
+
+    let extended = {
+        let waiter = std::sync::Arc::clone(&waiter);
+        tokio::spawn(
+            async move { waiter.execute("insert into cancel_wait values ($1)", &[&"extended"]).await.map(|_| ()) },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), extended).await.expect("the cancel answered the query");
+    assert_eq!(common::code(&r.unwrap().unwrap_err()), "57014");
+
+    holder.batch_execute("commit").await.unwrap();
+    // The cancelled client goes on with both protocols, and neither cancelled insert ever ran.
+    assert_eq!(scalar(&waiter, "select 'after'").await, "after");
+    let n: i64 = waiter.query_one("select count(*) from cancel_wait", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "a cancelled query ran after all");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n: i64 = oracle.query_one("select count(*) from cancel_wait", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "a cancelled query ran after all");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_for_an_idle_client_does_nothing() {
     let fx = common::start("pool_max = 1").await;

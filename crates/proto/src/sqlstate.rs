@@ -14,6 +14,8 @@ pub const INVALID_PASSWORD: &str = "28P01";
 pub const INVALID_CATALOG_NAME: &str = "3D000";
 /// `53300`: too many clients, or no server connection in time.
 pub const TOO_MANY_CONNECTIONS: &str = "53300";
+/// `57014`: the client cancelled its query.
+pub const QUERY_CANCELED: &str = "57014";
 /// `57P01`: pgmux is shutting down.
 pub const ADMIN_SHUTDOWN: &str = "57P01";
 /// `0A000`: a feature pgmux does not support.

@@ -6,6 +6,9 @@
 //! cancelled instead. So while a cancel is in flight the client keeps its server connection: the session
 //! waits for the forward to finish before releasing it (PostgreSQL closes the cancel connection once it
 //! has signalled the backend).
+//!
+//! A client whose query waits in line for a server connection has nothing on a server to cancel: its cancel
+//! is kept here, and the session answers the waiting query itself with the error PostgreSQL would give.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,6 +42,10 @@ struct Target {
     generation: u32,
     server: Option<ServerKey>,
     in_flight: u32,
+    /// The client's query waits in line for a server connection.
+    waiting: bool,
+    /// A cancel came while it waited.
+    cancelled: bool,
 }
 
 /// Every live client's cancel key. A client's pid is its slot index plus one: unique among live clients,
@@ -50,6 +57,8 @@ pub(crate) struct CancelRegistry {
     generations: std::sync::atomic::AtomicU32,
     /// Signalled whenever a forwarded cancel completes, for sessions waiting to unlink.
     done: Notify,
+    /// Signalled when a cancel comes for a client waiting in line.
+    queued: Notify,
 }
 
 /// A client's registration; dropping it removes the key.
@@ -99,6 +108,37 @@ impl Registration {
     pub(crate) fn clear(&self) {
         self.with(|t| t.server = None);
     }
+
+    /// The client's query starts waiting for a server connection: from now a cancel is kept for
+    /// [`Registration::cancelled`] rather than ignored.
+    pub(crate) fn wait_begin(&self) {
+        self.with(|t| {
+            t.waiting = true;
+            t.cancelled = false;
+        });
+    }
+
+    /// The wait is over; true if a cancel came during it.
+    pub(crate) fn wait_end(&self) -> bool {
+        self.with(|t| {
+            t.waiting = false;
+            std::mem::take(&mut t.cancelled)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Resolves once a cancel has come for this client since [`Registration::wait_begin`].
+    pub(crate) async fn cancelled(&self) {
+        loop {
+            let queued = self.registry.queued.notified();
+            tokio::pin!(queued);
+            queued.as_mut().enable();
+            if self.with(|t| t.cancelled).unwrap_or(false) {
+                return;
+            }
+            queued.await;
+        }
+    }
 }
 
 impl Drop for Registration {
@@ -116,14 +156,22 @@ impl CancelRegistry {
     pub(crate) fn register(self: &Arc<Self>) -> Registration {
         let secret: i32 = rand::random();
         let generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let target = Target { secret: secret.to_be_bytes(), generation, server: None, in_flight: 0 };
+        let target = Target {
+            secret: secret.to_be_bytes(),
+            generation,
+            server: None,
+            in_flight: 0,
+            waiting: false,
+            cancelled: false,
+        };
         let slot = self.lock().insert(target);
         let pid = i32::try_from(slot).map_or(i32::MAX, |s| s.saturating_add(1));
         Registration { registry: Arc::clone(self), slot, pid, secret }
     }
 
-    /// Forwards a client's cancel request to the server that serves it now. Unknown keys, wrong secrets
-    /// and idle clients are ignored, as PostgreSQL ignores them.
+    /// Forwards a client's cancel request to the server that serves it now, or, if its query waits for a
+    /// server connection, tells the session to answer it. Unknown keys, wrong secrets and idle clients are
+    /// ignored, as PostgreSQL ignores them.
     pub(crate) async fn cancel(&self, pid: i32, secret: &[u8]) {
         let Some(slot) = u32::try_from(pid.wrapping_sub(1)).ok() else { return };
         let begun = {
@@ -132,6 +180,11 @@ impl CancelRegistry {
                 None => Err("cancel request for an unknown key"),
                 Some(t) if !constant_time_eq(&t.secret, secret) => Err("cancel request with a wrong secret"),
                 Some(t) => match t.server {
+                    None if t.waiting => {
+                        t.cancelled = true;
+                        self.queued.notify_waiters();
+                        Err("cancel request for a client waiting for a server connection: answered by pgmux")
+                    }
                     None => Err("cancel request for a client with no query running"),
                     Some(server) => {
                         t.in_flight += 1;
@@ -243,5 +296,33 @@ mod tests {
         reg.cancel(idle.pid, &idle.secret.to_be_bytes()).await;
         let nothing = tokio::time::timeout(Duration::from_millis(200), server.accept()).await;
         assert!(nothing.is_err(), "a wrong key must not reach the server");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_for_a_waiting_client_is_kept_for_it_and_only_while_it_waits() {
+        let reg = Arc::new(CancelRegistry::default());
+        let r = Arc::new(reg.register());
+        let other = reg.register();
+        other.wait_begin();
+
+        // Idle: ignored, and not remembered for a later wait.
+        reg.cancel(r.pid, &r.secret.to_be_bytes()).await;
+        r.wait_begin();
+        assert!(!r.wait_end());
+
+        r.wait_begin();
+        let heard = tokio::spawn({
+            let r = Arc::clone(&r);
+            async move { r.cancelled().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!heard.is_finished());
+        reg.cancel(r.pid, &(r.secret ^ 1).to_be_bytes()).await;
+        tokio::task::yield_now().await;
+        assert!(!heard.is_finished(), "a wrong secret cancels nothing");
+        reg.cancel(r.pid, &r.secret.to_be_bytes()).await;
+        tokio::time::timeout(Duration::from_secs(5), heard).await.expect("the waiting session hears it").unwrap();
+        assert!(r.wait_end());
+        assert!(!other.wait_end(), "another waiting client's query is not cancelled");
     }
 }

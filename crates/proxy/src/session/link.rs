@@ -24,7 +24,7 @@ impl Session {
         let checkout = if let Some(lease) = self.shared.try_checkout() {
             Ok(lease)
         } else {
-            let Session { shared, client, stop, .. } = self;
+            let Session { shared, client, stop, cancel, .. } = self;
             // While waiting in line, keep reading the client so that a client that leaves is noticed.
             let client_left = async {
                 loop {
@@ -35,12 +35,25 @@ impl Session {
                     }
                 }
             };
-            tokio::select! {
-                r = shared.checkout() => r,
+            cancel.wait_begin();
+            let waited = tokio::select! {
+                r = shared.checkout() => Some(r),
+                () = cancel.cancelled() => None,
                 _ = client_left => return Err(End::ClientGone),
                 _ = stop.reached(Level::Hard) => {
                     client.out.push(shutting_down().to_bytes());
                     return Err(End::Shutdown);
+                }
+            };
+            // A cancel that came while the query waited answers it here: it never reaches a server. A
+            // connection that came at the same moment goes back to the pool unused.
+            match (cancel.wait_end(), waited) {
+                (false, Some(r)) => r,
+                (_, _) => {
+                    tracing::debug!("query cancelled while waiting for a server connection");
+                    let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
+                        .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
+                    return Ok(Some(self.answer_unit(tag, err.to_bytes())));
                 }
             }
         };
