@@ -9,7 +9,7 @@ use crate::AwsError;
 /// AWS credentials: an access key pair and, for temporary credentials (Lambda, STS), a session token.
 ///
 /// `Debug` shows the access key id only; the secret key and the token are never printed.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AwsCredentials {
     inner: aws_credential_types::Credentials,
 }
@@ -45,6 +45,17 @@ impl AwsCredentials {
             "pgmux",
         );
         AwsCredentials { inner }
+    }
+
+    /// The same credentials, valid until `at`.
+    pub fn with_expiry(mut self, at: std::time::SystemTime) -> Self {
+        *self.inner.expiry_mut() = Some(at);
+        self
+    }
+
+    /// When temporary credentials expire (`None`: they do not, or nobody said).
+    pub fn expiry(&self) -> Option<std::time::SystemTime> {
+        self.inner.expiry()
     }
 
     /// The access key id (not a secret; handy in logs).

@@ -70,6 +70,11 @@ impl Endpoint {
         })
     }
 
+    /// The host name or address, without IPv6 brackets.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// The full URL of a request to this endpoint's path (what SigV4 signs).
     pub fn request_url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };

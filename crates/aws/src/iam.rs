@@ -20,6 +20,8 @@ pub const TOKEN_LIFETIME: Duration = Duration::from_secs(900);
 /// How long [`TokenCache`] hands out the same token: a third of its life is left as margin for clock skew
 /// and for a connection attempt that starts just before renewal.
 pub const TOKEN_REUSE: Duration = Duration::from_secs(600);
+/// A cached token is not handed out when its signing credentials expire sooner than this.
+const CREDS_MARGIN: Duration = Duration::from_secs(60);
 
 const SERVICE: &str = "rds-db";
 
@@ -156,7 +158,11 @@ impl TokenCache {
         let mut current = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((token, made_at)) = current.as_ref() {
             // A clock that went backwards (made_at in the future) also renews: the age is unknown.
-            if now.duration_since(*made_at).is_ok_and(|age| age < TOKEN_REUSE) {
+            // Nor is a token kept into the last minute of the temporary credentials that signed it: RDS
+            // refuses it once they have expired.
+            let creds_ok =
+                self.creds.expiry().is_none_or(|end| end.duration_since(now).is_ok_and(|left| left > CREDS_MARGIN));
+            if creds_ok && now.duration_since(*made_at).is_ok_and(|age| age < TOKEN_REUSE) {
                 return Ok(token.clone());
             }
         }
@@ -254,6 +260,21 @@ mod tests {
         assert_eq!(cache.token().unwrap(), second);
         now.fetch_sub(3600, Ordering::SeqCst);
         assert_ne!(cache.token().unwrap(), second, "a clock that went backwards renews");
+    }
+
+    #[test]
+    fn no_token_is_reused_into_the_last_minute_of_its_credentials() {
+        let now = Arc::new(AtomicU64::new(1_700_000_000));
+        let clock = now.clone();
+        let expiring = creds(Some("session")).with_expiry(at(1_700_000_300));
+        let cache = TokenCache::with_clock("h".into(), 5432, "u".into(), "us-east-1".into(), expiring, move || {
+            at(clock.load(Ordering::SeqCst))
+        });
+        let first = cache.token().unwrap();
+        now.fetch_add(239, Ordering::SeqCst);
+        assert_eq!(cache.token().unwrap(), first, "61 s left: reused");
+        now.fetch_add(1, Ordering::SeqCst);
+        assert_ne!(cache.token().unwrap(), first, "60 s left: signed again");
     }
 
     #[test]

@@ -12,10 +12,12 @@ mod error;
 pub mod extension;
 mod https;
 pub mod iam;
+mod provider;
 pub mod secrets;
 
 pub use credentials::{AwsCredentials, region_from_env, region_from_vars};
 pub use error::AwsError;
+pub use provider::CredentialsProvider;
 
 /// The RDS global CA bundle (`https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem`: the
 /// `rds-ca-rsa2048-g1`, `rds-ca-rsa4096-g1` and `rds-ca-ecc384-g1` roots per region, plus the expired

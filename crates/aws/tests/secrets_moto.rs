@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pgmux_aws::AwsError;
+use std::sync::Arc;
+
 use pgmux_aws::secrets::SecretsClient;
+use pgmux_aws::{AwsError, CredentialsProvider};
 use serde_json::json;
 
 const REGION: &str = "eu-west-1";
@@ -112,6 +114,46 @@ async fn read_rds_secret_and_its_rotation() {
     let as_string = json!({"username": "u", "password": "p", "host": "h", "port": "6432"});
     moto.admin("create", "port-as-string", &as_string.to_string());
     assert_eq!(client.get_db_secret("port-as-string").await.unwrap().port, Some(6432));
+}
+
+/// On EC2 the credentials come from the instance metadata service, here moto's stand-in for it. pgmux reads
+/// the same credentials botocore reads there (IMDSv2: a session token first), and signs Secrets Manager
+/// calls with them.
+#[tokio::test]
+async fn credentials_from_instance_metadata_as_botocore_reads_them() {
+    let Some(py) = python::venv_python() else { return };
+    let moto = Moto::start(&py);
+    let url = moto.url.clone();
+    let provider = Arc::new(
+        CredentialsProvider::from_vars(|name| (name == "AWS_EC2_METADATA_SERVICE_ENDPOINT").then(|| url.clone()))
+            .unwrap(),
+    );
+    assert_eq!(provider.source(), "EC2 instance metadata (IMDSv2)");
+    let ours = provider.credentials().await.unwrap();
+
+    let request = json!({"op": "imds_credentials", "endpoint": moto.url});
+    let reference = python::run_script(&py, "botocore_reference.py", &[], &request.to_string(), &[]);
+    let reference: serde_json::Value = serde_json::from_str(&reference).expect("botocore's answer");
+    assert_eq!(ours.access_key_id(), reference["access_key"].as_str().unwrap());
+    assert_eq!(ours.has_session_token(), reference["has_token"].as_bool().unwrap());
+    let expiry = ours.expiry().expect("instance credentials expire").duration_since(std::time::UNIX_EPOCH).unwrap();
+    // moto stamps each answer "now + 1 day", so the two reads may be a second apart.
+    let theirs = reference["expiry_epoch"].as_u64().unwrap();
+    assert!(expiry.as_secs().abs_diff(theirs) <= 5, "expiry {} vs botocore's {theirs}", expiry.as_secs());
+
+    let secret = json!({"username": "app", "password": "imds-Pa55word", "host": "db.example", "port": 5432});
+    moto.admin("create", "ec2/pgmux/app", &secret.to_string());
+    let url = moto.url.clone();
+    let client = SecretsClient::from_vars_with(
+        move |name| match name {
+            "AWS_ENDPOINT_URL" => Some(url.clone()),
+            "AWS_REGION" => Some(REGION.into()),
+            _ => None,
+        },
+        provider,
+    )
+    .unwrap();
+    assert_eq!(client.get_db_secret("ec2/pgmux/app").await.unwrap().password, "imds-Pa55word");
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 mod db_secret;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
@@ -17,7 +18,7 @@ pub use db_secret::{DbSecret, parse_db_secret};
 use crate::credentials::{env_var, validate_region};
 use crate::error::{chain, snippet};
 use crate::https::{Endpoint, HttpsClient, Response};
-use crate::{AwsCredentials, AwsError, region_from_vars};
+use crate::{AwsCredentials, AwsError, CredentialsProvider, region_from_vars};
 
 const SERVICE: &str = "Secrets Manager";
 const SIGNING_NAME: &str = "secretsmanager";
@@ -36,13 +37,13 @@ pub struct SecretsClient {
     endpoint: Result<Endpoint, String>,
     endpoint_url: String,
     region: String,
-    creds: AwsCredentials,
+    creds: Arc<CredentialsProvider>,
     timeout: Duration,
     http: HttpsClient,
 }
 
 impl SecretsClient {
-    /// A client configured from the environment: credentials and region as [`AwsCredentials::from_env`] and
+    /// A client configured from the environment: credentials and region as [`CredentialsProvider::from_env`] and
     /// [`crate::region_from_env`], endpoint from `AWS_ENDPOINT_URL_SECRETS_MANAGER`, else `AWS_ENDPOINT_URL`,
     /// else `https://secretsmanager.{region}.amazonaws.com` (`-fips` with `AWS_USE_FIPS_ENDPOINT=true`,
     /// `.com.cn` in China). `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true` ignores the endpoint variables.
@@ -52,9 +53,17 @@ impl SecretsClient {
 
     /// [`SecretsClient::from_env`] reading through `vars` instead of the process environment.
     pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<Self, AwsError> {
+        let provider = Arc::new(CredentialsProvider::from_vars(&vars)?);
+        Self::from_vars_with(vars, provider)
+    }
+
+    /// [`SecretsClient::from_vars`] with credentials from `creds` (shared with other callers).
+    pub fn from_vars_with(
+        vars: impl Fn(&str) -> Option<String>,
+        creds: Arc<CredentialsProvider>,
+    ) -> Result<Self, AwsError> {
         let get = |name: &str| vars(name).filter(|v| !v.is_empty());
         let region = region_from_vars(get)?;
-        let creds = AwsCredentials::from_vars(get)?;
         let is_true = |name: &str| get(name).is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let configured = if is_true("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") {
             None
@@ -62,7 +71,7 @@ impl SecretsClient {
             get("AWS_ENDPOINT_URL_SECRETS_MANAGER").or_else(|| get("AWS_ENDPOINT_URL"))
         };
         let endpoint = configured.unwrap_or_else(|| default_endpoint(&region, is_true("AWS_USE_FIPS_ENDPOINT")));
-        let client = Self::new(endpoint, region, creds);
+        let client = Self::with_provider(endpoint, region, creds);
         if let Err(reason) = &client.endpoint {
             return Err(AwsError::InvalidSetting { what: "Secrets Manager endpoint", reason: reason.clone() });
         }
@@ -72,6 +81,11 @@ impl SecretsClient {
     /// A client for `endpoint` (a URL; `http://` is accepted for local stand-ins such as moto). An unusable
     /// endpoint or region is reported by the first call.
     pub fn new(endpoint: String, region: String, creds: AwsCredentials) -> Self {
+        Self::with_provider(endpoint, region, Arc::new(CredentialsProvider::fixed(creds)))
+    }
+
+    /// [`SecretsClient::new`] with credentials from `creds`, fetched for each call.
+    pub fn with_provider(endpoint: String, region: String, creds: Arc<CredentialsProvider>) -> Self {
         let parsed = Endpoint::parse(&endpoint);
         SecretsClient {
             endpoint: parsed,
@@ -110,7 +124,8 @@ impl SecretsClient {
 
         let mut attempt = 1;
         let response = loop {
-            let request = self.signed_request(endpoint, TARGET_GET_SECRET_VALUE, &body, SystemTime::now())?;
+            let creds = self.creds.credentials().await?;
+            let request = self.signed_request(endpoint, &creds, TARGET_GET_SECRET_VALUE, &body, SystemTime::now())?;
             let result = self.http.send(endpoint, request, self.timeout).await.and_then(check_status);
             match result {
                 Err(e) if e.is_retryable() && attempt < MAX_ATTEMPTS => {
@@ -128,6 +143,7 @@ impl SecretsClient {
     fn signed_request(
         &self,
         endpoint: &Endpoint,
+        creds: &AwsCredentials,
         target: &str,
         body: &str,
         now: SystemTime,
@@ -136,7 +152,7 @@ impl SecretsClient {
             |e: &(dyn std::error::Error + 'static)| AwsError::Signing { service: SIGNING_NAME, reason: chain(e) };
         let url = endpoint.request_url();
         let headers = [("host", endpoint.authority.as_str()), ("content-type", CONTENT_TYPE), ("x-amz-target", target)];
-        let identity = self.creds.signing_credentials().into();
+        let identity = creds.signing_credentials().into();
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region(&self.region)

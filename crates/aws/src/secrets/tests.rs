@@ -127,7 +127,7 @@ fn signature_matches_botocore() {
             let endpoint = client.endpoint.as_ref().unwrap();
             let body = r#"{"SecretId": "prod/db/app"}"#;
             let at = SystemTime::UNIX_EPOCH + Duration::from_secs(epoch);
-            let request = client.signed_request(endpoint, TARGET_GET_SECRET_VALUE, body, at).unwrap();
+            let request = client.signed_request(endpoint, &creds, TARGET_GET_SECRET_VALUE, body, at).unwrap();
             let ours = |name: &str| request.headers().get(name).map(|v| v.to_str().unwrap().to_string());
 
             let reference = serde_json::json!({

@@ -7,6 +7,8 @@ Reads one JSON request on stdin and writes one JSON answer on stdout:
   {"op": "sigv4_headers", "method", "url", "headers": {..}, "body", "service", "region", "access_key_id",
    "secret_access_key", "session_token", "epoch"}
       -> {"Authorization": ..., "X-Amz-Date": ..., "X-Amz-Security-Token": ...}   (SigV4Auth.add_auth)
+  {"op": "imds_credentials", "endpoint"}
+      -> {"access_key", "has_token", "expiry_epoch", "role_name"}   (InstanceMetadataFetcher, IMDSv2)
 
 The clock is fixed by patching botocore.auth.get_current_datetime, the one place botocore's signers read the
 time (botocore >= 1.34), rather than freezing datetime process-wide.
@@ -21,6 +23,7 @@ import botocore.auth
 import botocore.awsrequest
 import botocore.credentials
 import botocore.session
+import botocore.utils
 
 
 def fixed_clock(epoch):
@@ -58,12 +61,30 @@ def sigv4_headers(req):
     return {name: request.headers[name] for name in names if name in request.headers}
 
 
+def imds_credentials(req):
+    fetcher = botocore.utils.InstanceMetadataFetcher(
+        timeout=2, num_attempts=1, config={"ec2_metadata_service_endpoint": req["endpoint"]}
+    )
+    creds = fetcher.retrieve_iam_role_credentials()
+    if not creds:
+        raise SystemExit("botocore found no credentials at " + req["endpoint"])
+    expiry = datetime.datetime.strptime(creds["expiry_time"], "%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "access_key": creds["access_key"],
+        "has_token": bool(creds["token"]),
+        "expiry_epoch": int(expiry.replace(tzinfo=datetime.timezone.utc).timestamp()),
+        "role_name": creds["role_name"],
+    }
+
+
 def main():
     req = json.load(sys.stdin)
     if req["op"] == "rds_tokens":
         out = rds_tokens(req["cases"])
     elif req["op"] == "sigv4_headers":
         out = sigv4_headers(req)
+    elif req["op"] == "imds_credentials":
+        out = imds_credentials(req)
     else:
         raise SystemExit(f"unknown op {req['op']!r}")
     json.dump(out, sys.stdout)
