@@ -1,12 +1,14 @@
 //! Database credentials from AWS, plugged into the pooler's `Credentials`: a Secrets Manager secret (read
 //! when the first client needs it, re-read when a login is refused: rotation), RDS IAM auth tokens (one per
-//! new server connection, from a cache renewed well before the 15-minute expiry), or both.
+//! new server connection, from a cache renewed well before the 15-minute expiry), or both. The AWS
+//! credentials that sign both come from the environment (Lambda), the container credentials endpoint (ECS,
+//! EKS Pod Identity) or the EC2 instance metadata service, in that order.
 
 use std::sync::Arc;
 
-use pgmux_aws::AwsCredentials;
 use pgmux_aws::iam::TokenCache;
 use pgmux_aws::secrets::{DbSecret, SecretsClient};
+use pgmux_aws::{AwsCredentials, CredentialsProvider};
 use pgmux_proxy::config::Config;
 use pgmux_proxy::credentials::{BoxFuture, Credentials, CredentialsError, LoginInfo};
 use tokio::sync::Mutex;
@@ -25,11 +27,12 @@ struct SecretSource {
     cached: Mutex<Option<LoginInfo>>,
 }
 
-/// An IAM token cache and the (host, port, user) it signs for.
+/// An IAM token cache and the (host, port, user) and credentials it signs with.
 struct IamCache {
     host: String,
     port: u16,
     user: String,
+    creds: AwsCredentials,
     cache: Arc<TokenCache>,
 }
 
@@ -39,6 +42,8 @@ pub struct AwsLogin {
     /// With `iam_auth`: the token cache for the current (host, port, user).
     iam: Option<Mutex<Option<IamCache>>>,
     region: Option<String>,
+    /// AWS credentials for both (environment, container endpoint or instance metadata).
+    aws: Arc<CredentialsProvider>,
     overrides: Config,
 }
 
@@ -52,6 +57,10 @@ impl std::fmt::Debug for AwsLogin {
     }
 }
 
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
 fn err(e: impl std::fmt::Display) -> CredentialsError {
     CredentialsError(e.to_string())
 }
@@ -62,6 +71,8 @@ impl AwsLogin {
         if config.secret_arn.is_empty() && !config.iam_auth {
             return Ok(None);
         }
+        let aws = Arc::new(CredentialsProvider::from_env().map_err(err)?);
+        tracing::info!(source = aws.source(), "AWS credentials");
         let base = if config.secret_arn.is_empty() {
             let url = &config.database_url;
             Base::Url(LoginInfo {
@@ -72,15 +83,17 @@ impl AwsLogin {
                 dbname: url.dbname.clone(),
             })
         } else {
-            let client = SecretsClient::from_env().map_err(err)?;
+            let client = SecretsClient::from_vars_with(env_var, Arc::clone(&aws)).map_err(err)?;
             Base::Secret(Box::new(SecretSource { client, arn: config.secret_arn.clone(), cached: Mutex::new(None) }))
         };
         let region = if config.iam_auth { Some(pgmux_aws::region_from_env().map_err(err)?) } else { None };
-        if config.iam_auth {
-            // Fail at start-up, not at the first client, when the function role's credentials are missing.
-            AwsCredentials::from_env().map_err(err)?;
-        }
-        Ok(Some(AwsLogin { base, iam: config.iam_auth.then(|| Mutex::new(None)), region, overrides: config.clone() }))
+        Ok(Some(AwsLogin {
+            base,
+            iam: config.iam_auth.then(|| Mutex::new(None)),
+            region,
+            aws,
+            overrides: config.clone(),
+        }))
     }
 
     async fn base_login(&self) -> Result<LoginInfo, CredentialsError> {
@@ -104,17 +117,26 @@ impl AwsLogin {
     /// The IAM token for `info`'s host, port and user, from a cache made for them.
     async fn token(&self, info: &LoginInfo) -> Result<Option<String>, CredentialsError> {
         let (Some(iam), Some(region)) = (&self.iam, &self.region) else { return Ok(None) };
+        let creds =
+            self.aws.credentials().await.map_err(|e| err(format!("AWS credentials ({}): {e}", self.aws.source())))?;
         let mut slot = iam.lock().await;
         let fresh = match &*slot {
-            Some(c) if c.host == info.host && c.port == info.port && c.user == info.user => Arc::clone(&c.cache),
+            Some(c) if c.host == info.host && c.port == info.port && c.user == info.user && c.creds == creds => {
+                Arc::clone(&c.cache)
+            }
             _ => {
-                let creds = AwsCredentials::from_env().map_err(err)?;
-                let cache =
-                    Arc::new(TokenCache::new(info.host.clone(), info.port, info.user.clone(), region.clone(), creds));
+                let cache = Arc::new(TokenCache::new(
+                    info.host.clone(),
+                    info.port,
+                    info.user.clone(),
+                    region.clone(),
+                    creds.clone(),
+                ));
                 *slot = Some(IamCache {
                     host: info.host.clone(),
                     port: info.port,
                     user: info.user.clone(),
+                    creds,
                     cache: Arc::clone(&cache),
                 });
                 cache
