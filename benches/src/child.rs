@@ -42,10 +42,18 @@ impl Supervised {
     /// Spawn `cmd` with stdin closed and stdout and stderr appended to `output`. Call it from a thread that
     /// outlives the child (the driver's main thread): the death signal fires when the spawning thread exits.
     pub fn spawn(name: &str, mut cmd: Command, output: &Path) -> io::Result<Supervised> {
+        pgmux_testkit::die_with_parent(&mut cmd);
+        Self::spawn_short_lived(name, cmd, output)
+    }
+
+    /// [`Supervised::spawn`] without the parent-death signal, for children that live milliseconds and are
+    /// stopped by the caller right away (W7's starts). Setting that signal takes a `pre_exec` hook, which
+    /// makes std fork the whole driver instead of using `posix_spawn`; once the driver has held W6's
+    /// 10,000 connections, that fork alone adds milliseconds to every start it times.
+    pub fn spawn_short_lived(name: &str, mut cmd: Command, output: &Path) -> io::Result<Supervised> {
         let file = OpenOptions::new().create(true).append(true).open(output)?;
         cmd.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
         cmd.process_group(0);
-        pgmux_testkit::die_with_parent(&mut cmd);
         let program = cmd.get_program().to_string_lossy().into_owned();
         let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start {program}: {e}")))?;
         Ok(Supervised { name: name.to_owned(), child: Some(child), output: output.to_owned() })

@@ -120,7 +120,11 @@ impl Plan {
                  RSS is `VmRSS` of the pooler process, freshly started.",
                 self.idle_clients, self.idle_concurrency
             ),
-            format!("W7: median of {} starts per round, from exec until a TCP connect succeeds.", self.starts),
+            format!(
+                "W7: median of {} starts per round, from exec until a TCP connect succeeds (spawned with \
+                 `posix_spawn`, so that the driver's own size adds no fork time; polled every 0.1 ms).",
+                self.starts
+            ),
             "CPU: the pooler's utime + stime during the W2 / W3 run over the transactions pgbench reports; the \
              whole machine's: busy time in `/proc/stat` (user, nice, system, irq, softirq) during the same run. A \
              pooler that cost nothing would reach its tps × machine / (machine − pooler)."

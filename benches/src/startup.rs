@@ -12,8 +12,8 @@ use crate::child::Supervised;
 /// Longest a start may take before it counts as failed.
 const START_LIMIT: Duration = Duration::from_secs(10);
 /// Connect attempts are this far apart: a refused connect on loopback takes microseconds, so polling this
-/// often costs little and resolves start-ups of a few milliseconds.
-const POLL: Duration = Duration::from_millis(1);
+/// often costs little and resolves start-ups of a few milliseconds to a tenth of one.
+const POLL: Duration = Duration::from_micros(100);
 
 /// Start a pooler `starts` times, each on a fresh port (`command(port)` builds the command; its set-up is
 /// not timed), and return the times from spawn to the first accepted connection. Each instance is stopped
@@ -30,7 +30,7 @@ pub fn time_starts(
         let cmd = command(port).map_err(|e| format!("preparing {name}: {e}"))?;
         let _ = std::fs::remove_file(output);
         let started = Instant::now();
-        let mut child = Supervised::spawn(name, cmd, output).map_err(|e| e.to_string())?;
+        let mut child = Supervised::spawn_short_lived(name, cmd, output).map_err(|e| e.to_string())?;
         let took = child.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)), started, START_LIMIT, POLL);
         child.stop();
         match took {
