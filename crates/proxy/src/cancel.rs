@@ -93,15 +93,7 @@ impl Registration {
 
     /// The client gives its server connection back; waits first for cancels still on their way to it.
     pub(crate) async fn unlink(&self) {
-        loop {
-            let done = self.registry.done.notified();
-            tokio::pin!(done);
-            done.as_mut().enable();
-            if self.try_unlink() {
-                return;
-            }
-            done.await;
-        }
+        wait_for(&self.registry.done, || self.try_unlink()).await;
     }
 
     /// Forgets the server at once, cancels in flight or not: the connection is gone or being cleaned up.
@@ -129,15 +121,21 @@ impl Registration {
 
     /// Resolves once a cancel has come for this client since [`Registration::wait_begin`].
     pub(crate) async fn cancelled(&self) {
-        loop {
-            let queued = self.registry.queued.notified();
-            tokio::pin!(queued);
-            queued.as_mut().enable();
-            if self.with(|t| t.cancelled).unwrap_or(false) {
-                return;
-            }
-            queued.await;
+        wait_for(&self.registry.queued, || self.with(|t| t.cancelled).unwrap_or(false)).await;
+    }
+}
+
+/// Waits on `notify` until `ready()` holds. It registers before each check, so a signal between the check
+/// and the wait is not missed.
+async fn wait_for(notify: &Notify, mut ready: impl FnMut() -> bool) {
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if ready() {
+            return;
         }
+        notified.await;
     }
 }
 
