@@ -116,16 +116,19 @@ pub(crate) struct ServerConn {
 }
 
 impl ServerConn {
-    /// Connects (with TLS as `tls` says) and logs in as `login` says.
+    /// Connects (with TLS as `tls` says) and logs in as `login` says, with `application_name` in the
+    /// start-up packet if given (a control connection names itself from its first moment).
     pub(crate) async fn connect(
         login: &LoginInfo,
         tls: &ServerTls,
         id: u64,
         timeout: Duration,
         max_statements: usize,
+        application_name: Option<&str>,
     ) -> Result<Self, ConnectError> {
         let addr = login.address();
-        match tokio::time::timeout(timeout, Self::connect_inner(login, tls, id, max_statements)).await {
+        let connecting = Self::connect_inner(login, tls, id, max_statements, application_name);
+        match tokio::time::timeout(timeout, connecting).await {
             Ok(result) => result,
             Err(_) => Err(ConnectError::Timeout { addr, after: timeout }),
         }
@@ -136,6 +139,7 @@ impl ServerConn {
         tls: &ServerTls,
         id: u64,
         max_statements: usize,
+        application_name: Option<&str>,
     ) -> Result<Self, ConnectError> {
         let addr = login.address();
         let io_err = |source| ConnectError::Io { addr: addr.clone(), source };
@@ -166,15 +170,21 @@ impl ServerConn {
             tracker: TxTracker::default(),
             lifetime: Duration::ZERO,
         };
-        conn.login(login).await?;
+        conn.login(login, application_name).await?;
         Ok(conn)
     }
 
-    async fn login(&mut self, login: &LoginInfo) -> Result<(), ConnectError> {
+    async fn login(&mut self, login: &LoginInfo, application_name: Option<&str>) -> Result<(), ConnectError> {
         let addr = login.address();
         let protocol = |reason: String| ConnectError::Protocol { addr: addr.clone(), reason };
         let mut buf = BytesMut::new();
-        encode::startup_message(&mut buf, &[("user", &login.user), ("database", &login.dbname)]);
+        match application_name {
+            Some(name) => encode::startup_message(
+                &mut buf,
+                &[("user", &login.user), ("database", &login.dbname), ("application_name", name)],
+            ),
+            None => encode::startup_message(&mut buf, &[("user", &login.user), ("database", &login.dbname)]),
+        }
         self.io.send(buf.freeze()).await.map_err(|source| ConnectError::Io { addr: addr.clone(), source })?;
         let mut scram: Option<scram::ScramClient> = None;
         loop {
@@ -471,5 +481,43 @@ async fn negotiate_tls(stream: &mut TcpStream) -> std::io::Result<bool> {
             std::io::ErrorKind::InvalidData,
             format!("unexpected answer {:?} to an SSLRequest", other as char),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Logs in to a fake server that accepts anyone, and returns the start-up packet it received.
+    async fn startup_packet(application_name: Option<&str>) -> Vec<u8> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let len = stream.read_u32().await.unwrap() as usize;
+            let mut packet = vec![0u8; len - 4];
+            stream.read_exact(&mut packet).await.unwrap();
+            let mut reply = BytesMut::new();
+            reply.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
+            encode::ready_for_query(&mut reply, pgmux_proto::TxStatus::Idle);
+            stream.write_all(&reply).await.unwrap();
+            packet
+        });
+        let login =
+            LoginInfo { host: "127.0.0.1".into(), port, user: "app".into(), password: None, dbname: "db".into() };
+        let tls = ServerTls::new(SslMode::Disable, Vec::new()).unwrap();
+        ServerConn::connect(&login, &tls, 0, Duration::from_secs(5), 0, application_name).await.unwrap();
+        server.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_control_connection_names_itself_in_its_startup_packet() {
+        let named = startup_packet(Some("pgmux abc open=0 limit=2 cap=2")).await;
+        let text = String::from_utf8_lossy(&named);
+        assert!(text.contains("application_name\0pgmux abc open=0 limit=2 cap=2\0"), "{text:?}");
+        let pool = startup_packet(None).await;
+        assert!(!String::from_utf8_lossy(&pool).contains("application_name"), "pool connections take the client's");
     }
 }

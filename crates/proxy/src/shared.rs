@@ -261,14 +261,14 @@ impl Shared {
     }
 
     /// Opens the control connection (sizing): logged in like a pool connection, never lent.
-    pub(crate) async fn open_control(&self) -> Result<ServerConn, CheckoutError> {
-        self.connect(0, 0).await
+    pub(crate) async fn open_control(&self, application_name: &str) -> Result<ServerConn, CheckoutError> {
+        self.connect(0, 0, Some(application_name)).await
     }
 
     /// Opens a pool connection, with its own jittered `server_lifetime`.
     async fn open(&self) -> Result<ServerConn, CheckoutError> {
         let id = self.next_server_id.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.connect(id, self.config.max_prepared_statements).await?;
+        let mut conn = self.connect(id, self.config.max_prepared_statements, None).await?;
         conn.lifetime = jittered(self.config.server_lifetime, self.jitter.hash_one(id));
         // Whichever path opened it (a checkout, min_pool_size), the first connection tells what the server's
         // own values are. Without them every link would reset every reported parameter, a round trip each.
@@ -280,14 +280,19 @@ impl Shared {
 
     /// Opens and logs in a new server connection. A login refused for its password is tried once more
     /// after the credentials are refreshed: a rotated secret then takes effect without an error.
-    async fn connect(&self, id: u64, max_statements: usize) -> Result<ServerConn, CheckoutError> {
+    async fn connect(
+        &self,
+        id: u64,
+        max_statements: usize,
+        application_name: Option<&str>,
+    ) -> Result<ServerConn, CheckoutError> {
         let timeout = self.config.server_connect_timeout;
         let login = self.credentials.login().await?;
-        match ServerConn::connect(&login, &self.server_tls, id, timeout, max_statements).await {
+        match ServerConn::connect(&login, &self.server_tls, id, timeout, max_statements, application_name).await {
             Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
                 tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
                 let login = self.credentials.login().await?;
-                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout, max_statements).await?)
+                Ok(ServerConn::connect(&login, &self.server_tls, id, timeout, max_statements, application_name).await?)
             }
             other => Ok(other?),
         }

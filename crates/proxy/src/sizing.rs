@@ -351,14 +351,16 @@ impl Control {
     }
 
     async fn refresh(&mut self, shared: &Shared) -> Result<(), String> {
-        if self.conn.is_none() {
-            let conn = shared.open_control().await.map_err(|e| e.to_string())?;
-            self.conn = Some(Box::new(conn));
-        }
-        let Some(conn) = self.conn.as_mut() else { unreachable!("connected above") };
         let held = shared.pool.status().size;
         let me =
             Member { id: self.id.clone(), open: held, limit: shared.limits.current(), cap: shared.config.pool_max };
+        if self.conn.is_none() {
+            // Named at login: until its first query, an unnamed control connection would look like a pool
+            // connection (or an outsider) to anyone counting backends.
+            let conn = shared.open_control(&me.tag()).await.map_err(|e| e.to_string())?;
+            self.conn = Some(Box::new(conn));
+        }
+        let Some(conn) = self.conn.as_mut() else { unreachable!("connected above") };
         let sql = format!("SET application_name = '{}'; {READ_SQL}", me.tag());
         let rows = conn.query_rows(&sql, shared.config.server_connect_timeout).await.map_err(|e| e.to_string())?;
         let row = rows.first().ok_or("the sizing query returned no row")?;
@@ -394,7 +396,7 @@ impl Control {
 /// Reads the database once as a new instance would, on a connection named `pgmux-check` (which counts as
 /// that instance's control connection).
 pub(crate) async fn check(shared: &Shared) -> Result<Report, String> {
-    let conn = shared.open_control().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
+    let conn = shared.open_control("pgmux-check").await.map_err(|e| format!("cannot connect to the database: {e}"))?;
     let mut conn = Box::new(conn);
     let sql = format!("SET application_name = 'pgmux-check'; {READ_SQL}");
     let result = conn.query_rows(&sql, shared.config.server_connect_timeout).await;
