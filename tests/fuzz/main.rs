@@ -222,8 +222,10 @@ async fn clients_against_postgres() {
                 if round >= 400 {
                     return;
                 }
-                let finished = tokio::time::timeout(Duration::from_secs(20), hostile_client(addr, round as u64)).await;
-                assert!(finished.is_ok(), "round {round}: a client's exchange did not end within 20 s");
+                // A round takes well under a second; its reads are bounded, so only a pgmux that kept
+                // talking for a minute could make it this slow.
+                let finished = tokio::time::timeout(Duration::from_secs(60), hostile_client(addr, round as u64)).await;
+                assert!(finished.is_ok(), "round {round}: a client's exchange did not end within 60 s");
             }
         }));
     }
@@ -249,7 +251,10 @@ async fn clients_against_postgres() {
     })
     .await;
     assert!(clean, "a server connection was left idle in transaction");
-    assert!(common::pgmux_backends(&oracle).await <= 2, "more server connections than pool_max");
+    // A backend pgmux has just closed may take a moment to leave pg_stat_activity.
+    let within_pool =
+        common::eventually(Duration::from_secs(10), || async { common::pgmux_backends(&oracle).await <= 2 }).await;
+    assert!(within_pool, "more server connections than pool_max");
     proxy.shutdown().await;
 }
 
