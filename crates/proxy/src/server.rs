@@ -178,13 +178,9 @@ impl ServerConn {
         let addr = login.address();
         let protocol = |reason: String| ConnectError::Protocol { addr: addr.clone(), reason };
         let mut buf = BytesMut::new();
-        match application_name {
-            Some(name) => encode::startup_message(
-                &mut buf,
-                &[("user", &login.user), ("database", &login.dbname), ("application_name", name)],
-            ),
-            None => encode::startup_message(&mut buf, &[("user", &login.user), ("database", &login.dbname)]),
-        }
+        let mut params = vec![("user", login.user.as_str()), ("database", login.dbname.as_str())];
+        params.extend(application_name.map(|name| ("application_name", name)));
+        encode::startup_message(&mut buf, &params);
         self.io.send(buf.freeze()).await.map_err(|source| ConnectError::Io { addr: addr.clone(), source })?;
         let mut scram: Option<scram::ScramClient> = None;
         loop {
