@@ -9,7 +9,7 @@ use std::sync::Arc;
 use pgmux_aws::iam::TokenCache;
 use pgmux_aws::secrets::{DbSecret, SecretsClient};
 use pgmux_aws::{AwsCredentials, CredentialsProvider};
-use pgmux_proxy::config::Config;
+use pgmux_proxy::config::{Config, Secret};
 use pgmux_proxy::credentials::{BoxFuture, Credentials, CredentialsError, LoginInfo};
 use tokio::sync::Mutex;
 
@@ -61,8 +61,14 @@ fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-fn err(e: impl std::fmt::Display) -> CredentialsError {
-    CredentialsError(e.to_string())
+/// A source set up wrongly: the operator must fix the configuration or the environment.
+fn config_err(e: impl std::fmt::Display) -> CredentialsError {
+    CredentialsError::Config(e.to_string())
+}
+
+/// A source that did not answer as it should: worth another try later.
+fn unavailable(e: impl std::fmt::Display) -> CredentialsError {
+    CredentialsError::Unavailable(e.to_string())
 }
 
 impl AwsLogin {
@@ -71,22 +77,15 @@ impl AwsLogin {
         if config.secret_arn.is_empty() && !config.iam_auth {
             return Ok(None);
         }
-        let aws = Arc::new(CredentialsProvider::from_env().map_err(err)?);
+        let aws = Arc::new(CredentialsProvider::from_env().map_err(config_err)?);
         tracing::info!(source = aws.source(), "AWS credentials");
         let base = if config.secret_arn.is_empty() {
-            let url = &config.database_url;
-            Base::Url(LoginInfo {
-                host: url.host.clone(),
-                port: url.port,
-                user: url.user.clone(),
-                password: url.password.clone(),
-                dbname: url.dbname.clone(),
-            })
+            Base::Url(config.database_url.login.clone())
         } else {
-            let client = SecretsClient::from_vars_with(env_var, Arc::clone(&aws)).map_err(err)?;
+            let client = SecretsClient::from_vars_with(env_var, Arc::clone(&aws)).map_err(config_err)?;
             Base::Secret(Box::new(SecretSource { client, arn: config.secret_arn.clone(), cached: Mutex::new(None) }))
         };
-        let region = if config.iam_auth { Some(pgmux_aws::region_from_env().map_err(err)?) } else { None };
+        let region = if config.iam_auth { Some(pgmux_aws::region_from_env().map_err(config_err)?) } else { None };
         Ok(Some(AwsLogin {
             base,
             iam: config.iam_auth.then(|| Mutex::new(None)),
@@ -111,14 +110,17 @@ impl AwsLogin {
                 }
             }
         };
-        Ok(info.with_overrides(&self.overrides))
+        Ok(self.overrides.with_overrides(info))
     }
 
     /// The IAM token for `info`'s host, port and user, from a cache made for them.
     async fn token(&self, info: &LoginInfo) -> Result<Option<String>, CredentialsError> {
         let (Some(iam), Some(region)) = (&self.iam, &self.region) else { return Ok(None) };
-        let creds =
-            self.aws.credentials().await.map_err(|e| err(format!("AWS credentials ({}): {e}", self.aws.source())))?;
+        let creds = self
+            .aws
+            .credentials()
+            .await
+            .map_err(|e| unavailable(format!("AWS credentials ({}): {e}", self.aws.source())))?;
         let mut slot = iam.lock().await;
         let fresh = match &*slot {
             Some(c) if c.host == info.host && c.port == info.port && c.user == info.user && c.creds == creds => {
@@ -143,18 +145,18 @@ impl AwsLogin {
             }
         };
         drop(slot);
-        fresh.token().map(Some).map_err(err)
+        fresh.token().map(Some).map_err(unavailable)
     }
 }
 
 async fn read_secret(client: &SecretsClient, arn: &str) -> Result<LoginInfo, CredentialsError> {
-    let secret: DbSecret = client.get_db_secret(arn).await.map_err(|e| err(format!("secret {arn}: {e}")))?;
+    let secret: DbSecret = client.get_db_secret(arn).await.map_err(|e| unavailable(format!("secret {arn}: {e}")))?;
     let host = secret.host.clone().unwrap_or_default();
     Ok(LoginInfo {
         host,
         port: secret.port.unwrap_or(5432),
         user: secret.username.clone(),
-        password: Some(secret.password.clone()),
+        password: Some(Secret::new(secret.password.clone())),
         dbname: secret.dbname.clone().unwrap_or_else(|| "postgres".to_owned()),
     })
 }
@@ -164,10 +166,10 @@ impl Credentials for AwsLogin {
         Box::pin(async move {
             let mut info = self.base_login().await?;
             if info.host.is_empty() {
-                return Err(err("the secret has no host: set database_host"));
+                return Err(config_err("the secret has no host: set database_host"));
             }
             if let Some(token) = self.token(&info).await? {
-                info.password = Some(token);
+                info.password = Some(Secret::new(token));
             }
             Ok(info)
         })

@@ -86,7 +86,8 @@ fn start(pg: &PgServer, shutdown_timeout: &str) -> Running {
     let child = pgmux()
         .env("PGMUX_LISTEN", format!("127.0.0.1:{port}"))
         .env("PGMUX_DATABASE_URL", pg.url(&APP_USER))
-        .env("PGMUX_POOL_MAX", "2")
+        // Two pool connections and the control connection, which pool_max counts too.
+        .env("PGMUX_POOL_MAX", "3")
         .env("PGMUX_CLIENT_AUTH", "scram-sha-256")
         .env("PGMUX_SHUTDOWN_TIMEOUT", shutdown_timeout)
         .env("PGMUX_LOG_LEVEL", "info")

@@ -77,6 +77,7 @@ async fn logs_in_with_a_secret_and_follows_its_rotation() {
         .env("PGMUX_LISTEN", format!("127.0.0.1:{port}"))
         .env("PGMUX_CLIENT_AUTH", "trust")
         .env("PGMUX_POOL_MAX", "1")
+        .env("PGMUX_MAX_CONNECTIONS_PERCENT", "0")
         .env("AWS_ENDPOINT_URL", &endpoint)
         .env("AWS_REGION", REGION)
         .envs(CREDS)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use pgmux_proxy::sizing::Member;
+use pgmux_proxy::budget::Member;
 use pgmux_proxy::{Config, Proxy, ProxyHandle};
 use pgmux_testkit::{APP_USER, PgOptions, PgServer};
 use tokio_postgres::Client;

@@ -1,4 +1,5 @@
-//! The SQLSTATE codes pgmux itself reports to clients, named as PostgreSQL's errcodes.txt names them.
+//! The SQLSTATE codes pgmux reports to clients or acts on when a server sends them, named as PostgreSQL's
+//! errcodes.txt names them. Code elsewhere uses these names, never the five characters.
 
 /// `08001`: pgmux could not reach or log in to the database.
 pub const SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION: &str = "08001";
@@ -22,3 +23,23 @@ pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
 /// `XX000`: something inside pgmux went wrong.
 pub const INTERNAL_ERROR: &str = "XX000";
+/// `42P05`: a prepared statement of that name already exists.
+pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+/// `42601`: a command pgmux's admin console does not know.
+pub const SYNTAX_ERROR: &str = "42601";
+/// `42501`: the user may not run that command.
+pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+/// `25006`: a write on a read-only node or in a read-only transaction.
+pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+/// `08007`: the connection was lost while a commit was in flight, so whether it committed is unknown.
+pub const TRANSACTION_RESOLUTION_UNKNOWN: &str = "08007";
+/// `57P02`: the server is restarting after a crash.
+pub const CRASH_SHUTDOWN: &str = "57P02";
+/// `57P03`: the server is starting up or shutting down and accepts no connections.
+pub const CANNOT_CONNECT_NOW: &str = "57P03";
+/// `54000`: a message or value too large for a limit.
+pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+/// `22023`: a setting's value is out of range or of the wrong kind.
+pub const INVALID_PARAMETER_VALUE: &str = "22023";
+/// `55000`: the object (a setting, a pool) is not in a state that allows the command.
+pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";

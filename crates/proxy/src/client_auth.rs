@@ -8,7 +8,7 @@ use pgmux_proto::auth::{md5, scram};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, encode, frontend, sqlstate};
 
-use crate::config::{ClientAuth, Config};
+use crate::config::{ClientAuth, Config, Secret};
 use crate::io::{Conn, ReadOutcome};
 use crate::startup::OpeningError;
 
@@ -16,7 +16,7 @@ use crate::startup::OpeningError;
 #[derive(Debug)]
 pub(crate) struct Authenticator {
     method: ClientAuth,
-    password: Option<String>,
+    password: Option<Secret>,
     /// Derived at the first SCRAM login rather than at start-up: it costs 4096 hash rounds.
     scram_secret: std::sync::OnceLock<scram::ScramSecret>,
 }
@@ -25,7 +25,7 @@ impl Authenticator {
     pub(crate) fn new(config: &Config) -> Self {
         Authenticator {
             method: config.client_auth,
-            password: config.client_password().map(str::to_owned),
+            password: config.client_password().cloned(),
             scram_secret: std::sync::OnceLock::new(),
         }
     }
@@ -54,7 +54,7 @@ impl Authenticator {
                 conn.send(buf.freeze()).await?;
                 let reply = read_password_message(conn).await?;
                 let answer = frontend::password(&reply[5..]).map_err(|_| failed())?;
-                let password = self.password.as_deref().unwrap_or_default();
+                let password = self.password.as_ref().map(Secret::expose).unwrap_or_default();
                 if known && md5::verify(user, password, salt, answer) { Ok(()) } else { Err(failed()) }
             }
             ClientAuth::ScramSha256 => {
@@ -62,7 +62,7 @@ impl Authenticator {
                 let secret = match (&self.password, known) {
                     (Some(pw), true) => self
                         .scram_secret
-                        .get_or_init(|| scram::ScramSecret::generate(pw, scram::DEFAULT_ITERATIONS))
+                        .get_or_init(|| scram::ScramSecret::generate(pw.expose(), scram::DEFAULT_ITERATIONS))
                         .clone(),
                     _ => scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS),
                 };

@@ -1,22 +1,26 @@
 //! The pgmux pooler: accepts PostgreSQL clients, authenticates them, and lends them server connections one
 //! transaction at a time.
 
+pub mod budget;
 mod cancel;
 mod client_auth;
 pub mod config;
 pub mod credentials;
 mod io;
 mod params;
+mod pool;
 mod proxy;
 mod server;
 mod session;
 mod shared;
-pub mod sizing;
+mod sizing;
 mod slots;
 pub mod sql;
 mod startup;
 mod statements;
 mod stop;
+#[cfg(test)]
+mod testing;
 pub mod tls;
 pub mod tracker;
 

@@ -16,7 +16,7 @@
 //! both still match, no comparison is made at all.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 /// Parameters by lower-case name.
 pub(crate) type ParamMap = BTreeMap<String, Param>;
@@ -216,6 +216,11 @@ impl Defaults {
         Defaults { params: reported.values().cloned().collect() }
     }
 
+    /// Whether no server has reported its values yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
     pub(crate) fn value(&self, lower: &str) -> Option<&str> {
         self.params.iter().find(|p| key(&p.name) == lower).map(|p| p.value.as_str())
     }
@@ -229,10 +234,9 @@ impl Defaults {
     }
 }
 
-/// Shared across clients: server defaults and what raw start-up values turn into.
+/// Shared across clients: what raw start-up values turn into.
 #[derive(Debug, Default)]
 pub(crate) struct Catalog {
-    defaults: RwLock<Arc<Defaults>>,
     known: Mutex<Known>,
 }
 
@@ -246,18 +250,6 @@ struct Known {
 }
 
 impl Catalog {
-    pub(crate) fn defaults(&self) -> Arc<Defaults> {
-        Arc::clone(&self.defaults.read().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    pub(crate) fn has_defaults(&self) -> bool {
-        !self.defaults.read().unwrap_or_else(|e| e.into_inner()).params.is_empty()
-    }
-
-    pub(crate) fn set_defaults(&self, d: Defaults) {
-        *self.defaults.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(d);
-    }
-
     /// The client's wanted values if every raw value is already known, else `None`: a server must check them.
     pub(crate) fn resolve(&self, raw: &[Param]) -> Option<ClientParams> {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());

@@ -13,11 +13,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
+use crate::budget::Report;
 use crate::config::Config;
 use crate::credentials::{Credentials, StaticCredentials};
+use crate::pool::ServerPool;
 use crate::session;
 use crate::shared::Shared;
-use crate::sizing::{self, Report};
+use crate::sizing;
 use crate::stop::{Level, Stop};
 use crate::tls::{self, ServerTls, TlsSetupError};
 
@@ -107,7 +109,10 @@ impl Proxy {
         };
         let credentials = extras.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
         let listen = config.listen;
-        let shared = Arc::new(Shared::new(Arc::new(config), TaskTracker::new(), credentials, server_tls, client_tls));
+        let config = Arc::new(config);
+        let tasks = TaskTracker::new();
+        let pool = Arc::new(ServerPool::new(Arc::clone(&config), credentials, server_tls, tasks.clone()));
+        let shared = Arc::new(Shared::new(config, pool, tasks, client_tls));
         Ok((shared, listen))
     }
 
@@ -115,7 +120,7 @@ impl Proxy {
     /// limit this instance would take. Listens on nothing.
     pub async fn check(config: Config, extras: Extras) -> Result<Report, ProxyError> {
         let (shared, _) = Self::prepare(config, extras)?;
-        sizing::check(&shared).await.map_err(ProxyError::Check)
+        sizing::check(&shared.pool).await.map_err(|e| ProxyError::Check(e.to_string()))
     }
 
     /// Holds back pgmux's own database I/O (the control connection, `min_pool_size`) until `gate` fires or
@@ -157,7 +162,7 @@ impl Proxy {
             database = %shared.config.database_url, pool_max = ?shared.config.pool_max,
             max_connections_percent = shared.config.max_connections_percent, "pgmux is ready");
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
-        let sizing = tokio::spawn(sizing::run(Arc::clone(&shared), stop.clone(), gate));
+        let sizing = tokio::spawn(sizing::run(Arc::clone(&shared.pool), stop.clone(), gate));
         let next_id = AtomicU64::new(1);
         loop {
             tokio::select! {
@@ -211,7 +216,7 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
     loop {
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
-            _ = tick.tick() => shared.evict_idle(),
+            _ = tick.tick() => shared.pool.evict_idle(),
         }
     }
 }

@@ -149,7 +149,7 @@ impl<N> TxTracker<N> {
             b'D' => {}
             _ => {
                 if let Some(reply) = Reply::for_client_message(tag) {
-                    self.expect(reply, Fate::Forward, None);
+                    self.owe(reply, Fate::Forward, None);
                 }
             }
         }
@@ -158,11 +158,11 @@ impl<N> TxTracker<N> {
     /// Notes a client Describe forwarded to the server (its reply depends on what it describes).
     pub fn client_describe(&mut self, statement: bool) {
         let reply = if statement { Reply::DescribeStatement } else { Reply::DescribePortal };
-        self.expect(reply, Fate::Forward, None);
+        self.owe(reply, Fate::Forward, None);
     }
 
     /// Notes a reply owed with a given fate: pgmux's own messages, and client messages pgmux answers.
-    pub fn expect(&mut self, reply: Reply, fate: Fate, note: Option<N>) {
+    pub fn owe(&mut self, reply: Reply, fate: Fate, note: Option<N>) {
         if reply.ends_unit() {
             self.syncs += 1;
             if fate != Fate::Swallow {
@@ -206,7 +206,7 @@ impl<N> TxTracker<N> {
             b'E' => {
                 self.copy_in = false;
                 if head.reply.extended() {
-                    self.fail_until_sync(&mut undone);
+                    self.skip_to_unit_end(&mut undone);
                 }
             }
             b'G' => {
@@ -235,12 +235,10 @@ impl<N> TxTracker<N> {
         Ok(route)
     }
 
-    /// The failed entry and every one after it up to the next Sync: the server skips them.
-    fn fail_until_sync(&mut self, undone: &mut impl FnMut(N)) {
-        while let Some(o) = self.owed.front() {
-            if o.reply.ends_unit() {
-                break;
-            }
+    /// Drops the entries before the next one a ReadyForQuery answers, handing back their notes: after an
+    /// error the server skips them, and at a ReadyForQuery they were skipped.
+    fn skip_to_unit_end(&mut self, undone: &mut impl FnMut(N)) {
+        while self.owed.front().is_some_and(|o| !o.reply.ends_unit()) {
             if let Some(Owed { note: Some(note), .. }) = self.owed.pop_front() {
                 undone(note);
             }
@@ -251,14 +249,7 @@ impl<N> TxTracker<N> {
     pub fn server_ready(&mut self, status: TxStatus, mut undone: impl FnMut(N)) -> Result<Route, Unexpected> {
         // Entries still owed before the unit's end were skipped by the server (after an error in a simple
         // Query or FunctionCall nothing is skipped; their entries end at ReadyForQuery themselves).
-        while let Some(o) = self.owed.front() {
-            if o.reply.ends_unit() {
-                break;
-            }
-            if let Some(Owed { note: Some(note), .. }) = self.owed.pop_front() {
-                undone(note);
-            }
-        }
+        self.skip_to_unit_end(&mut undone);
         let head = self.owed.pop_front().ok_or(Unexpected(b'Z'))?;
         self.syncs -= 1;
         self.status = status;

@@ -98,9 +98,14 @@ variable "classic_pool_max" {
 }
 
 variable "managed_pool_max" {
-  description = "pgmux pool size per managed execution environment, shared by its concurrent invocations."
+  description = "Database connections per managed execution environment, shared by its concurrent invocations; one is the control connection that sizes the pool from max_connections."
   type        = number
   default     = 5
+
+  validation {
+    condition     = var.managed_pool_max >= 2
+    error_message = "managed_pool_max counts the control connection too: it must be at least 2."
+  }
 }
 
 variable "per_execution_environment_max_concurrency" {

@@ -5,6 +5,7 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+mod secret;
 mod url;
 mod value;
 
@@ -14,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use value::{ClientAuth, DatabaseUrl, LogFormat, Secret, SslMode};
+pub use value::{ClientAuth, DatabaseUrl, LogFormat, LoginInfo, Secret, SslMode};
 use value::{ConfigValue, Raw};
 
 /// One configuration key, for `--help` and documentation.
@@ -325,7 +326,7 @@ impl Config {
             origin: sources.get(key).cloned().unwrap_or(Source::Default),
             reason: reason.to_owned(),
         };
-        if self.database_url.host.is_empty() && self.secret_arn.is_empty() {
+        if self.database_url.login.host.is_empty() && self.secret_arn.is_empty() {
             return Err(ConfigError::Missing("database_url"));
         }
         if self.pool_max == Some(0) {
@@ -334,10 +335,18 @@ impl Config {
         if self.max_connections_percent > 100 {
             return Err(invalid("max_connections_percent", "must be between 0 (off) and 100"));
         }
+        if self.max_connections_percent > 0 && self.pool_max == Some(1) {
+            return Err(invalid(
+                "pool_max",
+                "1 leaves no room for the control connection that sizing from the database keeps open (pool_max \
+                 counts every connection pgmux opens): set it to 2 or more, or max_connections_percent = 0 for a \
+                 fixed pool",
+            ));
+        }
         if let Some(max) = self.pool_max
-            && self.min_pool_size > max
+            && self.min_pool_size > max - usize::from(self.max_connections_percent > 0)
         {
-            return Err(invalid("min_pool_size", "must not be above pool_max"));
+            return Err(invalid("min_pool_size", "must leave room within pool_max (less the control connection)"));
         }
         if self.max_client_conn == 0 {
             return Err(invalid("max_client_conn", "must be at least 1"));
@@ -389,12 +398,23 @@ impl Config {
     }
 
     /// The password md5 / scram-sha-256 clients must give: client_password, else database_url's.
-    pub fn client_password(&self) -> Option<&str> {
-        if self.client_password.0.is_empty() {
-            self.database_url.password.as_deref()
+    pub fn client_password(&self) -> Option<&Secret> {
+        if self.client_password.is_empty() {
+            self.database_url.login.password.as_ref()
         } else {
-            Some(&self.client_password.0)
+            Some(&self.client_password)
         }
+    }
+
+    /// `login` with `database_host` / `database_port` applied.
+    pub fn with_overrides(&self, mut login: LoginInfo) -> LoginInfo {
+        if !self.database_host.is_empty() {
+            login.host.clone_from(&self.database_host);
+        }
+        if let Some(port) = self.database_port {
+            login.port = port;
+        }
+        login
     }
 }
 

@@ -15,10 +15,10 @@ fn defaults_fill_everything_but_the_url() {
     assert_eq!(cfg.pool_max, None);
     assert_eq!(cfg.client_auth, ClientAuth::ScramSha256);
     assert_eq!(cfg.query_wait_timeout, Duration::from_secs(30));
-    assert_eq!(cfg.database_url.host, "db.example");
-    assert_eq!(cfg.database_url.port, 5433);
-    assert_eq!(cfg.database_url.dbname, "orders");
-    assert_eq!(cfg.database_url.password.as_deref(), Some("s3cret"));
+    assert_eq!(cfg.database_url.login.host, "db.example");
+    assert_eq!(cfg.database_url.login.port, 5433);
+    assert_eq!(cfg.database_url.login.dbname, "orders");
+    assert_eq!(cfg.database_url.login.password.as_ref().map(Secret::expose), Some("s3cret"));
 }
 
 #[test]
@@ -52,6 +52,12 @@ fn a_bad_value_names_its_key_and_source() {
         err.to_string(),
         "invalid value for pool_max (config file): must be at least 1 (leave it unset to size from the database)"
     );
+    // pool_max counts the control connection too, so sizing from the database needs two.
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 1")).unwrap_err();
+    assert!(err.to_string().contains("control connection") && err.to_string().contains("max_connections_percent = 0"));
+    Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 1\nmax_connections_percent = 0")).unwrap();
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 3\nmin_pool_size = 3")).unwrap_err();
+    assert!(err.to_string().starts_with("invalid value for min_pool_size"), "{err}");
 }
 
 #[test]
@@ -68,7 +74,7 @@ fn password_auth_needs_a_password_to_check_against() {
     let err = Config::from_toml_str("database_url = \"postgres://app@localhost/db\"").unwrap_err();
     assert!(err.to_string().contains("client_auth"), "{err}");
     let cfg = Config::from_toml_str("database_url = \"postgres://app@localhost/db\"\nclient_auth = \"trust\"").unwrap();
-    assert_eq!(cfg.database_url.password, None);
+    assert_eq!(cfg.database_url.login.password, None);
 }
 
 #[test]
@@ -87,12 +93,12 @@ fn durations_accept_units_and_bare_seconds() {
 #[test]
 fn urls_parse_like_libpq() {
     let u = DatabaseUrl::parse("postgresql://us%40er:p%3Aw@[::1]/my%20db?sslmode=disable").unwrap();
-    assert_eq!((u.user.as_str(), u.password.as_deref()), ("us@er", Some("p:w")));
-    assert_eq!((u.host.as_str(), u.port, u.dbname.as_str()), ("::1", 5432, "my db"));
+    assert_eq!((u.login.user.as_str(), u.login.password.as_ref().map(Secret::expose)), ("us@er", Some("p:w")));
+    assert_eq!((u.login.host.as_str(), u.login.port, u.login.dbname.as_str()), ("::1", 5432, "my db"));
     assert_eq!(u.sslmode, Some(SslMode::Disable));
-    assert_eq!(u.address(), "[::1]:5432");
+    assert_eq!(u.login.address(), "[::1]:5432");
     let u = DatabaseUrl::parse("postgres://bob@localhost").unwrap();
-    assert_eq!(u.dbname, "bob", "the database defaults to the user name");
+    assert_eq!(u.login.dbname, "bob", "the database defaults to the user name");
     for bad in ["mysql://a@b", "postgres://localhost/db", "postgres://a@:1/db", "postgres://a@h:port/db"] {
         assert!(DatabaseUrl::parse(bad).is_err(), "{bad}");
     }
@@ -174,7 +180,7 @@ fn a_secret_can_stand_in_for_the_url() {
     let cfg =
         Config::from_parts(Profile::Sidecar, "client_password = \"s3cret\"", env(&[("PGMUX_SECRET_ARN", "arn:x")]))
             .unwrap();
-    assert_eq!(cfg.client_password(), Some("s3cret"));
+    assert_eq!(cfg.client_password().map(Secret::expose), Some("s3cret"));
     assert!(!cfg.to_string().contains("s3cret"), "the client password never shows");
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\ntls_cert = \"/c.pem\"")).unwrap_err();
     assert!(err.to_string().contains("tls_key"), "{err}");

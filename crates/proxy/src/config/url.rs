@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::secret::Secret;
+
 /// TLS towards the server, as libpq's `sslmode` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SslMode {
@@ -62,19 +64,38 @@ impl fmt::Display for SslMode {
     }
 }
 
-/// Where and as whom to connect: a `postgres://` URL taken apart.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl {
+/// Where and as whom pgmux logs in to the database: what a `postgres://` URL names, and what every source of
+/// credentials (the URL, a Secrets Manager secret, an IAM token) produces for a new server connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginInfo {
     /// Host name or address.
     pub host: String,
     /// TCP port.
     pub port: u16,
     /// Role to log in as.
     pub user: String,
-    /// Its password, if the server asks for one.
-    pub password: Option<String>,
+    /// Its password or IAM token, if the server asks for one.
+    pub password: Option<Secret>,
     /// Database name.
     pub dbname: String,
+}
+
+impl LoginInfo {
+    /// `host:port` for messages.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// `database_url`, taken apart: the login, and the TLS settings the URL may carry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl {
+    /// Host, port, user, password and database.
+    pub login: LoginInfo,
     /// `?sslmode=`, if the URL sets it.
     pub sslmode: Option<SslMode>,
     /// `?sslrootcert=`, if the URL sets it: a PEM file of trusted CAs.
@@ -90,22 +111,13 @@ impl fmt::Debug for DatabaseUrl {
 impl fmt::Display for DatabaseUrl {
     /// The URL with the password replaced, safe for logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pw = if self.password.is_some() { ":***" } else { "" };
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        write!(f, "postgres://{}{pw}@{host}:{}/{}", self.user, self.port, self.dbname)
+        let login = &self.login;
+        let pw = login.password.as_ref().map(|p| format!(":{p}")).unwrap_or_default();
+        write!(f, "postgres://{}{pw}@{}/{}", login.user, login.address(), login.dbname)
     }
 }
 
 impl DatabaseUrl {
-    /// `host:port` for messages.
-    pub fn address(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
-    }
-
     /// Parses `postgres://` or `postgresql://` URLs; user, password and database may be percent-encoded.
     pub fn parse(url: &str) -> Result<Self, String> {
         let rest = url
@@ -116,7 +128,7 @@ impl DatabaseUrl {
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (userinfo, hostport) = authority.rsplit_once('@').ok_or("the URL names no user (user@host)")?;
         let (user, password) = match userinfo.split_once(':') {
-            Some((u, p)) => (decode(u)?, Some(decode(p)?)),
+            Some((u, p)) => (decode(u)?, Some(Secret::new(decode(p)?))),
             None => (decode(userinfo)?, None),
         };
         if user.is_empty() {
@@ -134,7 +146,7 @@ impl DatabaseUrl {
                 other => return Err(format!("unknown URL parameter {other:?} (pgmux knows sslmode and sslrootcert)")),
             }
         }
-        Ok(DatabaseUrl { host, port, user, password, dbname, sslmode, sslrootcert })
+        Ok(DatabaseUrl { login: LoginInfo { host, port, user, password, dbname }, sslmode, sslrootcert })
     }
 }
 

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use super::url::{DatabaseUrl, SslMode};
+pub use super::secret::Secret;
+pub use super::url::{DatabaseUrl, LoginInfo, SslMode};
 
 /// A value before parsing.
 #[derive(Debug)]
@@ -94,22 +95,12 @@ impl<T: ConfigValue> ConfigValue for Option<T> {
     }
 }
 
-/// A password-like setting: shown only as `***`.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(pub String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
 impl ConfigValue for Secret {
     fn parse(raw: &Raw<'_>) -> Result<Self, String> {
-        Ok(Secret(raw.text()?))
+        Ok(Secret::new(raw.text()?))
     }
     fn show(&self) -> String {
-        if self.0.is_empty() { String::new() } else { "***".into() }
+        if self.is_empty() { String::new() } else { self.to_string() }
     }
 }
 
@@ -253,11 +244,13 @@ impl ConfigValue for DatabaseUrl {
         if text.is_empty() && matches!(raw, Raw::Default(_)) {
             // No default: `validate` reports the missing key.
             return Ok(DatabaseUrl {
-                host: String::new(),
-                port: 5432,
-                user: String::new(),
-                password: None,
-                dbname: String::new(),
+                login: LoginInfo {
+                    host: String::new(),
+                    port: 5432,
+                    user: String::new(),
+                    password: None,
+                    dbname: String::new(),
+                },
                 sslmode: None,
                 sslrootcert: None,
             });

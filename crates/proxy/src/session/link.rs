@@ -11,7 +11,8 @@ use super::{End, Linked, Session, ready_for_query, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::{self, Param};
-use crate::shared::CheckoutError;
+use crate::pool::CheckoutError;
+use crate::server::ServerFailure;
 use crate::stop::Level;
 
 /// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.
@@ -21,7 +22,7 @@ impl Session {
     /// Gets a server connection for the unit that `tag` begins. `Ok(None)`: linked. `Ok(Some(verdict))`:
     /// no server (the verdict answers the unit with the error). `Err`: the session is over.
     pub(super) async fn link(&mut self, tag: u8) -> Result<Option<Verdict>, End> {
-        let checkout = if let Some(lease) = self.shared.try_checkout() {
+        let checkout = if let Some(lease) = self.shared.pool.try_checkout() {
             Ok(lease)
         } else {
             let Session { shared, client, stop, cancel, .. } = self;
@@ -37,7 +38,7 @@ impl Session {
             };
             cancel.wait_begin();
             let waited = tokio::select! {
-                r = shared.checkout() => Some(r),
+                r = shared.pool.checkout() => Some(r),
                 () = cancel.cancelled() => None,
                 _ = client_left => return Err(End::ClientGone),
                 _ = stop.reached(Level::Hard) => {
@@ -70,22 +71,24 @@ impl Session {
             }
         };
         if !lease.params.in_sync(&self.params) {
-            let defaults = self.shared.catalog.defaults();
+            let defaults = self.shared.pool.defaults();
             match params::sync_statement(&self.params, &lease.params, &defaults) {
                 None => lease.params.mark_in_sync(&self.params),
                 Some(sql) => match lease.simple_query(&sql, self.shared.config.server_connect_timeout).await {
-                    Ok((None, TxStatus::Idle)) => params::synced(&self.params, &mut lease.params),
-                    Ok((Some(err), TxStatus::Idle)) => {
-                        tracing::warn!(code = %err.code, message = %err.message, "server refused client parameters");
-                        return Ok(Some(self.answer_unit(tag, err.to_client(Severity::Error).to_bytes())));
-                    }
-                    other => {
-                        tracing::warn!(result = ?other.map(|(_, s)| s), "server failed while applying parameters");
-                        self.shared.retire(lease.discard());
-                        let err = ErrorMessage::error(
-                            sqlstate::CONNECTION_FAILURE,
-                            "server connection lost while applying session parameters",
-                        );
+                    Ok(()) => params::synced(&self.params, &mut lease.params),
+                    Err(failure) => {
+                        tracing::warn!(error = %failure, fault = ?failure.fault(), "could not apply the client's parameters");
+                        // A value the server refused is the client's error; anything else lost the connection.
+                        let err = match failure.reply() {
+                            Some(refused) if failure.reusable() => refused.to_client(Severity::Error),
+                            _ => ErrorMessage::error(
+                                sqlstate::CONNECTION_FAILURE,
+                                "server connection lost while applying session parameters",
+                            ),
+                        };
+                        if !failure.reusable() {
+                            self.shared.pool.retire(lease.discard());
+                        }
                         return Ok(Some(self.answer_unit(tag, err.to_bytes())));
                     }
                 },
@@ -117,7 +120,7 @@ impl Session {
         let lifetime = self.shared.config.server_lifetime;
         let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
         if too_old || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
-            self.shared.retire(lease.discard());
+            self.shared.pool.retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
             drop(lease);
@@ -126,11 +129,11 @@ impl Session {
 
     /// The linked server connection died or broke the protocol. The client learns it with SQLSTATE 08006
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
-    pub(super) fn server_lost(&mut self, reason: &str) -> Result<(), End> {
+    pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
         let mut lease = linked.take();
         let mid_message = lease.io.framer.mid_message();
-        tracing::warn!(server_id = lease.id, reason, "server connection lost");
+        tracing::warn!(server_id = lease.id, error = %failure, fault = ?failure.fault(), "server connection lost");
         let mut state = std::mem::take(&mut lease.tracker);
         drop(lease.discard());
         self.cancel.clear();
@@ -144,7 +147,7 @@ impl Session {
         if mid_message {
             return Err(End::Unrecoverable);
         }
-        let err = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {reason}"))
+        let err = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {failure}"))
             .with_detail("The current transaction, if any, was rolled back.")
             .with_hint("The connection to pgmux is still usable; retry the transaction.")
             .to_bytes();
@@ -179,7 +182,7 @@ impl Session {
             // A query may still run. Cancel it, and do not reuse the connection: a cancel that lands late
             // would hit the next client's query.
             let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
-            self.shared.retire(lease.discard());
+            self.shared.pool.retire(lease.discard());
             if let Err(e) = tokio::time::timeout(DRAIN_TIMEOUT, cancel::forward(key)).await.unwrap_or(Ok(())) {
                 tracing::debug!(error = %e, "could not cancel the abandoned query");
             }
@@ -189,21 +192,18 @@ impl Session {
             tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
-            self.shared.retire(lease.discard());
+            self.shared.pool.retire(lease.discard());
         }
     }
 }
 
 impl Session {
-    /// Logs and counts a pin once per client.
+    /// Logs a pin once per client.
     fn report_pin(&mut self, reason: crate::sql::PinReason) {
         if std::mem::replace(&mut self.state.pin_reported, true) {
             return;
         }
         tracing::info!(%reason, "client pinned to its server connection until it disconnects");
-        if let Some(i) = crate::sql::PinReason::ALL.iter().position(|r| *r == reason) {
-            self.shared.pins[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
     }
 
     /// Reads the session's settings back from the linked server after the client changed some (SET,
@@ -216,7 +216,8 @@ impl Session {
         let rows = match server.query_rows(SESSION_SETTINGS, timeout).await {
             Ok(rows) => rows,
             Err(e) => {
-                let _ = self.server_lost(&format!("reading settings back: {e}"));
+                tracing::debug!("the server failed while its settings were read back");
+                let _ = self.server_lost(e);
                 return false;
             }
         };

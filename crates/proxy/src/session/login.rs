@@ -11,6 +11,7 @@ use pgmux_proto::{TxStatus, sqlstate};
 use super::{ClientSlot, Session, shutting_down};
 use crate::io::Conn;
 use crate::params::{self, ClientParams, Param};
+use crate::server::ServerFailure;
 use crate::shared::Shared;
 use crate::startup::{self, Opening, OpeningError};
 use crate::stop::{Level, Stop};
@@ -65,7 +66,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u
         return refuse(conn, err).await;
     };
     // The user and database pgmux logs in as (with a secret, read when the first client comes).
-    let served = match shared.credentials.login().await {
+    let served = match shared.pool.credentials().login().await {
         Ok(login) => login,
         Err(e) => {
             let err = ErrorMessage::fatal(
@@ -92,7 +93,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u
         Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
         Ok(Ok(())) => {}
     }
-    let params = match shared.catalog.resolve(&raw).filter(|_| shared.catalog.has_defaults()) {
+    let params = match shared.catalog.resolve(&raw).filter(|_| !shared.pool.defaults().is_empty()) {
         Some(known) => known,
         None => {
             let checked = tokio::select! {
@@ -110,7 +111,7 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u
     let cancel = shared.cancels.register();
     let mut buf = BytesMut::with_capacity(1024);
     encode::auth_ok(&mut buf);
-    for (name, value) in shared.catalog.defaults().for_client(&params) {
+    for (name, value) in shared.pool.defaults().for_client(&params) {
         encode::parameter_status(&mut buf, name, value);
     }
     encode::backend_key_data(&mut buf, cancel.pid, cancel.secret);
@@ -140,19 +141,20 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u
 /// Has a server apply start-up values pgmux has not seen before, and learns their canonical form. A value
 /// the server rejects fails the login with the server's own error, which names the parameter.
 async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, ErrorMessage> {
-    let mut lease = shared.checkout().await.map_err(|e| {
+    let mut lease = shared.pool.checkout().await.map_err(|e| {
         let mut err = e.to_client();
         err.severity = Severity::Fatal;
         err
     })?;
     let wanted = params::unchecked(raw);
-    let defaults = shared.catalog.defaults();
+    let defaults = shared.pool.defaults();
     if let Some(sql) = params::sync_statement(&wanted, &lease.params, &defaults) {
         match lease.simple_query(&sql, shared.config.server_connect_timeout).await {
-            Ok((None, TxStatus::Idle)) => {}
-            Ok((Some(err), TxStatus::Idle)) => return Err(err.to_client(Severity::Fatal)),
-            Ok((_, _)) | Err(_) => {
-                shared.retire(lease.discard());
+            Ok(()) => {}
+            Err(ServerFailure::Query(err)) => return Err(err.to_client(Severity::Fatal)),
+            Err(failure) => {
+                tracing::warn!(error = %failure, "server failed while applying start-up parameters");
+                shared.pool.retire(lease.discard());
                 return Err(ErrorMessage::fatal(
                     sqlstate::CONNECTION_FAILURE,
                     "server connection failed while applying start-up parameters",

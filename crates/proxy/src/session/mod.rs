@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 
+use crate::pool::ServerLease;
 use bytes::{Bytes, BytesMut};
-use pgmux_pool::Lease;
 use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{FrameError, Sender, TxStatus, sqlstate};
 use tokio::net::TcpStream;
@@ -48,7 +48,7 @@ enum End {
 /// A server connection lent to this client. If the session ends without giving it back properly (a panic,
 /// the shutdown deadline), dropping it closes the connection instead of returning it dirty to the pool.
 #[derive(Debug)]
-struct Linked(Option<Lease<Box<ServerConn>>>);
+struct Linked(Option<ServerLease>);
 
 impl Linked {
     fn conn(&mut self) -> &mut ServerConn {
@@ -58,7 +58,7 @@ impl Linked {
         }
     }
 
-    fn take(mut self) -> Lease<Box<ServerConn>> {
+    fn take(mut self) -> ServerLease {
         match self.0.take() {
             Some(lease) => lease,
             None => unreachable!("a link is taken once"),

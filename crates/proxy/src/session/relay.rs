@@ -13,7 +13,7 @@ use pgmux_proto::{Step, TxStatus, sqlstate};
 
 use super::{End, Session, ready_for_query};
 use crate::io::{MAX_QUEUED, ReadOutcome};
-use crate::server::SERVER_READ_CHUNK;
+use crate::server::{SERVER_READ_CHUNK, ServerError, ServerFailure};
 
 /// Something happened on a socket.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ pub(super) enum ServerProgress {
     /// `ReadyForQuery('I')` with nothing outstanding: the server can go back.
     Release,
     /// The server ended the session or broke the protocol.
-    Lost(String),
+    Lost(ServerFailure),
 }
 
 impl Session {
@@ -84,10 +84,10 @@ impl Session {
                     self.release().await;
                     Ok(())
                 }
-                ServerProgress::Lost(reason) => self.server_lost(&reason),
+                ServerProgress::Lost(failure) => self.server_lost(failure),
             },
-            Event::Server(Ok(ReadOutcome::Eof)) => self.server_lost("the server closed the connection"),
-            Event::Server(Err(e)) | Event::ServerWriteFailed(e) => self.server_lost(&e.to_string()),
+            Event::Server(Ok(ReadOutcome::Eof)) => self.server_lost(ServerFailure::Closed),
+            Event::Server(Err(e)) | Event::ServerWriteFailed(e) => self.server_lost(ServerFailure::Io(e)),
         }
     }
 
@@ -250,7 +250,7 @@ impl Session {
         let mut run = 0;
         let progress = loop {
             let (tag, len) = match server.io.framer.step(&server.io.rbuf[run..]) {
-                Err(e) => break ServerProgress::Lost(e.to_string()),
+                Err(e) => break ServerProgress::Lost(e.into()),
                 Ok(Step::NeedMore { .. }) => break ServerProgress::Continue,
                 Ok(Step::Stream { take, .. }) => {
                     run += take;
@@ -266,17 +266,17 @@ impl Session {
             let body = &server.io.rbuf[run + 5..run + len];
             let routed = match tag {
                 b'Z' => match backend::ready_for_query(body) {
-                    Ok(status) => server.tracker.server_ready(status, |n| notes.push(n)).map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
+                    Ok(status) => server.tracker.server_ready(status, |n| notes.push(n)).map_err(ServerFailure::from),
+                    Err(e) => Err(e.into()),
                 },
                 b'E' => match ErrorFields::parse(body) {
-                    Ok(f) if f.is_fatal() => Err(format!("{} (SQLSTATE {})", f.message, f.code)),
+                    Ok(f) if f.is_fatal() => Err(ServerFailure::Fatal(Box::new(ServerError::from_fields(&f)))),
                     Ok(f) => {
-                        stale_plan |=
-                            f.code == "0A000" && f.message.contains("cached plan must not change result type");
-                        server.tracker.server_message(tag, |n| notes.push(n)).map_err(|e| e.to_string())
+                        stale_plan |= f.code == sqlstate::FEATURE_NOT_SUPPORTED
+                            && f.message.contains("cached plan must not change result type");
+                        server.tracker.server_message(tag, |n| notes.push(n)).map_err(ServerFailure::from)
                     }
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(e.into()),
                 },
                 b'S' => {
                     if let Ok((name, value)) = backend::parameter_status(body) {
@@ -289,9 +289,9 @@ impl Session {
                     if let Ok(command) = backend::command_tag(body) {
                         self.state.command_completed(command, &mut server.statements);
                     }
-                    server.tracker.server_message(tag, |n| notes.push(n)).map_err(|e| e.to_string())
+                    server.tracker.server_message(tag, |n| notes.push(n)).map_err(ServerFailure::from)
                 }
-                _ => server.tracker.server_message(tag, |n| notes.push(n)).map_err(|e| e.to_string()),
+                _ => server.tracker.server_message(tag, |n| notes.push(n)).map_err(ServerFailure::from),
             };
             match routed {
                 Err(reason) => break ServerProgress::Lost(reason),

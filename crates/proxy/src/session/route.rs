@@ -161,7 +161,7 @@ impl Session {
 
     /// pgmux answers a message the client sent, in its turn, instead of the server.
     fn answer_in_turn(&mut self, reply: Reply, bytes: Bytes, note: Option<Undo>) {
-        self.server_mut().tracker.expect(reply, Fate::Answer(bytes), note);
+        self.server_mut().tracker.owe(reply, Fate::Answer(bytes), note);
     }
 
     fn route_query(&mut self, msg: Bytes) {
@@ -210,7 +210,7 @@ impl Session {
             return self.answer_in_turn(Reply::Parse, parse_complete(), Some(note));
         }
         self.make_room_for(stmt.id);
-        self.server_mut().tracker.expect(
+        self.server_mut().tracker.owe(
             Reply::Parse,
             Fate::Forward,
             Some(Undo::Parse { client_name: name, on_server: Some(stmt.id) }),
@@ -224,7 +224,7 @@ impl Session {
         if let Some(evicted) = self.server_mut().statements.add(id) {
             let mut close = BytesMut::with_capacity(32);
             encode::describe_or_close(&mut close, b'C', b'S', &server_name(evicted));
-            self.server_mut().tracker.expect(Reply::Close, Fate::Swallow, Some(Undo::Evicted(evicted)));
+            self.server_mut().tracker.owe(Reply::Close, Fate::Swallow, Some(Undo::Evicted(evicted)));
             self.server_mut().io.out.push(close.freeze());
         }
     }
@@ -239,7 +239,7 @@ impl Session {
         }
         if !self.server_mut().statements.has(stmt.id) {
             self.make_room_for(stmt.id);
-            self.server_mut().tracker.expect(Reply::Parse, Fate::Swallow, Some(Undo::Injected(stmt.id)));
+            self.server_mut().tracker.owe(Reply::Parse, Fate::Swallow, Some(Undo::Injected(stmt.id)));
             self.server_mut().io.out.push(stmt.parse.clone());
         }
         Some(stmt)
@@ -250,7 +250,7 @@ impl Session {
         let owner = (self.id, self.state.statements.unnamed_generation);
         let Some(parse) = self.state.statements.unnamed.clone() else { return };
         if self.server_mut().statements.unnamed != Some(owner) {
-            self.server_mut().tracker.expect(Reply::Parse, Fate::Swallow, None);
+            self.server_mut().tracker.owe(Reply::Parse, Fate::Swallow, None);
             let server = self.server_mut();
             server.statements.unnamed = Some(owner);
             server.io.out.push(parse);
@@ -269,7 +269,7 @@ impl Session {
         let Some(stmt) = self.prepared(&name) else { return self.forward(b'B', msg) };
         let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
         encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
-        self.server_mut().tracker.expect(Reply::Bind, Fate::Forward, Some(Undo::Used(Arc::clone(&stmt))));
+        self.server_mut().tracker.owe(Reply::Bind, Fate::Forward, Some(Undo::Used(Arc::clone(&stmt))));
         self.server_mut().io.out.push(bind.freeze());
     }
 
@@ -285,7 +285,7 @@ impl Session {
             } else if let Some(stmt) = self.prepared(name) {
                 let mut describe = BytesMut::with_capacity(stmt.name.len() + 7);
                 encode::describe_or_close(&mut describe, b'D', b'S', &stmt.name);
-                self.server_mut().tracker.expect(Reply::DescribeStatement, Fate::Forward, Some(Undo::Used(stmt)));
+                self.server_mut().tracker.owe(Reply::DescribeStatement, Fate::Forward, Some(Undo::Used(stmt)));
                 return self.server_mut().io.out.push(describe.freeze());
             }
         }

@@ -1,114 +1,160 @@
-//! The budget arithmetic and the back-pressure ceiling.
+//! The control loop against a scripted gauge under paused time: when it reads, what it does with a reading
+//! or a failure, what it tells the fleet, and that it waits for the gate.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::task::TaskTracker;
 
 use super::*;
+use crate::config::{Config, SslMode};
+use crate::credentials::StaticCredentials;
+use crate::tls::ServerTls;
 
-fn reading(max_connections: usize, in_use: usize, others: &[(usize, Option<usize>)]) -> Reading {
+/// Hands out scripted readings (or failures) and records what each call published.
+#[derive(Clone, Default)]
+struct Script {
+    readings: Arc<Mutex<VecDeque<Result<Reading, SizingError>>>>,
+    calls: Arc<Mutex<Vec<(Instant, Member)>>>,
+    closed: Arc<Mutex<bool>>,
+}
+
+impl Script {
+    fn push(&self, reading: Result<Reading, SizingError>) {
+        self.readings.lock().unwrap().push_back(reading);
+    }
+
+    fn calls(&self) -> Vec<(Instant, Member)> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Gauge for Script {
+    fn read<'a>(&'a mut self, _: &'a ServerPool, me: &'a Member) -> BoxFuture<'a, Result<Reading, SizingError>> {
+        self.calls.lock().unwrap().push((Instant::now(), me.clone()));
+        let next = self.readings.lock().unwrap().pop_front();
+        Box::pin(async move { next.unwrap_or_else(|| Err(SizingError::BadRow("the script ran out".into()))) })
+    }
+
+    fn close(&mut self) -> BoxFuture<'_, ()> {
+        *self.closed.lock().unwrap() = true;
+        Box::pin(async {})
+    }
+}
+
+/// A reading of a server with `max_connections`, 3 reserved, `others` connections of other roles, and
+/// this instance's control connection.
+fn reading(max_connections: usize, others: usize) -> Reading {
     Reading {
         max_connections,
         superuser_reserved: 3,
         reserved: 0,
         rds_reserved: 0,
         sees_all: true,
-        in_use,
-        others: others
-            .iter()
-            .enumerate()
-            .map(|(i, &(open, cap))| Member { id: format!("{i:08x}"), open, limit: open, cap })
-            .collect(),
+        in_use: others + 1,
+        others: Vec::new(),
     }
 }
 
-#[test]
-fn a_lone_instance_takes_its_percentage_less_everyone_else() {
-    // 40 slots, 3 reserved: 37 usable, 90 % = 33. 30 held by others, 1 by our control connection.
-    let p = plan(&reading(40, 31, &[]), 0, 90, None);
-    assert_eq!((p.usable, p.budget, p.outsiders, p.members), (37, 33, 30, 1));
-    assert_eq!((p.share, p.limit), (2, 2));
-    // Our own pool connections are not outsiders.
-    let p = plan(&reading(40, 33, &[]), 2, 90, None);
-    assert_eq!((p.outsiders, p.limit), (30, 2));
+fn pool(extra: &str) -> Arc<ServerPool> {
+    let text = format!("database_url = \"postgres://app@db.invalid/app\"\nclient_auth = \"trust\"\n{extra}");
+    let config = Config::from_toml_str(&text).expect("test configuration");
+    let credentials = Arc::new(StaticCredentials::from_config(&config));
+    let tls = ServerTls::new(SslMode::Disable, Vec::new()).unwrap();
+    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new()))
 }
 
-#[test]
-fn instances_split_the_budget_and_a_capped_one_leaves_the_rest() {
-    // 100 slots: 97 usable, 87 budget; two other instances holding 4 and 10; 5 outsiders.
-    // 5 outsiders, the two others with their control connections, and our control connection.
-    let r = reading(100, 5 + (4 + 1) + (10 + 1) + 1, &[(4, None), (10, None)]);
-    let p = plan(&r, 0, 90, None);
-    assert_eq!((p.budget, p.outsiders, p.members), (87, 5, 3));
-    assert_eq!(p.share, (87 - 5 - 3) / 3);
-    // One of the others is capped at 5: the two uncapped split what it leaves.
-    let r = reading(100, 5 + 5 + 11 + 1, &[(4, Some(5)), (10, None)]);
-    let p = plan(&r, 0, 90, None);
-    assert_eq!(p.share, (87 - 5 - 3 - 5) / 2);
-    // Our own cap applies after the share.
-    assert_eq!(plan(&r, 0, 90, Some(3)).limit, 3);
-}
-
-#[test]
-fn every_reserved_slot_counts_and_the_limit_never_reaches_zero() {
-    let mut r = reading(20, 19, &[]);
-    r.reserved = 2;
-    r.rds_reserved = 2;
-    let p = plan(&r, 0, 100, None);
-    assert_eq!((p.usable, p.budget, p.share, p.limit), (13, 13, 0, 1));
-    assert_eq!(plan(&reading(3, 1, &[]), 0, 90, None).budget, 0);
-}
-
-#[test]
-fn tags_round_trip_and_strangers_are_ignored() {
-    let m = Member { id: "0badcafe".into(), open: 3, limit: 7, cap: None };
-    assert_eq!(m.tag(), "pgmux 0badcafe open=3 limit=7 cap=-");
-    assert_eq!(Member::parse(&m.tag()), Some(m));
-    let capped = Member { id: "1".into(), open: 0, limit: 1, cap: Some(4) };
-    assert_eq!(Member::parse(&capped.tag()), Some(capped));
-    for stranger in ["pgmux-check", "pgmux", "pgmux x open=1", "pgmux x open=a limit=1 cap=-", "psql"] {
-        assert_eq!(Member::parse(stranger), None, "{stranger}");
-    }
-}
-
-#[test]
-fn a_row_from_the_server_becomes_a_reading() {
-    let row: Vec<Option<String>> =
-        ["100", "3", "0", "2", "t", "12", "pgmux a open=1 limit=2 cap=-|pgmux b open=0 limit=1 cap=9"]
-            .iter()
-            .map(|v| Some(v.to_string()))
-            .collect();
-    let r = Reading::from_row(&row).unwrap();
-    assert_eq!((r.max_connections, r.rds_reserved, r.in_use, r.sees_all, r.others.len()), (100, 2, 12, true, 2));
-    let mut bad = row.clone();
-    bad[0] = Some("lots".into());
-    assert!(Reading::from_row(&bad).unwrap_err().contains("max_connections"));
-    bad[0] = None;
-    assert!(Reading::from_row(&bad).is_err());
+fn start(pool: &Arc<ServerPool>, script: &Script, gate: Option<oneshot::Receiver<()>>) -> Stop {
+    let stop = Stop::new();
+    tokio::spawn(run_with(Arc::clone(pool), stop.clone(), gate, script.clone()));
+    stop
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_refusal_lowers_the_limit_and_probing_raises_it_back() {
-    let limits = Limits::new(10);
-    assert_eq!(limits.refused(4), 4);
-    assert_eq!(limits.current(), 4);
-    assert_eq!(limits.probe(), None, "too soon");
-    tokio::time::advance(PROBE_EVERY).await;
-    assert_eq!(limits.probe(), Some(5));
-    // Another refusal at 5 brings it back down; holding nothing still leaves 1.
-    assert_eq!(limits.refused(0), 1);
-    // A new plan below the ceiling clears it.
-    assert_eq!(limits.plan(1), 1);
-    assert_eq!(limits.probe(), None);
-    limits.plan(3);
-    limits.refused(2);
-    for _ in 0..3 {
-        tokio::time::advance(PROBE_EVERY).await;
-        limits.probe();
-    }
-    assert_eq!(limits.current(), 3);
+async fn a_reading_sets_the_limit_and_the_next_one_comes_after_the_interval() {
+    let pool = pool("pool_sizing_interval = \"10s\"");
+    assert_eq!(pool.limit(), crate::budget::PROVISIONAL_LIMIT, "before any reading");
+    let script = Script::default();
+    // 100 slots, 3 reserved: 97 usable, 87 in the budget, less 10 others and our control connection.
+    script.push(Ok(reading(100, 10)));
+    script.push(Ok(reading(100, 10)));
+    script.push(Ok(reading(100, 40)));
+    let stop = start(&pool, &script, None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(pool.limit(), 87 - 10 - 1);
+    // The limit changed, so the fleet is told a second later (the second reading publishes it).
+    tokio::time::sleep(Duration::from_millis(1400)).await;
+    assert_eq!(script.calls().len(), 2);
+    assert_eq!(script.calls()[1].1.limit, 76, "the new limit in the tag");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(script.calls().len(), 2, "no third reading before pool_sizing_interval");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(script.calls().len(), 3);
+    assert_eq!(pool.limit(), 87 - 40 - 1, "others took more: the limit follows");
+    stop.begin_graceful();
 }
 
-#[test]
-fn the_limit_before_the_first_reading() {
-    assert_eq!(initial_limit(0, None), FALLBACK_POOL_MAX);
-    assert_eq!(initial_limit(0, Some(7)), 7);
-    assert_eq!(initial_limit(90, None), PROVISIONAL_LIMIT);
-    assert_eq!(initial_limit(90, Some(1)), 1);
+#[tokio::test(start_paused = true)]
+async fn a_failed_reading_keeps_the_limit_and_retries_back_off() {
+    let pool = pool("pool_sizing_interval = \"10s\"");
+    let script = Script::default();
+    script.push(Ok(reading(100, 10)));
+    let stop = start(&pool, &script, None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let planned = pool.limit();
+    // The script has run out: every later reading fails, the first of them when the new limit is published.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(pool.limit(), planned, "a failure keeps the limit in force");
+    let times: Vec<Instant> = script.calls().into_iter().map(|(t, _)| t).collect();
+    let gaps: Vec<u64> = times.windows(2).map(|w| (w[1] - w[0]).as_millis() as u64).collect();
+    // Retries start at half a second and double (rounded up to the loop's 250 ms tick); a changed pool
+    // does not make them come sooner.
+    assert!(gaps.len() >= 4, "{gaps:?}");
+    assert!((1_000..=1_250).contains(&gaps[0]), "{gaps:?}");
+    assert!((500..=750).contains(&gaps[1]), "{gaps:?}");
+    for pair in gaps[1..].windows(2) {
+        assert!(pair[1] >= 2 * pair[0] - 250, "retries must back off: {gaps:?}");
+    }
+    stop.begin_graceful();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_tag_says_what_this_instance_holds_and_may_hold_and_pool_max_counts_the_control_connection() {
+    let pool = pool("pool_max = 5");
+    let script = Script::default();
+    script.push(Ok(reading(100, 10)));
+    let stop = start(&pool, &script, None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (_, me) = script.calls()[0].clone();
+    assert_eq!((me.open, me.limit, me.cap), (0, 2, Some(4)), "provisional limit, pool cap 5 - 1");
+    assert_eq!(pool.limit(), 4, "a share of 76, capped at pool_max less the control connection");
+    stop.begin_graceful();
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_read_before_the_gate_opens_and_the_gauge_is_closed_at_shutdown() {
+    let pool = pool("");
+    let script = Script::default();
+    script.push(Ok(reading(100, 10)));
+    let (open, gate) = oneshot::channel();
+    let stop = start(&pool, &script, Some(gate));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(script.calls().is_empty(), "read before the gate opened");
+    open.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(script.calls().len(), 1);
+    stop.begin_graceful();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(*script.closed.lock().unwrap(), "the control connection is closed at shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_sizing_off_there_is_no_reading_and_the_limit_is_pool_max() {
+    let pool = pool("max_connections_percent = 0\npool_max = 7");
+    let script = Script::default();
+    let stop = start(&pool, &script, None);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(script.calls().is_empty());
+    assert_eq!(pool.limit(), 7);
+    stop.begin_graceful();
 }

@@ -165,11 +165,11 @@ fn an_unsolicited_reply_is_an_error() {
 fn an_injected_parse_is_swallowed_and_an_answered_one_goes_out_in_order() {
     let mut t = T::default();
     // Client: Bind s1 (server lacks it: pgmux injects a Parse first), Execute, Sync.
-    t.expect(Reply::Parse, Fate::Swallow, Some("injected"));
+    t.owe(Reply::Parse, Fate::Swallow, Some("injected"));
     feed(&mut t, b"BES");
     assert_eq!(serve(&mut t, b"12DCZ").0, "2DCZ");
     // Client: Parse s2 (server has it: pgmux answers), Bind, Execute, Sync.
-    t.expect(Reply::Parse, Fate::Answer(Bytes::from_static(b"1")), Some("answered"));
+    t.owe(Reply::Parse, Fate::Answer(Bytes::from_static(b"1")), Some("answered"));
     feed(&mut t, b"BES");
     assert_eq!(serve(&mut t, b"2DCZ").0, "[1]2DCZ");
     assert!(t.may_release());
@@ -179,7 +179,7 @@ fn an_injected_parse_is_swallowed_and_an_answered_one_goes_out_in_order() {
 fn an_answer_after_outstanding_replies_waits_for_them() {
     let mut t = T::default();
     feed(&mut t, b"BE");
-    t.expect(Reply::Close, Fate::Answer(Bytes::from_static(b"3")), None);
+    t.owe(Reply::Close, Fate::Answer(Bytes::from_static(b"3")), None);
     feed(&mut t, b"S");
     let mut early = String::new();
     t.take_answers(|b| early.push_str(&String::from_utf8_lossy(&b)));
@@ -190,9 +190,9 @@ fn an_answer_after_outstanding_replies_waits_for_them() {
 #[test]
 fn an_error_skips_to_the_sync_and_returns_the_notes_to_undo() {
     let mut t = T::default();
-    t.expect(Reply::Parse, Fate::Forward, Some("parse s1"));
-    t.expect(Reply::Bind, Fate::Forward, Some("bind s1"));
-    t.expect(Reply::Close, Fate::Answer(Bytes::from_static(b"3")), Some("close s0"));
+    t.owe(Reply::Parse, Fate::Forward, Some("parse s1"));
+    t.owe(Reply::Bind, Fate::Forward, Some("bind s1"));
+    t.owe(Reply::Close, Fate::Answer(Bytes::from_static(b"3")), Some("close s0"));
     feed(&mut t, b"ES");
     let (seen, undone) = serve(&mut t, b"EZ");
     assert_eq!(seen, "EZ", "the answered CloseComplete is skipped with the rest");
@@ -203,7 +203,7 @@ fn an_error_skips_to_the_sync_and_returns_the_notes_to_undo() {
 #[test]
 fn an_error_for_an_injected_parse_is_forwarded() {
     let mut t = T::default();
-    t.expect(Reply::Parse, Fate::Swallow, Some("injected"));
+    t.owe(Reply::Parse, Fate::Swallow, Some("injected"));
     feed(&mut t, b"BES");
     let (seen, undone) = serve(&mut t, b"EZ");
     assert_eq!(seen, "EZ");
@@ -213,9 +213,9 @@ fn an_error_for_an_injected_parse_is_forwarded() {
 #[test]
 fn abandoning_returns_every_note() {
     let mut t = T::default();
-    t.expect(Reply::Parse, Fate::Swallow, Some("a"));
+    t.owe(Reply::Parse, Fate::Swallow, Some("a"));
     feed(&mut t, b"BES");
-    t.expect(Reply::Close, Fate::Answer(Bytes::new()), Some("b"));
+    t.owe(Reply::Close, Fate::Answer(Bytes::new()), Some("b"));
     assert_eq!(t.abandon(), vec!["a", "b"]);
     assert_eq!(t.pending(), 0);
 }

@@ -1,0 +1,244 @@
+//! Lending: a client asks for a server connection and gets an idle one that passed its checks, or a new
+//! one, or waits in line up to `query_wait_timeout`. A failed open is not the client's error while there is
+//! hope: the database refusing a new connection (53300) lowers the limit and the client waits for one of the
+//! open connections; any other failed open makes it wait too, as long as some connection is open.
+
+use std::time::Duration;
+
+use pgmux_pool::Grant;
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::sqlstate;
+use tokio::time::Instant;
+
+use super::{ServerLease, ServerPool};
+use crate::credentials::CredentialsError;
+use crate::server::{ConnectError, ServerConn, ServerError};
+
+/// Why a client could not get a server connection.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckoutError {
+    #[error("no server connection became free within query_wait_timeout ({}s)", .waited.as_secs_f32())]
+    Timeout {
+        waited: Duration,
+        /// The pool limit at the time.
+        limit: usize,
+        /// The database's last refusal of a new connection, if that is why.
+        refused: Option<Box<ServerError>>,
+    },
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("cannot get database credentials: {0}")]
+    Credentials(#[from] CredentialsError),
+    #[error("pgmux is shutting down")]
+    Closed,
+}
+
+impl CheckoutError {
+    /// The error a client sees.
+    pub(crate) fn to_client(&self) -> ErrorMessage {
+        match self {
+            CheckoutError::Timeout { refused: Some(refusal), .. } => ErrorMessage::error(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                format!("{self}: the database refused new connections ({refusal})"),
+            )
+            .with_hint("the database is at max_connections: lower other clients' connections, or raise it"),
+            CheckoutError::Timeout { limit, .. } => ErrorMessage::error(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                format!("{self}: all {limit} server connections stayed busy"),
+            )
+            .with_hint("raise query_wait_timeout or the pool limit (pool_max, max_connections_percent), or shorten transactions"),
+            CheckoutError::Connect(_) | CheckoutError::Credentials(_) => {
+                ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string())
+            }
+            CheckoutError::Closed => ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, self.to_string()),
+        }
+    }
+}
+
+/// Whether an idle connection may be lent.
+enum Fitness {
+    Fit,
+    Unfit,
+    NeedsRoundTrip,
+}
+
+/// Pauses between attempts that failed: 50 ms, then twice the last, at most a second.
+#[derive(Debug, Default)]
+pub(super) struct Backoff(Option<Duration>);
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MOST: Duration = Duration::from_secs(1);
+
+    /// The next pause.
+    pub(super) fn next(&mut self) -> Duration {
+        *self.0.insert(self.0.map_or(Self::FIRST, |p| (p * 2).min(Self::MOST)))
+    }
+}
+
+/// One client's wait for a server connection: its deadline, and what went wrong on the way.
+#[derive(Debug)]
+struct Wait {
+    timeout: Duration,
+    /// Set when the client first has to wait: the fast path reads no clock.
+    deadline: Option<Instant>,
+    /// The database's last refusal of a new connection (53300).
+    refused: Option<Box<ServerError>>,
+    /// The last open that failed for another reason, while other connections were open.
+    failed_open: Option<ConnectError>,
+    backoff: Backoff,
+}
+
+impl Wait {
+    fn new(timeout: Duration) -> Self {
+        Wait { timeout, deadline: None, refused: None, failed_open: None, backoff: Backoff::default() }
+    }
+
+    fn deadline(&mut self) -> Instant {
+        *self.deadline.get_or_insert_with(|| Instant::now() + self.timeout)
+    }
+
+    /// Why the wait ended without a connection.
+    fn give_up(&mut self, limit: usize) -> CheckoutError {
+        match self.failed_open.take() {
+            Some(e) => e.into(),
+            None => CheckoutError::Timeout { waited: self.timeout, limit, refused: self.refused.take() },
+        }
+    }
+}
+
+impl ServerPool {
+    /// A server connection for one client: idle and checked, or newly opened; waits in line up to
+    /// `query_wait_timeout`.
+    pub(crate) async fn checkout(&self) -> Result<ServerLease, CheckoutError> {
+        let mut wait = Wait::new(self.config.query_wait_timeout);
+        loop {
+            match self.grant(&mut wait).await? {
+                Grant::Idle(mut lease) => {
+                    if self.fit_to_lend(&mut lease).await {
+                        return Ok(lease);
+                    }
+                    tracing::debug!(server_id = lease.id, "idle server connection failed its check; closing it");
+                    self.retire(lease.discard());
+                }
+                Grant::Open(slot) => match self.open().await {
+                    Ok(conn) => return Ok(slot.fill(Box::new(conn))),
+                    Err(CheckoutError::Connect(e)) => {
+                        drop(slot);
+                        self.after_failed_open(e, &mut wait).await?;
+                    }
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// An idle connection or the right to open one: at once if there is one (no timer, no queue), else in
+    /// line until the client's deadline.
+    async fn grant(&self, wait: &mut Wait) -> Result<Grant<Box<ServerConn>>, CheckoutError> {
+        match self.pool.try_acquire() {
+            Err(_closed) => return Err(CheckoutError::Closed),
+            Ok(Some(grant)) => return Ok(grant),
+            Ok(None) => {}
+        }
+        match tokio::time::timeout_at(wait.deadline(), self.pool.acquire()).await {
+            Ok(Ok(grant)) => Ok(grant),
+            Ok(Err(_closed)) => Err(CheckoutError::Closed),
+            Err(_) => Err(wait.give_up(self.limit.current())),
+        }
+    }
+
+    /// Decides, after an open failed, whether the client waits (and how long before the next try) or gets
+    /// the error now.
+    async fn after_failed_open(&self, e: ConnectError, wait: &mut Wait) -> Result<(), CheckoutError> {
+        let until = wait.deadline();
+        let pause = wait.backoff.next();
+        if e.is_refusal() {
+            // The database has no slot left: back-pressure, not an error. Hold fewer connections, wait (longer
+            // each time) and try again until query_wait_timeout.
+            let status = self.pool.status();
+            let limit = self.limit.refused(status.size - status.opening);
+            self.enforce(limit);
+            tracing::warn!(error = %e, limit, retry_in = ?pause,
+                "the database refused a new connection; lowering the pool limit");
+            if let ConnectError::Rejected { error, .. } = e {
+                wait.refused = Some(error);
+            }
+            if Instant::now() + pause >= until {
+                tokio::time::sleep_until(until).await;
+                return Err(wait.give_up(self.limit.current()));
+            }
+            tokio::time::sleep(pause).await;
+            return Ok(());
+        }
+        // The database is up and busy connections will come back: a failed open (a lost SYN, a slow start
+        // under load, a login refused to new sessions only) makes this client wait for one of them, as long
+        // as query_wait_timeout allows, instead of failing its query. With no connection open at all, the
+        // error goes to the client at once.
+        let now = Instant::now();
+        if self.pool.status().size == 0 || now >= until {
+            return Err(e.into());
+        }
+        tracing::warn!(error = %e, fault = ?e.fault(), retry_in = ?pause,
+            "could not open a server connection; the client waits for one of the open ones");
+        wait.failed_open = Some(e);
+        tokio::time::sleep(pause.min(until - now)).await;
+        Ok(())
+    }
+
+    /// The common case of [`checkout`](Self::checkout), without waiting: an idle connection that passes
+    /// the checks that need no round trip. `None` means "take the slow path".
+    pub(crate) fn try_checkout(&self) -> Option<ServerLease> {
+        loop {
+            let Ok(Some(Grant::Idle(mut lease))) = self.pool.try_acquire() else {
+                // Nothing idle (a slot, if granted, is dropped and taken again by the slow path).
+                return None;
+            };
+            match self.quick_check(&mut lease) {
+                Fitness::Fit => return Some(lease),
+                Fitness::Unfit => self.retire(lease.discard()),
+                // Back to the pool; the slow path takes it again and checks it properly.
+                Fitness::NeedsRoundTrip => return None,
+            }
+        }
+    }
+
+    /// What can be known about an idle connection without talking to the server.
+    fn quick_check(&self, lease: &mut ServerLease) -> Fitness {
+        let meta = *lease.meta();
+        let now = Instant::now();
+        let lifetime = lease.lifetime;
+        if !lifetime.is_zero() && now.saturating_duration_since(meta.created) >= lifetime {
+            return Fitness::Unfit;
+        }
+        if !lease.looks_alive() {
+            return Fitness::Unfit;
+        }
+        if now.saturating_duration_since(meta.idle_since) < self.config.server_check_delay {
+            return Fitness::Fit;
+        }
+        Fitness::NeedsRoundTrip
+    }
+
+    /// An idle connection may be lent if it is young enough, nothing arrived on it while it sat idle, and,
+    /// after a long idle spell (or a Lambda freeze), it answers a round trip.
+    async fn fit_to_lend(&self, lease: &mut ServerLease) -> bool {
+        match self.quick_check(lease) {
+            Fitness::Fit => true,
+            Fitness::Unfit => false,
+            Fitness::NeedsRoundTrip => lease.simple_query("", self.config.server_connect_timeout).await.is_ok(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_between_failed_opens_double_up_to_a_second() {
+        let mut backoff = Backoff::default();
+        let pauses: Vec<u128> = (0..7).map(|_| backoff.next().as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000]);
+    }
+}

@@ -1,0 +1,246 @@
+//! The server pool: every connection pgmux holds to the database, and the rules for lending them.
+//!
+//! [`ServerPool`] opens and logs in server connections (with fresh credentials each time), lends idle ones
+//! after checking they are fit ([`checkout`](ServerPool::checkout)), closes those that are too old, idle too
+//! long or over the limit, keeps `min_pool_size` warm, and opens the control connection that sizing reads the
+//! database through. It is the one owner of the limit: the sizing loop proposes a plan, a refusal from the
+//! database lowers a ceiling below it, and the pool enforces whichever is lower.
+//!
+//! The bookkeeping (who is idle, who waits, how many are open) is `pgmux_pool`'s, which knows nothing of
+//! PostgreSQL; this module adds what does.
+
+mod checkout;
+mod limit;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use pgmux_pool::{Lease, Pool, PoolConfig, Status};
+use tokio_util::task::TaskTracker;
+
+pub(crate) use checkout::CheckoutError;
+use limit::Limit;
+
+use crate::budget;
+use crate::config::Config;
+use crate::credentials::Credentials;
+use crate::params::Defaults;
+use crate::server::ServerConn;
+use crate::tls::ServerTls;
+
+/// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.
+pub(crate) type ServerLease = Lease<Box<ServerConn>>;
+
+/// Every server connection of one pgmux, and how they are lent.
+#[derive(Debug)]
+pub(crate) struct ServerPool {
+    config: Arc<Config>,
+    pool: Pool<Box<ServerConn>>,
+    limit: Limit,
+    credentials: Arc<dyn Credentials>,
+    tls: ServerTls,
+    /// The server's own parameter values, as the newest connection reported them at login.
+    defaults: RwLock<Arc<Defaults>>,
+    next_id: AtomicU64,
+    /// Seeds the per-connection lifetime jitter.
+    jitter: std::collections::hash_map::RandomState,
+    /// Background work (closing retired connections) that shutdown waits for.
+    tasks: TaskTracker,
+}
+
+impl ServerPool {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        credentials: Arc<dyn Credentials>,
+        tls: ServerTls,
+        tasks: TaskTracker,
+    ) -> Self {
+        let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));
+        let pool_config = PoolConfig { max_size: limit, grow_after: config.pool_grow_after };
+        // A connection that comes back while the pool is over a lowered limit is closed, not kept.
+        let closer_tasks = tasks.clone();
+        let pool = Pool::with_closer(pool_config, move |conn: Box<ServerConn>| {
+            tracing::debug!(server_id = conn.id, "closing a server connection above the pool limit");
+            closer_tasks.spawn(conn.terminate());
+        });
+        ServerPool {
+            config,
+            pool,
+            limit: Limit::new(limit),
+            credentials,
+            tls,
+            defaults: RwLock::default(),
+            next_id: AtomicU64::new(1),
+            jitter: Default::default(),
+            tasks,
+        }
+    }
+
+    /// The configuration the pool runs with.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters at this moment.
+    pub(crate) fn status(&self) -> Status {
+        self.pool.status()
+    }
+
+    /// The limit in force.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.current()
+    }
+
+    /// The most pool connections the configuration allows, if it caps them (see [`pool_cap`]).
+    pub(crate) fn cap(&self) -> Option<usize> {
+        pool_cap(&self.config)
+    }
+
+    /// Takes a new planned limit (from a reading of the database) and puts the result into force.
+    pub(crate) fn plan(&self, planned: usize) -> usize {
+        let limit = self.limit.plan(planned);
+        self.enforce(limit);
+        limit
+    }
+
+    /// Raises a ceiling set by a refusal, one step at a time; `Some(limit)` when the limit changed.
+    pub(crate) fn probe(&self) -> Option<usize> {
+        let limit = self.limit.probe()?;
+        self.enforce(limit);
+        Some(limit)
+    }
+
+    /// Puts a limit into force: waiters may open up to it, idle connections above it are closed, and busy
+    /// ones are closed when they come back.
+    fn enforce(&self, limit: usize) {
+        if self.pool.status().max_size == limit {
+            return;
+        }
+        self.pool.set_max_size(limit);
+        for conn in self.pool.evict_idle(|_, _| false) {
+            tracing::debug!(server_id = conn.id, limit, "closing an idle server connection above the pool limit");
+            self.retire(conn);
+        }
+    }
+
+    /// Where server logins come from (the user and database clients are served as).
+    pub(crate) fn credentials(&self) -> &dyn Credentials {
+        &*self.credentials
+    }
+
+    /// The server's own parameter values (empty until the first connection reported them).
+    pub(crate) fn defaults(&self) -> Arc<Defaults> {
+        Arc::clone(&self.defaults.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Opens connections in the background up to `min_pool_size` (within the limit).
+    pub(crate) fn warm(self: &Arc<Self>) {
+        let want = self.config.min_pool_size.min(self.limit.current());
+        while self.pool.status().size < want {
+            let Some(slot) = self.pool.try_grow() else { return };
+            let pool = Arc::clone(self);
+            self.tasks.spawn(async move {
+                match pool.open().await {
+                    Ok(conn) => drop(slot.fill(Box::new(conn))),
+                    Err(e) => tracing::debug!(error = %e, "could not open a connection for min_pool_size"),
+                }
+            });
+        }
+    }
+
+    /// Opens the control connection (sizing): logged in like a pool connection, named from its first
+    /// moment, never lent.
+    pub(crate) async fn open_control(&self, application_name: &str) -> Result<ServerConn, CheckoutError> {
+        self.connect(0, 0, Some(application_name)).await
+    }
+
+    /// Opens a pool connection, with its own jittered `server_lifetime`.
+    async fn open(&self) -> Result<ServerConn, CheckoutError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.connect(id, self.config.max_prepared_statements, None).await?;
+        conn.lifetime = jittered(self.config.server_lifetime, self.jitter.hash_one(id));
+        // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
+        // values are. Without them every link would reset every reported parameter, a round trip each.
+        if self.defaults().is_empty() {
+            *self.defaults.write().unwrap_or_else(|e| e.into_inner()) =
+                Arc::new(Defaults::from_reported(&conn.params.reported));
+        }
+        tracing::debug!(server_id = conn.id, addr = %conn.addr, "opened server connection");
+        Ok(conn)
+    }
+
+    /// Opens and logs in a new server connection. A login refused for its password is tried once more
+    /// after the credentials are refreshed: a rotated secret then takes effect without an error.
+    async fn connect(
+        &self,
+        id: u64,
+        max_statements: usize,
+        application_name: Option<&str>,
+    ) -> Result<ServerConn, CheckoutError> {
+        let timeout = self.config.server_connect_timeout;
+        let login = self.credentials.login().await?;
+        match ServerConn::connect(&login, &self.tls, id, timeout, max_statements, application_name).await {
+            Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
+                tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
+                let login = self.credentials.login().await?;
+                Ok(ServerConn::connect(&login, &self.tls, id, timeout, max_statements, application_name).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Closes a connection that leaves the pool, politely and in the background.
+    pub(crate) fn retire(&self, conn: Box<ServerConn>) {
+        self.tasks.spawn(conn.terminate());
+    }
+
+    /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.
+    pub(crate) fn evict_idle(&self) {
+        let idle = self.config.server_idle_timeout;
+        let keep = self.config.min_pool_size;
+        let mut size = self.pool.status().size;
+        let expired = self.pool.evict_idle(|conn, m| {
+            let old = !conn.lifetime.is_zero() && m.created.elapsed() >= conn.lifetime;
+            // Idle ones are closed down to min_pool_size; old ones are closed anyway (and replaced warm).
+            let stale = !idle.is_zero() && m.idle_since.elapsed() >= idle && size > keep;
+            if old || stale {
+                size -= 1;
+            }
+            old || stale
+        });
+        for conn in expired {
+            tracing::debug!(server_id = conn.id, "closing idle server connection");
+            self.retire(conn);
+        }
+    }
+
+    /// Stops lending: waiters fail with [`CheckoutError::Closed`]; leased connections still come back.
+    pub(crate) fn close(&self) {
+        self.pool.close();
+    }
+
+    /// Takes every idle connection out, for shutdown to close.
+    #[allow(clippy::vec_box, reason = "the pool holds them boxed, and closing one takes the box")]
+    pub(crate) fn drain_idle(&self) -> Vec<Box<ServerConn>> {
+        self.pool.drain_idle()
+    }
+}
+
+/// The most pool connections the configuration allows: `pool_max` caps every connection pgmux opens, so
+/// when sizing keeps a control connection open, that one counts too.
+pub(crate) fn pool_cap(config: &Config) -> Option<usize> {
+    let control = usize::from(config.max_connections_percent > 0);
+    config.pool_max.map(|max| max.saturating_sub(control).max(1))
+}
+
+/// `lifetime` less a random 0-10 % (`random` picks how much), so that connections opened together retire
+/// apart.
+fn jittered(lifetime: Duration, random: u64) -> Duration {
+    let tenth_ms = (lifetime.as_millis() / 10) as u64;
+    lifetime.saturating_sub(Duration::from_millis(random % (tenth_ms + 1)))
+}
+
+#[cfg(test)]
+mod tests;

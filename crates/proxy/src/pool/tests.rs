@@ -1,0 +1,146 @@
+//! The pool's lending rules against a fake server: reuse, checks before lending, the limit and its ceiling,
+//! warm connections, idle eviction, and which failed opens make a client wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+
+use super::*;
+use crate::config::SslMode;
+use crate::credentials::StaticCredentials;
+use crate::testing::FakeServer;
+
+fn pool_for(config: Config) -> Arc<ServerPool> {
+    let credentials = Arc::new(StaticCredentials::from_config(&config));
+    let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
+    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new()))
+}
+
+/// Waits up to two seconds for `cond`.
+async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+const FIXED: &str = "max_connections_percent = 0\npool_grow_after = \"0s\"";
+
+#[tokio::test]
+async fn a_returned_connection_is_lent_again_without_a_new_login() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2")));
+    let lease = pool.checkout().await.expect("a connection");
+    assert_eq!(fake.accepted(), 1);
+    drop(lease);
+    let again = pool.try_checkout().expect("the idle one, without waiting");
+    assert_eq!((fake.accepted(), fake.queries()), (1, 0), "no login and no check within server_check_delay");
+    drop(again);
+    assert!(!pool.defaults().is_empty(), "the first login taught the server's own values");
+}
+
+#[tokio::test]
+async fn a_connection_idle_past_server_check_delay_is_checked_with_a_round_trip() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_check_delay = \"0s\"")));
+    drop(pool.checkout().await.expect("a connection"));
+    assert!(pool.try_checkout().is_none(), "the fast path does no round trip");
+    drop(pool.checkout().await.expect("the idle one, checked"));
+    assert_eq!((fake.accepted(), fake.queries()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_lower_plan_closes_idle_connections_above_it() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3")));
+    let leases = vec![pool.checkout().await.unwrap(), pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
+    assert_eq!(fake.open(), 3);
+    drop(leases);
+    assert_eq!(pool.plan(1), 1);
+    assert!(eventually(|| fake.open() == 1).await, "{} open, want 1", fake.open());
+    assert_eq!((pool.status().size, pool.limit()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_refused_login_lowers_the_limit_and_the_client_waits_then_gets_53300() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 4\nquery_wait_timeout = \"300ms\"")));
+    let held = pool.checkout().await.expect("a first connection");
+    fake.refuse_logins(true);
+    let started = tokio::time::Instant::now();
+    let err = pool.checkout().await.expect_err("no second connection");
+    assert!(started.elapsed() >= Duration::from_millis(250), "waited {:?}, not the whole timeout", started.elapsed());
+    let CheckoutError::Timeout { refused: Some(refusal), limit, .. } = &err else { panic!("{err:?}") };
+    assert_eq!((refusal.code.as_str(), *limit), ("53300", 1));
+    assert_eq!(err.to_client().code, "53300");
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_failed_open_with_nothing_open_fails_at_once_but_waits_while_others_are_open() {
+    // A port nobody listens on.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let config = Config::from_toml_str(&format!(
+        "database_url = \"postgres://app@{closed}/db?sslmode=disable\"\nclient_auth = \"trust\"\n{FIXED}\n\
+         query_wait_timeout = \"5s\""
+    ))
+    .unwrap();
+    let pool = pool_for(config);
+    let started = tokio::time::Instant::now();
+    let err = pool.checkout().await.expect_err("nothing to connect to");
+    assert!(matches!(err, CheckoutError::Connect(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "with nothing open the error comes at once");
+    assert_eq!(err.to_client().code, "08001");
+}
+
+#[tokio::test]
+async fn min_pool_size_connections_open_unasked_and_idle_ones_close_above_it() {
+    let fake = FakeServer::start().await;
+    let pool =
+        pool_for(fake.config(&format!("{FIXED}\npool_max = 4\nmin_pool_size = 2\nserver_idle_timeout = \"100ms\"")));
+    pool.warm();
+    assert!(eventually(|| fake.open() == 2).await, "{} open, want the 2 of min_pool_size", fake.open());
+    let leases = vec![pool.checkout().await.unwrap(), pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
+    assert_eq!(fake.open(), 3);
+    drop(leases);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    pool.evict_idle();
+    assert!(eventually(|| fake.open() == 2).await, "{} open after idle eviction, want 2", fake.open());
+}
+
+#[tokio::test]
+async fn the_control_connection_is_not_lent() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config("pool_max = 3"));
+    let control = pool.open_control("pgmux test").await.expect("control connection");
+    assert_eq!((fake.open(), pool.status().size), (1, 0), "open, but not one of the pool's");
+    drop(control);
+}
+
+#[test]
+fn pool_max_caps_every_connection_the_control_one_included() {
+    let config = |extra: &str| {
+        Config::from_toml_str(&format!("database_url = \"postgres://app@db/app\"\nclient_auth = \"trust\"\n{extra}"))
+            .unwrap()
+    };
+    assert_eq!(pool_cap(&config("pool_max = 3")), Some(2), "sizing on: one is the control connection");
+    assert_eq!(pool_cap(&config("pool_max = 3\nmax_connections_percent = 0")), Some(3));
+    assert_eq!(pool_cap(&config("")), None);
+}
+
+#[test]
+fn lifetimes_are_shortened_by_up_to_a_tenth() {
+    let hour = Duration::from_secs(3600);
+    assert_eq!(jittered(hour, 0), hour);
+    assert_eq!(jittered(hour, 360_000), hour - Duration::from_secs(360));
+    assert_eq!(jittered(hour, 360_001), hour, "wraps within the tenth");
+    let seen: Vec<Duration> = (0..1000u64).map(|i| jittered(hour, i.wrapping_mul(0x9E37_79B9_7F4A_7C15))).collect();
+    assert!(seen.iter().all(|d| *d <= hour && *d >= hour - Duration::from_secs(360)));
+    assert!(seen.iter().any(|d| *d < hour - Duration::from_secs(300)), "spread over the whole tenth");
+    assert_eq!(jittered(Duration::ZERO, 12345), Duration::ZERO, "0 stays 'never'");
+    assert_eq!(jittered(Duration::from_millis(5), 7), Duration::from_millis(5), "too short to jitter");
+}
