@@ -4,9 +4,8 @@
 //! panic hook counts them, in this test binary of its own), must go on serving, and must leave no server
 //! connection inside a transaction. The generator is seeded, so a failure names the round to replay.
 
-#[allow(dead_code)]
-#[path = "../integration/common.rs"]
-mod common;
+use pgmux_testkit::fixture as common;
+use pgmux_testkit::wire::{Rng, cstr, msg};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,43 +29,6 @@ fn count_panics() {
     }));
 }
 
-/// xorshift64*, seeded per round.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
-
-fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-    out.extend_from_slice(body);
-    out
-}
-
-fn cstr(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
-}
-
 fn startup(params: &[(&str, &str)]) -> Vec<u8> {
     let mut body = 196_608u32.to_be_bytes().to_vec();
     for (k, v) in params {
@@ -84,15 +46,15 @@ fn damage(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
     match rng.below(5) {
         0 if !bytes.is_empty() => {
             let i = rng.below(bytes.len());
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
         }
         1 => bytes.truncate(rng.below(bytes.len() + 1)),
         2 if bytes.len() >= 5 => {
             let len = [0u32, 3, 4, 5, 0x7fff_ffff, 0x0100_0000, bytes.len() as u32 + 7][rng.below(7)];
             bytes[1..5].copy_from_slice(&len.to_be_bytes());
         }
-        3 => bytes.extend((0..rng.below(12)).map(|_| rng.next() as u8)),
-        _ => bytes = (0..rng.below(24)).map(|_| rng.next() as u8).collect(),
+        3 => bytes.extend((0..rng.below(12)).map(|_| rng.next_u64() as u8)),
+        _ => bytes = (0..rng.below(24)).map(|_| rng.next_u64() as u8).collect(),
     }
     bytes
 }

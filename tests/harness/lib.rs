@@ -20,11 +20,14 @@
 //! root, PostgreSQL runs as the `postgres` system user, since it refuses to run as root.
 
 mod bins;
+#[cfg(feature = "fixture")]
+pub mod fixture;
 mod postmaster;
 mod psql;
 mod server;
 mod sys;
 mod template;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! Integration tests: pgmux in front of a real, throwaway PostgreSQL, driven by tokio-postgres, psql and
 //! hand-written protocol bytes.
 
-mod common;
+use pgmux_testkit::fixture as common;
 
 mod basics;
 mod failures;

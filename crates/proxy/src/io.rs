@@ -104,9 +104,16 @@ pub(crate) struct WriteQueue {
     /// Chunks after `head`; allocated only when more than one is queued.
     tail: VecDeque<Bytes>,
     len: usize,
+    /// Bytes written to the socket over the queue's life.
+    sent: u64,
 }
 
 impl WriteQueue {
+    /// Bytes written to the socket so far (not merely queued).
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent
+    }
+
     pub(crate) fn push(&mut self, bytes: Bytes) {
         if bytes.is_empty() {
             return;
@@ -150,6 +157,7 @@ impl WriteQueue {
 
     fn advance(&mut self, mut n: usize) {
         self.len -= n;
+        self.sent += n as u64;
         while n > 0 {
             let Some(head) = self.head.as_mut() else { break };
             if n >= head.len() {
@@ -160,6 +168,17 @@ impl WriteQueue {
                 n = 0;
             }
         }
+    }
+
+    /// Everything queued, in order, emptying the queue (tests look at what would be written).
+    #[cfg(test)]
+    pub(crate) fn take_all(&mut self) -> Vec<u8> {
+        let mut all = Vec::with_capacity(self.len);
+        all.extend(
+            self.head.take().iter().chain(self.tail.drain(..).collect::<Vec<_>>().iter()).flat_map(|b| b.iter()),
+        );
+        self.len = 0;
+        all
     }
 
     /// Gives back the queue's own allocation once it is empty.
@@ -304,10 +323,10 @@ mod tests {
         q.push(Bytes::from_static(b"defg"));
         assert_eq!(q.len(), 7);
         q.advance(4);
-        assert_eq!(q.len(), 3);
+        assert_eq!((q.len(), q.sent()), (3, 4));
         assert_eq!(q.head.as_deref(), Some(&b"efg"[..]));
         q.advance(3);
-        assert_eq!(q.len(), 0);
+        assert_eq!((q.len(), q.sent()), (0, 7), "sent counts what was written, over the queue's life");
         assert!(q.head.is_none() && q.tail.is_empty());
     }
 }

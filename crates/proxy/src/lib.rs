@@ -10,6 +10,7 @@ mod io;
 mod params;
 mod pool;
 mod proxy;
+mod router;
 mod server;
 mod session;
 mod shared;

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use pgmux_proto::encode::{ErrorMessage, Severity};
-use pgmux_proto::{TxStatus, sqlstate};
+use pgmux_proto::sqlstate;
 
-use super::relay::Verdict;
-use super::{End, Linked, Session, ready_for_query, shutting_down};
+use super::{End, Linked, Session, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::{self, Param};
-use crate::pool::CheckoutError;
+use crate::pool::{CheckoutError, ServerLease};
+use crate::router::Verdict;
 use crate::server::ServerFailure;
 use crate::stop::Level;
 
@@ -22,43 +22,19 @@ impl Session {
     /// Gets a server connection for the unit that `tag` begins. `Ok(None)`: linked. `Ok(Some(verdict))`:
     /// no server (the verdict answers the unit with the error). `Err`: the session is over.
     pub(super) async fn link(&mut self, tag: u8) -> Result<Option<Verdict>, End> {
-        let checkout = if let Some(lease) = self.shared.pool.try_checkout() {
-            Ok(lease)
-        } else {
-            let Session { shared, client, stop, cancel, .. } = self;
-            // While waiting in line, keep reading the client so that a client that leaves is noticed.
-            let client_left = async {
-                loop {
-                    match client.read_compact().await {
-                        Ok(ReadOutcome::Data) if client.rbuf.len() < MAX_QUEUED => {}
-                        Ok(ReadOutcome::Data) => std::future::pending::<()>().await,
-                        Ok(ReadOutcome::Eof) | Err(_) => return,
-                    }
-                }
-            };
-            cancel.wait_begin();
-            let waited = tokio::select! {
-                r = shared.pool.checkout() => Some(r),
-                () = cancel.cancelled() => None,
-                _ = client_left => return Err(End::ClientGone),
-                _ = stop.reached(Level::Hard) => {
-                    client.out.push(shutting_down().to_bytes());
-                    return Err(End::Shutdown);
-                }
-            };
-            // A cancel that came while the query waited answers it here: it never reaches a server. A
-            // connection that came at the same moment goes back to the pool unused.
-            match (cancel.wait_end(), waited) {
-                (false, Some(r)) => r,
-                (_, _) => {
+        let checkout = match self.shared.pool.try_checkout() {
+            Some(lease) => Ok(lease),
+            None => match self.wait_for_server().await? {
+                Some(checkout) => checkout,
+                None => {
                     tracing::debug!("query cancelled while waiting for a server connection");
                     let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
                         .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
-                    return Ok(Some(self.answer_unit(tag, err.to_bytes())));
+                    return Ok(Some(self.router.answer_unit(tag, err.to_bytes())));
                 }
-            }
+            },
         };
-        let mut lease = match checkout {
+        let lease = match checkout {
             Ok(lease) => lease,
             Err(CheckoutError::Closed) => {
                 self.client.out.push(shutting_down().to_bytes());
@@ -66,48 +42,89 @@ impl Session {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no server connection for client");
-                let err = e.to_client();
-                return Ok(Some(self.answer_unit(tag, err.to_bytes())));
+                return Ok(Some(self.router.answer_unit(tag, e.to_client().to_bytes())));
             }
         };
-        if !lease.params.in_sync(&self.params) {
-            let defaults = self.shared.pool.defaults();
-            match params::sync_statement(&self.params, &lease.params, &defaults) {
-                None => lease.params.mark_in_sync(&self.params),
-                Some(sql) => match lease.simple_query(&sql, self.shared.config.server_connect_timeout).await {
-                    Ok(()) => params::synced(&self.params, &mut lease.params),
-                    Err(failure) => {
-                        tracing::warn!(error = %failure, fault = ?failure.fault(), "could not apply the client's parameters");
-                        // A value the server refused is the client's error; anything else lost the connection.
-                        let err = match failure.reply() {
-                            Some(refused) if failure.reusable() => refused.to_client(Severity::Error),
-                            _ => ErrorMessage::error(
-                                sqlstate::CONNECTION_FAILURE,
-                                "server connection lost while applying session parameters",
-                            ),
-                        };
-                        if !failure.reusable() {
-                            self.shared.pool.retire(lease.discard());
-                        }
-                        return Ok(Some(self.answer_unit(tag, err.to_bytes())));
-                    }
-                },
-            }
-        }
+        let lease = match self.sync_params(lease).await {
+            Ok(lease) => lease,
+            Err(err) => return Ok(Some(self.router.answer_unit(tag, err.to_bytes()))),
+        };
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
-        self.server = Some(Linked(Some(lease)));
+        self.server = Some(Linked::new(lease));
         Ok(None)
+    }
+
+    /// Waits in line for a server connection while watching the client: `None` if the client cancelled
+    /// its query meanwhile (a connection that came at the same moment goes back to the pool unused).
+    async fn wait_for_server(&mut self) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
+        let Session { shared, client, stop, cancel, .. } = self;
+        // While waiting in line, keep reading the client so that a client that leaves is noticed.
+        let client_left = async {
+            loop {
+                match client.read_compact().await {
+                    Ok(ReadOutcome::Data) if client.rbuf.len() < MAX_QUEUED => {}
+                    Ok(ReadOutcome::Data) => std::future::pending::<()>().await,
+                    Ok(ReadOutcome::Eof) | Err(_) => return,
+                }
+            }
+        };
+        cancel.wait_begin();
+        let waited = tokio::select! {
+            r = shared.pool.checkout() => Some(r),
+            () = cancel.cancelled() => None,
+            _ = client_left => return Err(End::ClientGone),
+            _ = stop.reached(Level::Hard) => {
+                client.out.push(shutting_down().to_bytes());
+                return Err(End::Shutdown);
+            }
+        };
+        // A cancel that came while the query waited answers it in pgmux: it never reaches a server.
+        Ok(if cancel.wait_end() { None } else { waited })
+    }
+
+    /// Applies the client's parameters to a server whose settings differ. The error is what the client is
+    /// told: a value the server refused is the client's own error (the connection goes back to the pool);
+    /// anything else lost the connection (it is closed).
+    async fn sync_params(&self, mut lease: ServerLease) -> Result<ServerLease, ErrorMessage> {
+        if lease.params.in_sync(&self.params) {
+            return Ok(lease);
+        }
+        let defaults = self.shared.pool.defaults();
+        let Some(sql) = params::sync_statement(&self.params, &lease.params, &defaults) else {
+            lease.params.mark_in_sync(&self.params);
+            return Ok(lease);
+        };
+        let Err(failure) = lease.simple_query(&sql, self.shared.config.server_connect_timeout).await else {
+            params::synced(&self.params, &mut lease.params);
+            return Ok(lease);
+        };
+        tracing::warn!(error = %failure, fault = ?failure.fault(), "could not apply the client's parameters");
+        match failure.reply() {
+            Some(refused) if failure.reusable() => Err(refused.to_client(Severity::Error)),
+            _ => {
+                self.shared.pool.retire(lease.discard());
+                Err(ErrorMessage::error(
+                    sqlstate::CONNECTION_FAILURE,
+                    "server connection lost while applying session parameters",
+                ))
+            }
+        }
     }
 
     /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding, unless the
     /// client holds session state there (it is pinned). Settings the client changed are read back first.
     pub(super) async fn release(&mut self) {
-        if let Some(reason) = self.state.pin {
-            self.report_pin(reason);
+        if self.router.pin().is_some() {
+            if let Some(linked) = self.server.as_mut() {
+                linked.next_transaction();
+            }
+            if let Some(reason) = self.router.pin_to_report() {
+                tracing::info!(%reason, "client pinned to its server connection until it disconnects");
+            }
             return;
         }
-        if std::mem::take(&mut self.state.settings_dirty) && !Box::pin(self.read_back_settings()).await {
+        if self.router.take_settings_dirty() && !Box::pin(self.read_back_settings()).await {
             return;
         }
         // A cancel on its way to this server must land before anyone else can use it. That wait is rare
@@ -131,19 +148,14 @@ impl Session {
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
+        let reached_server = linked.reached_server();
         let mut lease = linked.take();
         let mid_message = lease.io.framer.mid_message();
-        tracing::warn!(server_id = lease.id, error = %failure, fault = ?failure.fault(), "server connection lost");
-        let mut state = std::mem::take(&mut lease.tracker);
+        tracing::warn!(server_id = lease.id, error = %failure, fault = ?failure.fault(), reached_server,
+            "server connection lost");
+        let tracker = std::mem::take(&mut lease.tracker);
         drop(lease.discard());
         self.cancel.clear();
-        // What the client asked of the lost server never happened: undo its statement bookkeeping.
-        let pending = state.pending();
-        let notes = state.abandon();
-        self.undo_all(notes, false);
-        // Session state on the lost server is gone with it.
-        self.state.pin = None;
-        self.state.pin_reported = false;
         if mid_message {
             return Err(End::Unrecoverable);
         }
@@ -151,16 +163,10 @@ impl Session {
             .with_detail("The current transaction, if any, was rolled back.")
             .with_hint("The connection to pgmux is still usable; retry the transaction.")
             .to_bytes();
-        for _ in 0..pending {
-            self.client.out.push(err.clone());
-            self.client.out.push(ready_for_query(TxStatus::Idle));
-        }
-        if state.unit_open() {
-            self.client.out.push(err);
-            self.skip_until_sync = true;
-        } else if pending == 0 && state.status() != TxStatus::Idle {
-            self.lost_transaction = true;
-        }
+        // What the client asked of the lost server never happened: its statement bookkeeping is undone, and
+        // each reply it was owed becomes the error.
+        let replies = self.router.server_lost(tracker, &err, &self.shared.statements);
+        self.client.out.push(replies);
         Ok(())
     }
 
@@ -173,7 +179,7 @@ impl Session {
         self.cancel.clear();
         let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
         // A pinned client's session state (listeners, locks, temporary tables) must not reach another.
-        let pinned = self.state.pin.is_some();
+        let pinned = self.router.pin().is_some();
         if broken || pinned || self.stop.level() == Level::Hard {
             drop(lease.discard());
             return;
@@ -188,7 +194,7 @@ impl Session {
             }
             return;
         }
-        if lease.drain(&state, DRAIN_TIMEOUT).await && !self.state.settings_dirty {
+        if lease.drain(&state, DRAIN_TIMEOUT).await && !self.router.settings_dirty() {
             tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
@@ -198,14 +204,6 @@ impl Session {
 }
 
 impl Session {
-    /// Logs a pin once per client.
-    fn report_pin(&mut self, reason: crate::sql::PinReason) {
-        if std::mem::replace(&mut self.state.pin_reported, true) {
-            return;
-        }
-        tracing::info!(%reason, "client pinned to its server connection until it disconnects");
-    }
-
     /// Reads the session's settings back from the linked server after the client changed some (SET,
     /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
     /// for the next client. False if the server failed (it is then dropped and the client told).

@@ -4,138 +4,147 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use tokio::time::Instant;
+
 use bytes::BytesMut;
 use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
 use super::{ClientSlot, Session, shutting_down};
+use crate::cancel::Registration;
 use crate::io::Conn;
 use crate::params::{self, ClientParams, Param};
+use crate::router::Router;
 use crate::server::ServerFailure;
 use crate::shared::Shared;
 use crate::startup::{self, Opening, OpeningError};
 use crate::stop::{Level, Stop};
+use pgmux_proto::frontend::StartupMessage;
 
-/// Tells a client why it cannot log in, and closes: there is no session.
-async fn refuse(mut conn: Conn, err: ErrorMessage) -> Option<Session> {
-    tracing::info!(code = %err.code, message = %err.message, "client login refused");
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
+/// Ends a login without a session: tells the client why, if there is anything to tell.
+async fn deny(mut conn: Conn, denied: OpeningError) -> Option<Session> {
+    if let OpeningError::Refused(err) = denied {
+        tracing::info!(code = %err.code, message = %err.message, "client login refused");
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
+    }
     None
+}
+
+fn timed_out() -> OpeningError {
+    OpeningError::Refused(ErrorMessage::fatal(
+        sqlstate::PROTOCOL_VIOLATION,
+        "client did not log in within client_login_timeout",
+    ))
 }
 
 /// Runs the start-up of a new connection. Returns the session, or `None` when the connection is done
 /// (a cancel request, a refusal, a client that went away).
 pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u64) -> Option<Session> {
-    let deadline = tokio::time::Instant::now() + shared.config.client_login_timeout;
-    let timed_out =
-        || ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, "client did not log in within client_login_timeout");
-    let startup = match tokio::time::timeout_at(
-        deadline,
-        startup::read_opening(&mut conn, shared.client_tls.as_ref().map(|t| &t.0)),
-    )
-    .await
-    {
-        Err(_) => return refuse(conn, timed_out()).await,
-        Ok(Err(OpeningError::Gone)) => return None,
-        Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
-        Ok(Ok(Opening::Cancel { pid, secret })) => {
-            shared.cancels.cancel(pid, &secret).await;
-            return None;
-        }
-        Ok(Ok(Opening::Session(msg))) => msg,
+    let deadline = Instant::now() + shared.config.client_login_timeout;
+    let startup = match opening(&shared, &mut conn, deadline).await {
+        Ok(Some(startup)) => startup,
+        Ok(None) => return None,
+        Err(denied) => return deny(conn, denied).await,
     };
-
     let count = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
     let slot = ClientSlot(Arc::clone(&shared));
-    let cfg = Arc::clone(&shared.config);
-    if count > cfg.max_client_conn {
-        let err = ErrorMessage::fatal(
-            sqlstate::TOO_MANY_CONNECTIONS,
-            format!("sorry, too many clients already (max_client_conn = {})", cfg.max_client_conn),
-        );
-        return refuse(conn, err).await;
-    }
-    if stop.level() >= Level::Graceful {
-        return refuse(conn, shutting_down()).await;
-    }
-    let Some(user) = startup.get("user").map(str::to_owned) else {
-        let err = ErrorMessage::fatal(
-            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-            "no PostgreSQL user name specified in startup packet",
-        );
-        return refuse(conn, err).await;
+    let params = match admit(&shared, &stop, &mut conn, &startup, count, deadline).await {
+        Ok(params) => params,
+        Err(denied) => return deny(conn, denied).await,
     };
-    // The user and database pgmux logs in as (with a secret, read when the first client comes).
-    let served = match shared.pool.credentials().login().await {
-        Ok(login) => login,
-        Err(e) => {
-            let err = ErrorMessage::fatal(
-                sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
-                format!("cannot get database credentials: {e}"),
-            );
-            return refuse(conn, err).await;
-        }
-    };
-    let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(&user).to_owned();
-    if database != served.dbname {
-        let err =
-            ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("database \"{database}\" does not exist"))
-                .with_hint(format!("this pgmux serves database \"{}\"", served.dbname));
-        return refuse(conn, err).await;
-    }
-    let raw = match params::from_startup(&startup.params) {
-        Ok(raw) => raw,
-        Err(err) => return refuse(conn, err).await,
-    };
-    match tokio::time::timeout_at(deadline, shared.auth.authenticate(&mut conn, &user, &served.user)).await {
-        Err(_) => return refuse(conn, timed_out()).await,
-        Ok(Err(OpeningError::Gone)) => return None,
-        Ok(Err(OpeningError::Refused(err))) => return refuse(conn, err).await,
-        Ok(Ok(())) => {}
-    }
-    let params = match shared.catalog.resolve(&raw).filter(|_| !shared.pool.defaults().is_empty()) {
-        Some(known) => known,
-        None => {
-            let checked = tokio::select! {
-                r = check_params(&shared, &raw) => r,
-                _ = stop.reached(Level::Hard) => Err(shutting_down()),
-            };
-            match checked {
-                Ok(p) => p,
-                Err(err) => return refuse(conn, err).await,
-            }
-        }
-    };
-
-    // AuthenticationOk, the parameters, the key and ReadyForQuery go out in one write, sized up front.
     let cancel = shared.cancels.register();
-    let mut buf = BytesMut::with_capacity(1024);
-    encode::auth_ok(&mut buf);
-    for (name, value) in shared.pool.defaults().for_client(&params) {
-        encode::parameter_status(&mut buf, name, value);
-    }
-    encode::backend_key_data(&mut buf, cancel.pid, cancel.secret);
-    encode::ready_for_query(&mut buf, TxStatus::Idle);
-    if conn.send(buf.freeze()).await.is_err() {
+    if greet(&shared, &mut conn, &params, &cancel).await.is_err() {
         return None;
     }
-    tracing::debug!(user, "client logged in");
+    tracing::debug!(user = startup.get("user"), "client logged in");
+    let router = Router::new(id, shared.config.max_prepared_statements > 0);
     Some(Session {
-        id,
         shared,
         watch: stop.watch(),
         stop,
         client: conn,
         server: None,
         params,
-        state: Default::default(),
+        router,
         cancel,
-        skip_until_sync: false,
-        discard_until_sync: false,
-        lost_transaction: false,
         closing: false,
         _slot: slot,
     })
+}
+
+/// The opening packets up to the start-up message; `None` for a cancel request, which is served here.
+async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<Option<StartupMessage>, OpeningError> {
+    let tls = shared.client_tls.as_ref().map(|t| &t.0);
+    match tokio::time::timeout_at(deadline, startup::read_opening(conn, tls)).await {
+        Err(_) => Err(timed_out()),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(Opening::Cancel { pid, secret })) => {
+            shared.cancels.cancel(pid, &secret).await;
+            Ok(None)
+        }
+        Ok(Ok(Opening::Session(msg))) => Ok(Some(msg)),
+    }
+}
+
+/// Everything between the start-up message and AuthenticationOk: room for one more client, a user, the
+/// right database, the password, and parameters a server accepts. Returns the client's parameters.
+async fn admit(
+    shared: &Shared,
+    stop: &Stop,
+    conn: &mut Conn,
+    startup: &StartupMessage,
+    count: usize,
+    deadline: Instant,
+) -> Result<ClientParams, OpeningError> {
+    let refused = OpeningError::Refused;
+    let cfg = &shared.config;
+    if count > cfg.max_client_conn {
+        let message = format!("sorry, too many clients already (max_client_conn = {})", cfg.max_client_conn);
+        return Err(refused(ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, message)));
+    }
+    if stop.level() >= Level::Graceful {
+        return Err(refused(shutting_down()));
+    }
+    let Some(user) = startup.get("user") else {
+        let message = "no PostgreSQL user name specified in startup packet";
+        return Err(refused(ErrorMessage::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, message)));
+    };
+    // The user and database pgmux logs in as (with a secret, read when the first client comes).
+    let served = shared.pool.credentials().login().await.map_err(|e| {
+        let message = format!("cannot get database credentials: {e}");
+        refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
+    })?;
+    let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
+    if database != served.dbname {
+        let message = format!("database \"{database}\" does not exist");
+        let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, message)
+            .with_hint(format!("this pgmux serves database \"{}\"", served.dbname));
+        return Err(refused(err));
+    }
+    let raw = params::from_startup(&startup.params).map_err(refused)?;
+    match tokio::time::timeout_at(deadline, shared.auth.authenticate(conn, user, &served.user)).await {
+        Err(_) => return Err(timed_out()),
+        Ok(result) => result?,
+    }
+    if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !shared.pool.defaults().is_empty()) {
+        return Ok(known);
+    }
+    tokio::select! {
+        r = check_params(shared, &raw) => r.map_err(refused),
+        _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
+    }
+}
+
+/// AuthenticationOk, the parameters, the cancel key and ReadyForQuery, in one write sized up front.
+async fn greet(shared: &Shared, conn: &mut Conn, params: &ClientParams, cancel: &Registration) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(1024);
+    encode::auth_ok(&mut buf);
+    for (name, value) in shared.pool.defaults().for_client(params) {
+        encode::parameter_status(&mut buf, name, value);
+    }
+    encode::backend_key_data(&mut buf, cancel.pid, cancel.secret);
+    encode::ready_for_query(&mut buf, TxStatus::Idle);
+    conn.send(buf.freeze()).await
 }
 
 /// Has a server apply start-up values pgmux has not seen before, and learns their canonical form. A value

@@ -8,7 +8,6 @@
 mod link;
 mod login;
 mod relay;
-mod route;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,15 +17,15 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use crate::pool::ServerLease;
-use bytes::{Bytes, BytesMut};
-use pgmux_proto::encode::{self, ErrorMessage};
-use pgmux_proto::{FrameError, Sender, TxStatus, sqlstate};
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::{FrameError, Sender, sqlstate};
 use tokio::net::TcpStream;
 use tracing::Instrument;
 
 use crate::cancel::Registration;
 use crate::io::Conn;
 use crate::params::ClientParams;
+use crate::router::Router;
 use crate::server::ServerConn;
 use crate::shared::Shared;
 use crate::stop::{Level, Stop, Watch};
@@ -48,27 +47,48 @@ enum End {
 /// A server connection lent to this client. If the session ends without giving it back properly (a panic,
 /// the shutdown deadline), dropping it closes the connection instead of returning it dirty to the pool.
 #[derive(Debug)]
-struct Linked(Option<ServerLease>);
+struct Linked {
+    lease: Option<ServerLease>,
+    /// The server's write queue's `sent` when the current transaction began: anything past it means some
+    /// byte of the transaction reached the server (and a failure may have left work done there).
+    sent_before: u64,
+}
 
 impl Linked {
+    fn new(lease: ServerLease) -> Self {
+        Linked { sent_before: lease.io.out.sent(), lease: Some(lease) }
+    }
+
     fn conn(&mut self) -> &mut ServerConn {
-        match &mut self.0 {
+        match &mut self.lease {
             Some(lease) => lease,
             None => unreachable!("a link holds its lease until taken"),
         }
     }
 
     fn take(mut self) -> ServerLease {
-        match self.0.take() {
+        match self.lease.take() {
             Some(lease) => lease,
             None => unreachable!("a link is taken once"),
+        }
+    }
+
+    /// Whether any byte of the current transaction has been written to the server.
+    fn reached_server(&self) -> bool {
+        self.lease.as_ref().is_some_and(|lease| lease.io.out.sent() > self.sent_before)
+    }
+
+    /// A new transaction begins on the same server (a pinned client).
+    fn next_transaction(&mut self) {
+        if let Some(lease) = &self.lease {
+            self.sent_before = lease.io.out.sent();
         }
     }
 }
 
 impl Drop for Linked {
     fn drop(&mut self) {
-        if let Some(lease) = self.0.take() {
+        if let Some(lease) = self.lease.take() {
             drop(lease.discard());
         }
     }
@@ -76,24 +96,15 @@ impl Drop for Linked {
 
 /// A logged-in client.
 struct Session {
-    /// Unique for the life of the process (unlike the cancel pid, which is reused).
-    id: u64,
     shared: Arc<Shared>,
     stop: Stop,
     watch: Watch,
     client: Conn,
     server: Option<Linked>,
     params: ClientParams,
-    state: route::ClientState,
+    /// Its statements, session state and mode: what each message means.
+    router: Router,
     cancel: Registration,
-    /// After an error pgmux reported for a unit with no server linked: drop messages up to the next Sync
-    /// and answer that Sync here.
-    skip_until_sync: bool,
-    /// After an error pgmux answered inside a linked unit: drop messages up to the next Sync, which goes to
-    /// the server.
-    discard_until_sync: bool,
-    /// The server was lost while the client sat idle in a transaction; its next unit gets the error.
-    lost_transaction: bool,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
     _slot: ClientSlot,
@@ -133,12 +144,6 @@ impl Drop for ClientSlot {
     fn drop(&mut self) {
         self.0.clients.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-fn ready_for_query(status: TxStatus) -> Bytes {
-    let mut buf = BytesMut::new();
-    encode::ready_for_query(&mut buf, status);
-    buf.freeze()
 }
 
 fn shutting_down() -> ErrorMessage {

@@ -4,16 +4,13 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use pgmux_proto::{Step, backend};
 
-use pgmux_proto::backend::{self, ErrorFields};
-
-use crate::tracker::Route;
-use pgmux_proto::encode::ErrorMessage;
-use pgmux_proto::{Step, TxStatus, sqlstate};
-
-use super::{End, Session, ready_for_query};
+use super::{End, Session};
 use crate::io::{MAX_QUEUED, ReadOutcome};
-use crate::server::{SERVER_READ_CHUNK, ServerError, ServerFailure};
+use crate::router::{Mode, ServerView, Verdict};
+use crate::server::{SERVER_READ_CHUNK, ServerFailure};
+use crate::tracker::Route;
 
 /// Something happened on a socket.
 #[derive(Debug)]
@@ -24,15 +21,6 @@ pub(super) enum Event {
     Server(std::io::Result<ReadOutcome>),
     ClientWriteFailed,
     ServerWriteFailed(std::io::Error),
-}
-
-/// What to do with a message that begins a unit while no server is linked.
-pub(super) enum Verdict {
-    Drop,
-    /// Drop it and answer it with these bytes.
-    Answer(Bytes),
-    /// Get a server and go on.
-    NeedServer,
 }
 
 /// What the server's messages led to.
@@ -106,7 +94,7 @@ impl Session {
                 Ok(Step::NeedMore { .. }) => break,
                 Ok(Step::Stream { take, .. }) => {
                     // Only CopyData streams; without a server (a COPY that failed) it goes nowhere.
-                    if self.server.is_some() && !self.skip_until_sync && !self.discard_until_sync {
+                    if self.server.is_some() && self.router.mode() == Mode::Normal {
                         run += take;
                     } else {
                         self.forward_client(run);
@@ -118,9 +106,7 @@ impl Session {
                 Ok(Step::Message { tag, len }) => (tag, len),
             };
             // The common case: a linked server and a message forwarded as it is (Execute, Sync, CopyData…).
-            if !self.skip_until_sync
-                && !self.discard_until_sync
-                && !self.inspects(tag)
+            if self.router.passes(tag)
                 && let Some(linked) = self.server.as_mut()
             {
                 linked.conn().tracker.client_message(tag);
@@ -151,36 +137,14 @@ impl Session {
         }
     }
 
-    /// Messages pgmux looks inside (statement names, SQL) rather than passing on unread.
-    fn inspects(&self, tag: u8) -> bool {
-        match tag {
-            b'Q' | b'D' | b'X' => true,
-            b'P' | b'B' | b'C' => self.tracking(),
-            _ => false,
-        }
-    }
-
     /// One message, taken out of the read buffer, that needs more than forwarding.
     async fn dispatch(&mut self, tag: u8, msg: Bytes) -> Result<(), End> {
         if tag == b'X' {
             // With a server linked, `finish` cleans it up.
             return Err(End::ClientGone);
         }
-        if self.skip_until_sync {
-            if tag == b'S' {
-                self.skip_until_sync = false;
-                self.client.out.push(ready_for_query(TxStatus::Idle));
-            }
-            return Ok(());
-        }
-        if self.discard_until_sync {
-            if tag != b'S' {
-                return Ok(());
-            }
-            self.discard_until_sync = false;
-        }
         if self.server.is_none() {
-            match self.unlinked(tag, &msg) {
+            match self.router.unlinked(tag, &msg) {
                 Verdict::Drop => return Ok(()),
                 Verdict::Answer(reply) => {
                     self.client.out.push(reply);
@@ -195,46 +159,12 @@ impl Session {
                 }
             }
         }
-        self.route_linked(tag, msg);
+        let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        let server = linked.conn();
+        let mut view =
+            ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
+        self.router.linked(tag, msg, &mut view, &self.shared.statements);
         Ok(())
-    }
-
-    /// A message that begins a unit while no server is linked: answered here when it needs no server.
-    fn unlinked(&mut self, tag: u8, msg: &[u8]) -> Verdict {
-        if self.lost_transaction && !matches!(tag, b'd' | b'c' | b'f') {
-            self.lost_transaction = false;
-            let err = ErrorMessage::error(
-                sqlstate::CONNECTION_FAILURE,
-                "the server connection was lost while this client was in a transaction; \
-                 the transaction was rolled back",
-            )
-            .to_bytes();
-            return self.answer_unit(tag, err);
-        }
-        match tag {
-            // COPY messages after a COPY that already failed: PostgreSQL ignores them too.
-            b'd' | b'c' | b'f' => Verdict::Drop,
-            // A Sync with nothing before it, a Flush with nothing to flush: no server needed.
-            b'S' => Verdict::Answer(ready_for_query(TxStatus::Idle)),
-            b'H' => Verdict::Drop,
-            _ => self.answer_without_server(tag, msg).unwrap_or(Verdict::NeedServer),
-        }
-    }
-
-    /// Answers the unit that `tag` begins with `error`: a Query, FunctionCall or Sync gets its
-    /// ReadyForQuery at once; an extended-protocol unit gets it at its Sync.
-    pub(super) fn answer_unit(&mut self, tag: u8, error: Bytes) -> Verdict {
-        match tag {
-            b'Q' | b'F' | b'S' => {
-                let mut reply = bytes::BytesMut::from(&error[..]);
-                reply.extend_from_slice(&ready_for_query(TxStatus::Idle));
-                Verdict::Answer(reply.freeze())
-            }
-            _ => {
-                self.skip_until_sync = true;
-                Verdict::Answer(error)
-            }
-        }
     }
 
     /// Handles every whole message (and streamed piece) the server has sent: forwards or swallows each as
@@ -245,8 +175,7 @@ impl Session {
         };
         let server = linked.conn();
         let out = &mut self.client.out;
-        let mut notes = Vec::new();
-        let mut stale_plan = false;
+        let registry = &self.shared.statements;
         let mut run = 0;
         let progress = loop {
             let (tag, len) = match server.io.framer.step(&server.io.rbuf[run..]) {
@@ -264,37 +193,17 @@ impl Session {
                 server.tracker.take_answers(|b| out.push(b));
             }
             let body = &server.io.rbuf[run + 5..run + len];
-            let routed = match tag {
-                b'Z' => match backend::ready_for_query(body) {
-                    Ok(status) => server.tracker.server_ready(status, |n| notes.push(n)).map_err(ServerFailure::from),
-                    Err(e) => Err(e.into()),
-                },
-                b'E' => match ErrorFields::parse(body) {
-                    Ok(f) if f.is_fatal() => Err(ServerFailure::Fatal(Box::new(ServerError::from_fields(&f)))),
-                    Ok(f) => {
-                        stale_plan |= f.code == sqlstate::FEATURE_NOT_SUPPORTED
-                            && f.message.contains("cached plan must not change result type");
-                        server.tracker.server_message(tag, |n| notes.push(n)).map_err(ServerFailure::from)
-                    }
-                    Err(e) => Err(e.into()),
-                },
-                b'S' => {
-                    if let Ok((name, value)) = backend::parameter_status(body) {
-                        server.params.report(name, value);
-                        self.params.report(name, value);
-                    }
-                    Ok(Route::Forward)
+            let routed = if tag == b'S' {
+                if let Ok((name, value)) = backend::parameter_status(body) {
+                    server.params.report(name, value);
+                    self.params.report(name, value);
                 }
-                b'C' => {
-                    if let Ok(command) = backend::command_tag(body) {
-                        self.state.command_completed(command, &mut server.statements);
-                    }
-                    server.tracker.server_message(tag, |n| notes.push(n)).map_err(ServerFailure::from)
-                }
-                _ => server.tracker.server_message(tag, |n| notes.push(n)).map_err(ServerFailure::from),
+                Ok(Route::Forward)
+            } else {
+                self.router.server_message(tag, body, &mut server.tracker, &mut server.statements, registry)
             };
             match routed {
-                Err(reason) => break ServerProgress::Lost(reason),
+                Err(failure) => break ServerProgress::Lost(failure),
                 Ok(Route::Forward) => run += len,
                 Ok(Route::Swallow) => {
                     server.io.forward(run, out);
@@ -310,7 +219,6 @@ impl Session {
         if !matches!(progress, ServerProgress::Lost(_)) {
             server.tracker.take_answers(|b| out.push(b));
         }
-        self.undo_all(notes, stale_plan);
         progress
     }
 }

@@ -1,10 +1,11 @@
 //! What every integration test needs: a PostgreSQL, a pgmux in front of it, clients, and oracle queries
-//! that look at the server directly.
+//! that look at the server directly. Behind the `fixture` feature (on by default), so that pgmux's own
+//! crates can use the rest of the kit in their unit tests without depending on themselves.
 
 use std::time::Duration;
 
+use crate::{APP_USER, DATABASE, PgOptions, PgServer, Role};
 use pgmux_proxy::{Config, Proxy, ProxyHandle};
-use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, Role};
 use tokio_postgres::{Client, NoTls};
 
 /// A PostgreSQL and a pgmux in front of it. Dropping it stops both.
@@ -87,7 +88,7 @@ pub async fn connect(
 /// Connects straight to PostgreSQL as the superuser, for oracle queries.
 pub async fn direct(pg: &PgServer) -> Client {
     let addr = format!("127.0.0.1:{}", pg.port()).parse().expect("address");
-    connect(addr, &pgmux_testkit::SUPERUSER, |_| {}).await.expect("connect directly")
+    connect(addr, &crate::SUPERUSER, |_| {}).await.expect("connect directly")
 }
 
 /// Server connections pgmux holds right now (its user's client backends).

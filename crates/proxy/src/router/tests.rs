@@ -1,0 +1,656 @@
+//! The router driven by byte fixtures, no sockets: what reaches the server, what the client sees, what the
+//! server owes, and what is undone when a message fails or is skipped. A `Rig` plays the session: it holds
+//! one client's router, the server connections it may land on, and the statement registry every client
+//! shares; `serve` plays the relay loop's server half.
+
+use bytes::Bytes;
+use pgmux_proto::TxStatus;
+use pgmux_testkit::wire::{cstr, msg};
+
+use super::*;
+
+/// One server connection as the router sees it between links.
+#[derive(Default)]
+struct Server {
+    tracker: TxTracker<Undo>,
+    statements: Option<ServerStatements>,
+    out: WriteQueue,
+}
+
+impl Server {
+    fn new(capacity: usize) -> Self {
+        Server { statements: Some(ServerStatements::new(capacity)), ..Default::default() }
+    }
+}
+
+struct Rig {
+    router: Router,
+    registry: Registry,
+    servers: Vec<Server>,
+    /// Which server the client is linked to.
+    on: usize,
+}
+
+impl Rig {
+    /// A client with two servers to land on, each keeping up to `capacity` statements.
+    fn new(capacity: usize) -> Rig {
+        Rig {
+            router: Router::new(1, true),
+            registry: Registry::default(),
+            servers: vec![Server::new(capacity), Server::new(capacity)],
+            on: 0,
+        }
+    }
+
+    fn untracked() -> Rig {
+        Rig { router: Router::new(1, false), ..Rig::new(10) }
+    }
+
+    /// A second client sharing this one's registry and servers.
+    fn other_client(&mut self) -> Router {
+        Router::new(2, true)
+    }
+
+    /// Sends client messages to the linked server; returns what was queued for it, as readable tokens.
+    fn client(&mut self, messages: &[Vec<u8>]) -> Vec<String> {
+        for m in messages {
+            let server = &mut self.servers[self.on];
+            let statements = server.statements.as_mut().expect("statements");
+            let mut view = ServerView { tracker: &mut server.tracker, statements, out: &mut server.out };
+            self.router.linked(m[0], Bytes::copy_from_slice(m), &mut view, &self.registry);
+        }
+        tokens(&self.servers[self.on].out.take_all())
+    }
+
+    /// The server's replies, in order, as the relay loop feeds them; returns what the client sees: forwarded
+    /// messages as their tag, pgmux's own answers as `*` and their tag. Panics if the server is lost.
+    fn serve(&mut self, replies: &[Vec<u8>]) -> Vec<String> {
+        self.try_serve(replies).expect("the server stays linked")
+    }
+
+    fn try_serve(&mut self, replies: &[Vec<u8>]) -> Result<Vec<String>, ServerFailure> {
+        let mut seen = Vec::new();
+        let server = &mut self.servers[self.on];
+        for reply in replies {
+            server.tracker.take_answers(|b| seen.extend(tokens(&b).into_iter().map(|t| format!("*{t}"))));
+            let statements = server.statements.as_mut().expect("statements");
+            let route =
+                self.router.server_message(reply[0], &reply[5..], &mut server.tracker, statements, &self.registry)?;
+            if route == Route::Forward {
+                seen.push((reply[0] as char).to_string());
+            }
+        }
+        server.tracker.take_answers(|b| seen.extend(tokens(&b).into_iter().map(|t| format!("*{t}"))));
+        Ok(seen)
+    }
+
+    fn server_has(&mut self, server: usize, sql: &str) -> bool {
+        let id = self.registry.intern(&parse_key(sql)).id;
+        self.servers[server].statements.as_mut().expect("statements").has(id)
+    }
+
+    fn named(&self, name: &str) -> bool {
+        self.router.names.named.contains_key(name)
+    }
+}
+
+/// Readable tokens for a stream of messages: `P pgmux_1`, `B pgmux_1`, `DS s`, `CS pgmux_2`, `E`, `Q`, ...
+fn tokens(bytes: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 5 <= bytes.len() {
+        let tag = bytes[at];
+        let len = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        let body = &bytes[at + 5..at + 1 + len];
+        let name = |b: &[u8]| String::from_utf8_lossy(b.split(|c| *c == 0).next().unwrap_or_default()).into_owned();
+        out.push(match tag {
+            b'P' => format!("P {}", name(body)),
+            b'B' => format!("B {}", name(&body[name(body).len() + 1..])),
+            b'D' | b'C' if matches!(body.first(), Some(b'S' | b'P')) => {
+                format!("{}{} {}", tag as char, body[0] as char, name(&body[1..]))
+            }
+            // An ErrorResponse (pgmux's own answer) shows its SQLSTATE; a client's Execute starts with a portal.
+            b'E' if body.first() != Some(&0) => format!("E {}", field(body, b'C').unwrap_or_default()),
+            tag => (tag as char).to_string(),
+        });
+        at += 1 + len;
+    }
+    out
+}
+
+/// A field of an ErrorResponse body.
+fn field(body: &[u8], code: u8) -> Option<String> {
+    let mut rest = body;
+    while let Some((&kind, tail)) = rest.split_first() {
+        let end = tail.iter().position(|&c| c == 0)?;
+        if kind == code {
+            return Some(String::from_utf8_lossy(&tail[..end]).into_owned());
+        }
+        rest = &tail[end + 1..];
+    }
+    None
+}
+
+fn parse_key(sql: &str) -> Vec<u8> {
+    let mut k = cstr(sql);
+    k.extend_from_slice(&[0, 0]);
+    k
+}
+
+// Client messages.
+fn parse(name: &str, sql: &str) -> Vec<u8> {
+    let mut body = cstr(name);
+    body.extend(parse_key(sql));
+    msg(b'P', &body)
+}
+fn bind(statement: &str) -> Vec<u8> {
+    let mut body = cstr("");
+    body.extend(cstr(statement));
+    body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    msg(b'B', &body)
+}
+fn describe(kind: u8, name: &str) -> Vec<u8> {
+    let mut body = vec![kind];
+    body.extend(cstr(name));
+    msg(b'D', &body)
+}
+fn close(kind: u8, name: &str) -> Vec<u8> {
+    let mut body = vec![kind];
+    body.extend(cstr(name));
+    msg(b'C', &body)
+}
+fn execute() -> Vec<u8> {
+    let mut body = cstr("");
+    body.extend_from_slice(&[0, 0, 0, 0]);
+    msg(b'E', &body)
+}
+fn sync() -> Vec<u8> {
+    msg(b'S', b"")
+}
+fn flush() -> Vec<u8> {
+    msg(b'H', b"")
+}
+fn query(sql: &str) -> Vec<u8> {
+    msg(b'Q', &cstr(sql))
+}
+
+// Server replies.
+fn parsed() -> Vec<u8> {
+    msg(b'1', b"")
+}
+fn bound() -> Vec<u8> {
+    msg(b'2', b"")
+}
+fn closed() -> Vec<u8> {
+    msg(b'3', b"")
+}
+fn params_described() -> Vec<u8> {
+    msg(b't', &[0, 0])
+}
+fn rows_described() -> Vec<u8> {
+    msg(b'T', &[0, 0])
+}
+fn row() -> Vec<u8> {
+    msg(b'D', &[0, 0])
+}
+fn done(tag: &str) -> Vec<u8> {
+    msg(b'C', &cstr(tag))
+}
+fn ready(status: u8) -> Vec<u8> {
+    msg(b'Z', &[status])
+}
+fn error(code: &str, message: &str) -> Vec<u8> {
+    let mut body = b"SERROR\0VERROR\0C".to_vec();
+    body.extend(cstr(code));
+    body.push(b'M');
+    body.extend(cstr(message));
+    body.push(0);
+    msg(b'E', &body)
+}
+fn fatal() -> Vec<u8> {
+    msg(b'E', b"SFATAL\0VFATAL\0C57P01\0Mterminating connection due to administrator command\0\0")
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A name prepared and executed once on server 0.
+fn prepared_once(rig: &mut Rig, name: &str, sql: &str) {
+    rig.client(&[parse(name, sql), bind(name), execute(), sync()]);
+    rig.serve(&[parsed(), bound(), done("SELECT 1"), ready(b'I')]);
+}
+
+// ---- Parse ----
+
+#[test]
+fn a_named_parse_goes_to_the_server_under_pgmux_name() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.client(&[parse("s1", "select 1"), sync()]), strs(&["P pgmux_1", "S"]));
+    assert_eq!(rig.serve(&[parsed(), ready(b'I')]), strs(&["1", "Z"]));
+    assert!(rig.named("s1") && rig.server_has(0, "select 1"));
+}
+
+#[test]
+fn a_parse_of_a_statement_the_server_has_is_answered_in_its_turn() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    // Another client prepares the same text under its own name: the server already has it.
+    let mut other = rig.other_client();
+    std::mem::swap(&mut rig.router, &mut other);
+    assert_eq!(rig.client(&[parse("x", "select 1"), bind("x"), sync()]), strs(&["B pgmux_1", "S"]));
+    assert_eq!(rig.serve(&[bound(), ready(b'I')]), strs(&["*1", "2", "Z"]));
+}
+
+#[test]
+fn an_unnamed_parse_goes_as_it_is() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.client(&[parse("", "select 2"), bind(""), execute(), sync()]), strs(&["P ", "B ", "E", "S"]));
+    assert_eq!(rig.serve(&[parsed(), bound(), done("SELECT 1"), ready(b'I')]), strs(&["1", "2", "C", "Z"]));
+}
+
+#[test]
+fn a_parse_reusing_a_live_name_gets_42p05_and_the_unit_is_discarded_up_to_its_sync() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    let sent = rig.client(&[parse("s1", "select 2"), bind("s1"), execute(), sync()]);
+    assert_eq!(sent, strs(&["S"]), "only the Sync reaches the server");
+    assert_eq!(rig.router.mode(), Mode::Normal, "the Sync ended the discarding");
+    assert_eq!(rig.serve(&[ready(b'I')]), strs(&["*E 42P05", "Z"]));
+}
+
+#[test]
+fn a_parse_reusing_a_live_name_without_a_server_skips_to_the_sync() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    let Verdict::Answer(err) = rig.router.unlinked(b'P', &parse("s1", "select 2")) else { panic!("answered") };
+    assert_eq!(tokens(&err), strs(&["E 42P05"]));
+    assert_eq!(rig.router.mode(), Mode::SkipToSync);
+    assert_eq!(rig.router.unlinked(b'B', &bind("s1")), Verdict::Drop);
+    let Verdict::Answer(end) = rig.router.unlinked(b'S', &sync()) else { panic!("the Sync is answered") };
+    assert_eq!(tokens(&end), strs(&["Z"]));
+    assert_eq!(rig.router.mode(), Mode::Normal);
+}
+
+#[test]
+fn a_malformed_parse_is_answered_with_a_protocol_violation_in_its_turn() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.client(&[msg(b'P', b"no terminator"), sync()]), strs(&["S"]));
+    assert_eq!(rig.serve(&[ready(b'I')]), strs(&["*E 08P01", "Z"]));
+}
+
+// ---- Bind ----
+
+#[test]
+fn a_bind_is_renamed_to_the_server_name() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("s1", "select 1")]);
+    assert_eq!(rig.client(&[bind("s1")]), strs(&["B pgmux_1"]));
+}
+
+#[test]
+fn a_bind_on_a_server_that_lacks_the_statement_is_preceded_by_a_parse_whose_reply_the_client_never_sees() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    rig.on = 1;
+    assert_eq!(rig.client(&[bind("s1"), execute(), sync()]), strs(&["P pgmux_1", "B pgmux_1", "E", "S"]));
+    assert_eq!(rig.serve(&[parsed(), bound(), done("SELECT 1"), ready(b'I')]), strs(&["2", "C", "Z"]));
+    assert!(rig.server_has(1, "select 1"));
+}
+
+#[test]
+fn a_bind_of_a_name_the_client_never_parsed_goes_as_it_is() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.client(&[bind("nope"), sync()]), strs(&["B nope", "S"]));
+    assert_eq!(
+        rig.serve(&[error("26000", "prepared statement \"nope\" does not exist"), ready(b'I')]),
+        strs(&["E", "Z"])
+    );
+}
+
+#[test]
+fn an_unnamed_bind_in_a_later_unit_on_another_server_replays_the_unnamed_parse() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("", "select 3"), sync()]);
+    rig.serve(&[parsed(), ready(b'I')]);
+    rig.on = 1;
+    assert_eq!(rig.client(&[bind(""), execute(), sync()]), strs(&["P ", "B ", "E", "S"]));
+    assert_eq!(rig.serve(&[parsed(), bound(), done("SELECT 1"), ready(b'I')]), strs(&["2", "C", "Z"]));
+    // Back on the first server, whose unnamed statement is still the client's: no replay.
+    rig.on = 0;
+    assert_eq!(rig.client(&[bind(""), sync()]), strs(&["B ", "S"]));
+}
+
+#[test]
+fn an_unnamed_statement_of_another_client_on_the_server_is_replaced() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("", "select 3"), sync()]);
+    rig.serve(&[parsed(), ready(b'I')]);
+    let mut other = rig.other_client();
+    std::mem::swap(&mut rig.router, &mut other);
+    rig.client(&[parse("", "select 4"), sync()]);
+    rig.serve(&[parsed(), ready(b'I')]);
+    std::mem::swap(&mut rig.router, &mut other);
+    assert_eq!(rig.client(&[bind(""), sync()]), strs(&["P ", "B ", "S"]));
+}
+
+#[test]
+fn a_simple_query_destroys_the_unnamed_statement_so_the_next_bind_replays_it() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("", "select 3"), sync()]);
+    rig.serve(&[parsed(), ready(b'I')]);
+    assert_eq!(rig.client(&[query("select 1")]), strs(&["Q"]));
+    rig.serve(&[rows_described(), row(), done("SELECT 1"), ready(b'I')]);
+    assert_eq!(rig.client(&[bind(""), sync()]), strs(&["P ", "B ", "S"]));
+}
+
+// ---- Describe ----
+
+#[test]
+fn describe_statement_on_a_server_that_lacks_it_injects_the_parse() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    rig.on = 1;
+    assert_eq!(rig.client(&[describe(b'S', "s1"), sync()]), strs(&["P pgmux_1", "DS pgmux_1", "S"]));
+    assert_eq!(rig.serve(&[parsed(), params_described(), rows_described(), ready(b'I')]), strs(&["t", "T", "Z"]));
+}
+
+#[test]
+fn describe_of_a_portal_goes_as_it_is() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("s1", "select 1")]);
+    assert_eq!(rig.client(&[bind("s1"), describe(b'P', ""), execute(), sync()]), strs(&["B pgmux_1", "DP ", "E", "S"]));
+    assert_eq!(
+        rig.serve(&[parsed(), bound(), rows_described(), row(), done("SELECT 1"), ready(b'I')]),
+        strs(&["1", "2", "T", "D", "C", "Z"])
+    );
+}
+
+#[test]
+fn describe_of_the_unnamed_statement_on_another_server_replays_its_parse() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("", "select 5"), sync()]);
+    rig.serve(&[parsed(), ready(b'I')]);
+    rig.on = 1;
+    assert_eq!(rig.client(&[describe(b'S', ""), sync()]), strs(&["P ", "DS ", "S"]));
+    assert_eq!(rig.serve(&[parsed(), params_described(), msg(b'n', b""), ready(b'I')]), strs(&["t", "n", "Z"]));
+}
+
+// ---- Close, Sync, Flush ----
+
+#[test]
+fn closing_a_statement_is_answered_in_turn_and_the_server_keeps_it_for_others() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    // Another client still names the statement, as others would.
+    let held = rig.registry.intern(&parse_key("select 1"));
+    assert_eq!(rig.client(&[close(b'S', "s1"), sync()]), strs(&["S"]));
+    assert_eq!(rig.serve(&[ready(b'I')]), strs(&["*3", "Z"]));
+    assert!(!rig.named("s1") && rig.server_has(0, "select 1"));
+    drop(held);
+}
+
+#[test]
+fn closing_a_statement_without_a_server_needs_none() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    let Verdict::Answer(reply) = rig.router.unlinked(b'C', &close(b'S', "s1")) else { panic!("answered") };
+    assert_eq!(tokens(&reply), strs(&["3"]));
+    assert!(!rig.named("s1"));
+}
+
+#[test]
+fn closing_a_portal_goes_to_the_server() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.client(&[close(b'P', "p"), sync()]), strs(&["CP p", "S"]));
+    assert_eq!(rig.serve(&[closed(), ready(b'I')]), strs(&["3", "Z"]));
+}
+
+#[test]
+fn a_sync_and_a_flush_without_a_server_need_none() {
+    let mut rig = Rig::new(10);
+    let Verdict::Answer(reply) = rig.router.unlinked(b'S', &sync()) else { panic!("answered") };
+    assert_eq!(tokens(&reply), strs(&["Z"]));
+    assert_eq!(rig.router.unlinked(b'H', &flush()), Verdict::Drop);
+    assert_eq!(rig.router.unlinked(b'Q', &query("select 1")), Verdict::NeedServer);
+}
+
+#[test]
+fn a_flush_keeps_the_unit_open_until_its_sync() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.client(&[parse("s1", "select 1"), flush()]), strs(&["P pgmux_1", "H"]));
+    assert_eq!(rig.serve(&[parsed()]), strs(&["1"]));
+    assert!(!rig.servers[0].tracker.may_release(), "no Sync yet");
+    rig.client(&[bind("s1"), execute(), sync()]);
+    rig.serve(&[bound(), done("SELECT 1"), ready(b'I')]);
+    assert!(rig.servers[0].tracker.may_release());
+}
+
+// ---- Eviction ----
+
+#[test]
+fn a_full_server_closes_its_least_recently_used_statement_and_the_client_never_sees_that() {
+    let mut rig = Rig::new(2);
+    prepared_once(&mut rig, "a", "select 1");
+    prepared_once(&mut rig, "b", "select 2");
+    let sent = rig.client(&[parse("c", "select 3"), bind("c"), execute(), sync()]);
+    assert_eq!(sent, strs(&["CS pgmux_1", "P pgmux_3", "B pgmux_3", "E", "S"]));
+    assert_eq!(rig.serve(&[closed(), parsed(), bound(), done("SELECT 1"), ready(b'I')]), strs(&["1", "2", "C", "Z"]));
+    assert!(!rig.server_has(0, "select 1") && rig.server_has(0, "select 3"));
+    // The evicted statement is still the client's: used again, it is prepared again.
+    assert_eq!(rig.client(&[bind("a"), sync()])[..2], strs(&["CS pgmux_2", "P pgmux_1"]));
+}
+
+#[test]
+fn an_eviction_skipped_by_an_error_leaves_the_statement_where_it_was() {
+    let mut rig = Rig::new(1);
+    rig.client(&[parse("a", "select 1"), bind("a"), execute(), sync()]);
+    // The Parse fails: nothing after it in the unit runs, so neither does anything it needed.
+    rig.serve(&[error("42601", "syntax error"), ready(b'I')]);
+    assert!(!rig.named("a"));
+    prepared_once(&mut rig, "b", "select 2");
+    // A Bind of an unknown name goes through; the eviction Close ahead of a later Parse is skipped by an
+    // error in the same unit before it: the server still has the statement.
+    rig.client(&[bind("nope"), parse("c", "select 3"), sync()]);
+    rig.serve(&[error("26000", "nope"), ready(b'I')]);
+    assert!(rig.server_has(0, "select 2"), "the Close never ran");
+    assert!(!rig.named("c"));
+}
+
+// ---- DEALLOCATE and DISCARD ----
+
+#[test]
+fn deallocate_of_a_client_name_needs_no_server() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    let Verdict::Answer(reply) = rig.router.unlinked(b'Q', &query("DEALLOCATE s1")) else { panic!("answered") };
+    assert_eq!(tokens(&reply), strs(&["C", "Z"]));
+    assert!(!rig.named("s1"));
+    assert_eq!(rig.router.unlinked(b'Q', &query("DEALLOCATE s1")), Verdict::NeedServer, "no longer the client's");
+}
+
+#[test]
+fn deallocate_inside_a_transaction_is_answered_in_turn_with_the_transaction_status() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    rig.client(&[query("begin")]);
+    rig.serve(&[done("BEGIN"), ready(b'T')]);
+    assert_eq!(rig.client(&[query("deallocate s1")]), Vec::<String>::new());
+    let seen = rig.serve(&[]);
+    assert_eq!(seen, strs(&["*C", "*Z"]));
+}
+
+#[test]
+fn deallocate_all_and_discard_all_forget_every_name_and_the_server_statements() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    assert_eq!(rig.client(&[query("DEALLOCATE ALL")]), strs(&["Q"]));
+    rig.serve(&[done("DEALLOCATE ALL"), ready(b'I')]);
+    assert!(!rig.named("s1") && !rig.server_has(0, "select 1"));
+
+    prepared_once(&mut rig, "s2", "select 2");
+    rig.client(&[query("select pg_advisory_lock(1)")]);
+    assert!(rig.router.pin().is_some());
+    rig.client(&[query("DISCARD ALL")]);
+    rig.serve(&[rows_described(), row(), done("SELECT 1"), ready(b'I'), done("DISCARD ALL"), ready(b'I')]);
+    assert!(!rig.named("s2") && !rig.server_has(0, "select 2"));
+    assert_eq!(rig.router.pin(), None, "DISCARD ALL released the lock");
+    assert!(rig.router.take_settings_dirty(), "and reset every setting");
+}
+
+// ---- Errors in pipelines ----
+
+#[test]
+fn an_error_in_a_pipeline_skips_to_the_sync_and_undoes_the_names_it_skipped() {
+    let mut rig = Rig::new(10);
+    let sent = rig.client(&[parse("s1", "select 1/0"), bind("s1"), execute(), parse("s2", "select 2"), sync()]);
+    assert_eq!(sent, strs(&["P pgmux_1", "B pgmux_1", "E", "P pgmux_2", "S"]));
+    let seen = rig.serve(&[parsed(), bound(), error("22012", "division by zero"), ready(b'E')]);
+    assert_eq!(seen, strs(&["1", "2", "E", "Z"]));
+    assert!(rig.named("s1"), "s1 was parsed before the error");
+    assert!(!rig.named("s2") && !rig.server_has(0, "select 2"), "s2's Parse was skipped");
+    assert!(rig.servers[0].tracker.nothing_owed());
+}
+
+#[test]
+fn an_error_for_an_injected_parse_reaches_the_client_and_the_statement_is_not_counted_on_the_server() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select * from t");
+    rig.on = 1;
+    rig.client(&[bind("s1"), execute(), sync()]);
+    let seen = rig.serve(&[error("42P01", "relation \"t\" does not exist"), ready(b'I')]);
+    assert_eq!(seen, strs(&["E", "Z"]));
+    assert!(!rig.server_has(1, "select * from t"));
+}
+
+#[test]
+fn a_close_pgmux_answered_is_undone_when_an_earlier_error_skips_it() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select 1");
+    rig.client(&[bind("nope"), close(b'S', "s1"), sync()]);
+    let seen = rig.serve(&[error("26000", "nope"), ready(b'I')]);
+    assert_eq!(seen, strs(&["E", "Z"]), "the skipped Close gets no CloseComplete");
+    assert!(rig.named("s1"), "the name is back");
+}
+
+#[test]
+fn cached_plan_must_not_change_result_type_invalidates_the_statement_once_everywhere() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select * from t");
+    rig.client(&[bind("s1"), execute(), sync()]);
+    let seen = rig.serve(&[error("0A000", "cached plan must not change result type"), ready(b'I')]);
+    assert_eq!(seen, strs(&["E", "Z"]), "the client sees PostgreSQL's own error, once");
+    // The next use prepares the statement again under a new name, on this server and any other.
+    assert_eq!(rig.client(&[bind("s1"), execute(), sync()]), strs(&["P pgmux_2", "B pgmux_2", "E", "S"]));
+    assert_eq!(rig.serve(&[parsed(), bound(), done("SELECT 1"), ready(b'I')]), strs(&["2", "C", "Z"]));
+    let mut other = rig.other_client();
+    std::mem::swap(&mut rig.router, &mut other);
+    assert_eq!(rig.client(&[parse("x", "select * from t"), sync()]), strs(&["S"]), "the new one is shared");
+}
+
+// ---- The server lost ----
+
+#[test]
+fn a_fatal_error_or_an_unexplained_reply_loses_the_server() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("select pg_sleep(1)")]);
+    let lost = rig.try_serve(&[fatal()]).expect_err("FATAL ends the session");
+    assert!(matches!(lost, ServerFailure::Fatal(ref e) if e.code == "57P01"), "{lost}");
+    let mut rig = Rig::new(10);
+    let lost = rig.try_serve(&[bound()]).expect_err("nothing was owed");
+    assert!(matches!(lost, ServerFailure::Unexpected(_)), "{lost}");
+}
+
+#[test]
+fn a_server_lost_mid_unit_answers_each_owed_reply_and_skips_the_rest_of_the_unit() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("select 1"), parse("s1", "select 2"), bind("s1")]);
+    let tracker = std::mem::take(&mut rig.servers[0].tracker);
+    let err = Bytes::from(error("08006", "lost"));
+    let reply = rig.router.server_lost(tracker, &err, &rig.registry);
+    assert_eq!(tokens(&reply), strs(&["E 08006", "Z", "E 08006"]), "the Query's reply, then the open unit's error");
+    assert_eq!(rig.router.mode(), Mode::SkipToSync);
+    assert!(!rig.named("s1"), "the Parse never ran");
+    assert_eq!(rig.router.unlinked(b'E', &execute()), Verdict::Drop);
+    assert!(matches!(rig.router.unlinked(b'S', &sync()), Verdict::Answer(_)));
+}
+
+#[test]
+fn a_server_lost_while_the_client_idles_in_a_transaction_fails_its_next_unit_once() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("begin")]);
+    rig.serve(&[done("BEGIN"), ready(b'T')]);
+    let tracker = std::mem::take(&mut rig.servers[0].tracker);
+    let reply = rig.router.server_lost(tracker, &Bytes::from(error("08006", "lost")), &rig.registry);
+    assert!(reply.is_empty(), "nothing was owed: the client hears of it at its next unit");
+    assert_eq!(rig.router.mode(), Mode::LostTransaction);
+    let Verdict::Answer(err) = rig.router.unlinked(b'Q', &query("insert into t values (1)")) else { panic!() };
+    assert_eq!(tokens(&err), strs(&["E 08006", "Z"]));
+    assert_eq!(rig.router.unlinked(b'Q', &query("select 1")), Verdict::NeedServer, "once");
+}
+
+// ---- Session state ----
+
+#[test]
+fn listen_and_other_session_state_pin_the_client_and_the_pin_is_reported_once() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("LISTEN jobs")]);
+    rig.serve(&[done("LISTEN"), ready(b'I')]);
+    assert_eq!(rig.router.pin(), Some(PinReason::Listen));
+    assert_eq!(rig.router.pin_to_report(), Some(PinReason::Listen));
+    assert_eq!(rig.router.pin_to_report(), None);
+}
+
+#[test]
+fn set_and_set_config_mark_the_settings_for_reading_back() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("SET TimeZone = 'UTC'")]);
+    rig.serve(&[done("SET"), ready(b'I')]);
+    assert!(rig.router.take_settings_dirty() && !rig.router.take_settings_dirty());
+    rig.client(&[parse("", "select set_config('search_path', 'x', false)")]);
+    assert!(rig.router.settings_dirty());
+}
+
+#[test]
+fn with_tracking_off_names_go_through_unchanged() {
+    let mut rig = Rig::untracked();
+    assert_eq!(
+        rig.client(&[parse("s1", "select 1"), bind("s1"), close(b'S', "s1"), sync()]),
+        strs(&["P s1", "B s1", "CS s1", "S"])
+    );
+    assert!(!rig.router.passes(b'Q') && rig.router.passes(b'P'), "only SQL is read");
+}
+
+#[test]
+fn only_uninspected_messages_in_normal_mode_take_the_fast_path() {
+    let mut rig = Rig::new(10);
+    assert!(rig.router.passes(b'E') && rig.router.passes(b'S') && rig.router.passes(b'd'));
+    assert!(
+        !rig.router.passes(b'P') && !rig.router.passes(b'B') && !rig.router.passes(b'Q') && !rig.router.passes(b'D')
+    );
+    rig.router.answer_unit(b'B', Bytes::from(error("53300", "busy")));
+    assert!(!rig.router.passes(b'E'), "skipping: every message goes through the router");
+}
+
+#[test]
+fn answering_a_unit_ends_a_simple_query_at_once_and_an_extended_one_at_its_sync() {
+    let mut rig = Rig::new(10);
+    let Verdict::Answer(q) = rig.router.answer_unit(b'Q', Bytes::from(error("53300", "busy"))) else { panic!() };
+    assert_eq!(tokens(&q), strs(&["E 53300", "Z"]));
+    assert_eq!(rig.router.mode(), Mode::Normal);
+    let Verdict::Answer(p) = rig.router.answer_unit(b'P', Bytes::from(error("53300", "busy"))) else { panic!() };
+    assert_eq!(tokens(&p), strs(&["E 53300"]));
+    assert_eq!(rig.router.mode(), Mode::SkipToSync);
+}
+
+#[test]
+fn a_server_status_in_a_transaction_keeps_the_link_until_idle() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("begin; select 1")]);
+    rig.serve(&[done("BEGIN"), rows_described(), row(), done("SELECT 1"), ready(b'T')]);
+    assert!(!rig.servers[0].tracker.may_release());
+    assert_eq!(rig.servers[0].tracker.status(), TxStatus::InTransaction);
+    rig.client(&[query("commit")]);
+    rig.serve(&[done("COMMIT"), ready(b'I')]);
+    assert!(rig.servers[0].tracker.may_release());
+}
