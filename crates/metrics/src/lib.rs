@@ -6,11 +6,18 @@
 //! (snapshots, percentiles, the last-minute [`Window`], Prometheus / OpenMetrics text, CloudWatch EMF lines)
 //! works on snapshots, off the data path. No I/O here: callers serve the text and print the lines.
 
+mod emf;
+mod expo;
 mod family;
 mod histogram;
 mod scalar;
 mod window;
 
+pub use emf::{
+    EmfError, EmfMetric, EmfTarget, EmfUnit, EmfValue, MAX_DIMENSIONS, MAX_METRICS_PER_DOCUMENT,
+    MAX_VALUES_PER_DOCUMENT, MAX_VALUES_PER_METRIC, emf_lines,
+};
+pub use expo::{Desc, Encoder, Format, Labels, Unit};
 pub use family::{CounterFamily, GaugeFamily, Label};
 pub use histogram::{
     BUCKETS, Histogram, HistogramSnapshot, MAX_TRACKED_US, PROMETHEUS_BOUNDS_US, bucket_bounds, bucket_index,
