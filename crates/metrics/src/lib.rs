@@ -6,6 +6,8 @@
 //! (snapshots, percentiles, the last-minute [`Window`], Prometheus / OpenMetrics text, CloudWatch EMF lines)
 //! works on snapshots, off the data path. No I/O here: callers serve the text and print the lines.
 
+mod catalog;
+mod cloudwatch;
 mod emf;
 mod expo;
 mod family;
@@ -13,6 +15,11 @@ mod histogram;
 mod scalar;
 mod window;
 
+pub use catalog::{
+    ClientState, DESCS, Latency, LatencyRow, LoginResult, Metrics, PinReason, ReloadResult, ServerCloseReason,
+    ServerState, Snapshot, TooManyCause, render, value_of,
+};
+pub use cloudwatch::{DEFAULT_MAX_LATENCY_VALUES, RDS_PROXY_NAMES, cloudwatch_lines, cloudwatch_metrics};
 pub use emf::{
     EmfError, EmfMetric, EmfTarget, EmfUnit, EmfValue, MAX_DIMENSIONS, MAX_METRICS_PER_DOCUMENT,
     MAX_VALUES_PER_DOCUMENT, MAX_VALUES_PER_METRIC, emf_lines,
