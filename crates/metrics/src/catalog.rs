@@ -361,6 +361,13 @@ pub fn render(snap: &Snapshot, format: Format, started_unix: Option<f64>) -> Str
     if let Some(t) = started_unix {
         e = e.with_created(t);
     }
+    encode_all(&mut e, snap);
+    e.finish()
+}
+
+/// Writes every metric of `snap` to `e`, for callers that add metrics of their own before
+/// [`Encoder::finish`].
+pub fn encode_all(e: &mut Encoder, snap: &Snapshot) {
     e.gauge_samples(&BUILD_INFO, &[(&[("version", env!("CARGO_PKG_VERSION"))], 1)]);
     e.counter_family(&CLIENT_LOGINS, &snap.client_logins);
     e.counter(&TRANSACTIONS, snap.transactions);
@@ -387,7 +394,6 @@ pub fn render(snap: &Snapshot, format: Format, started_unix: Option<f64>) -> Str
     e.histogram(&XACT_TIME, &snap.transaction_time);
     e.histogram(&QUERY_TIME, &snap.query_time);
     e.histogram(&CONNECT_TIME, &snap.server_connect_time);
-    e.finish()
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ mod window;
 
 pub use catalog::{
     ClientState, DESCS, Latency, LatencyRow, LoginResult, Metrics, PinReason, ReloadResult, ServerCloseReason,
-    ServerState, Snapshot, TooManyCause, render, value_of,
+    ServerState, Snapshot, TooManyCause, encode_all, render, value_of,
 };
 pub use cloudwatch::{DEFAULT_MAX_LATENCY_VALUES, RDS_PROXY_NAMES, cloudwatch_lines, cloudwatch_metrics};
 pub use emf::{
