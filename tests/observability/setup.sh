@@ -27,6 +27,12 @@ exporter() {
     return 0
   fi
   command -v go >/dev/null 2>&1 || fail "go is missing (apt-get install golang-go, or tests/prereqs.sh as root)"
+  # The exporter's go.mod says go 1.25.0; Go 1.21 and later fetch that toolchain themselves (GOTOOLCHAIN=auto,
+  # through the module proxy), older ones cannot.
+  local minor
+  minor=$(go env GOVERSION | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+  [ "${minor:-0}" -ge 21 ] ||
+    fail "$(go env GOVERSION) is too old: pgbouncer_exporter $EXPORTER_VERSION needs Go 1.25 (Go 1.21+ fetches it itself)"
   # `go install …@version` asks the proxy for the version list, which is refused here; building a package of
   # a module that a throw-away module requires does not.
   local work="$tools/exporter-build"
