@@ -1,6 +1,6 @@
 # The two commands of the README, and their helpers. Each installs what it needs (tests/prereqs.sh).
 
-.PHONY: demo test lint unit prereqs bench bench-quick
+.PHONY: demo test lint unit prereqs bench bench-quick observability
 
 # pgmux in front of a throwaway PostgreSQL, under the Lambda Managed Instances workload, side by side
 # with the same workload straight against PostgreSQL.
@@ -8,10 +8,10 @@ demo: prereqs
 	cargo build --release -p pgmux -p pgmux-benches
 	target/release/pgmux-demo
 
-# Everything CI runs: formatting, lints, unit and integration tests, the driver compatibility matrix, and the
-# benchmark driver in its quick form (every workload once, in seconds, against pgmux, PgBouncer and
-# PostgreSQL; figures not judged).
-test: prereqs lint unit drivers bench-quick
+# Everything CI runs: formatting, lints, unit and integration tests, the observability checks against the real
+# tools, the driver compatibility matrix, and the benchmark driver in its quick form (every workload once, in
+# seconds, against pgmux, PgBouncer and PostgreSQL; figures not judged).
+test: prereqs lint unit observability drivers bench-quick
 
 prereqs:
 	tests/prereqs.sh
@@ -21,7 +21,16 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 unit:
-	cargo test --workspace
+	cargo test --workspace --exclude pgmux-observability-tests
+
+# Issue 12's checks against the real tools (tests/observability/README.md): pgbouncer_exporter against
+# PgBouncer's console, promtool and prometheus-client on pgmux's metrics text, EMF lines against the
+# specification and aws-embedded-metrics. setup.sh installs the pinned tools (quick when done); pgmux is built
+# for the tests that run the binary.
+observability: prereqs
+	tests/observability/setup.sh
+	cargo build -p pgmux
+	cargo test -p pgmux-observability-tests
 
 # The full benchmark (several minutes): pgmux vs. PgBouncer vs. PostgreSQL directly, W1-W7, three rounds;
 # rewrites the generated section of docs/benchmarks.md (and writes every figure to target/benchmarks.json).

@@ -208,6 +208,64 @@ pub fn command_complete(buf: &mut BytesMut, tag: &str) {
     message(buf, b'C', |b| cstr(b, tag));
 }
 
+/// One column of a `RowDescription` that pgmux writes itself: always text format, no table behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column<'a> {
+    pub name: &'a str,
+    /// The type's OID (25 text, 20 int8, 23 int4, 1700 numeric, ...).
+    pub type_oid: u32,
+    /// The type's length as `pg_type.typlen` says (-1 for variable length).
+    pub type_len: i16,
+}
+
+/// `RowDescription`: table OID 0, attribute 0, type modifier -1 and text format for every column.
+pub fn row_description(buf: &mut BytesMut, columns: &[Column<'_>]) {
+    message(buf, b'T', |b| {
+        b.put_i16(i16::try_from(columns.len()).unwrap_or(i16::MAX));
+        for c in columns.iter().take(i16::MAX as usize) {
+            cstr(b, c.name);
+            b.put_u32(0);
+            b.put_i16(0);
+            b.put_u32(c.type_oid);
+            b.put_i16(c.type_len);
+            b.put_i32(-1);
+            b.put_i16(0);
+        }
+    });
+}
+
+/// `DataRow` of text values; `None` is NULL.
+pub fn data_row(buf: &mut BytesMut, values: &[Option<&[u8]>]) {
+    message(buf, b'D', |b| {
+        b.put_i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
+        for v in values.iter().take(i16::MAX as usize) {
+            match v {
+                Some(v) => {
+                    b.put_i32(i32::try_from(v.len()).unwrap_or(i32::MAX));
+                    b.put_slice(&v[..v.len().min(i32::MAX as usize)]);
+                }
+                None => b.put_i32(-1),
+            }
+        }
+    });
+}
+
+/// `NoticeResponse` with severity NOTICE, a SQLSTATE and a message.
+pub fn notice(buf: &mut BytesMut, code: &str, text: &str) {
+    message(buf, b'N', |b| {
+        for (field, value) in [(b'S', "NOTICE"), (b'V', "NOTICE"), (b'C', code), (b'M', text)] {
+            b.put_u8(field);
+            cstr(b, value);
+        }
+        b.put_u8(0);
+    });
+}
+
+/// `EmptyQueryResponse`, the answer to a Query holding no statement.
+pub fn empty_query_response(buf: &mut BytesMut) {
+    message(buf, b'I', |_| {});
+}
+
 /// `Parse` of a statement with a name and the rest of a client's Parse body (query, parameter types).
 pub fn parse_with_name(buf: &mut BytesMut, name: &str, rest: &[u8]) {
     message(buf, b'P', |b| {
@@ -348,6 +406,24 @@ mod tests {
         let body = b"p\0stmt\0\0\0\0\0\0\0";
         assert_eq!(bytes(|b| bind_renamed(b, body, 2..7, "s")), b"B\0\0\0\x0ep\0s\0\0\0\0\0\0\0".to_vec());
         assert_eq!(bytes(|b| describe_or_close(b, b'D', b'S', "s")), b"D\0\0\0\x07Ss\0".to_vec());
+    }
+
+    #[test]
+    fn golden_result_set_messages() {
+        let cols = [Column { name: "a", type_oid: 25, type_len: -1 }, Column { name: "n", type_oid: 20, type_len: 8 }];
+        assert_eq!(
+            bytes(|b| row_description(b, &cols)),
+            b"T\0\0\0\x2e\0\x02\
+              a\0\0\0\0\0\0\0\0\0\0\x19\xff\xff\xff\xff\xff\xff\0\0\
+              n\0\0\0\0\0\0\0\0\0\0\x14\0\x08\xff\xff\xff\xff\0\0"
+                .to_vec()
+        );
+        assert_eq!(
+            bytes(|b| data_row(b, &[Some(b"xy"), None, Some(b"")])),
+            b"D\0\0\0\x14\0\x03\0\0\0\x02xy\xff\xff\xff\xff\0\0\0\0".to_vec()
+        );
+        assert_eq!(bytes(empty_query_response), b"I\0\0\0\x04");
+        assert_eq!(bytes(|b| notice(b, "00000", "hi")), b"N\0\0\0\x20SNOTICE\0VNOTICE\0C00000\0Mhi\0\0".to_vec());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The pgmux pooler: accepts PostgreSQL clients, authenticates them, and lends them server connections one
 //! transaction at a time.
 
+pub mod admin;
 pub mod budget;
 mod cancel;
 mod client_auth;

@@ -1,0 +1,130 @@
+//! From tokens to a [`Command`]: which words each command takes, and what to say when they are wrong.
+
+use super::command::{Command, CommandError, Show, ShutdownMode, quote, session_setting, syntax, unsupported};
+use super::lexer::Token;
+
+/// The command `tokens` (of `query`, quoted in errors) spell.
+pub(super) fn command(query: &str, tokens: &[Token]) -> Result<Command, CommandError> {
+    let tokens = tokens.strip_suffix(&[Token::Semicolon]).unwrap_or(tokens);
+    if tokens.contains(&Token::Semicolon) {
+        return Err(syntax(query, "one command per query; send each command in a Query of its own"));
+    }
+    let Some((first, args)) = tokens.split_first() else {
+        return Ok(Command::Empty);
+    };
+    let Token::Word(verb) = first else {
+        return Err(syntax(query, "a command starts with a keyword"));
+    };
+    match verb.to_ascii_lowercase().as_str() {
+        "show" | "select" => show(query, args).map(Command::Show),
+        "set" => set(query, args),
+        "pause" => optional_database(query, "PAUSE", args).map(Command::Pause),
+        "resume" => optional_database(query, "RESUME", args).map(Command::Resume),
+        "reconnect" => optional_database(query, "RECONNECT", args).map(Command::Reconnect),
+        "wait_close" => optional_database(query, "WAIT_CLOSE", args).map(Command::WaitClose),
+        "reload" if args.is_empty() => Ok(Command::Reload),
+        "reload" => Err(syntax(query, "RELOAD takes no argument")),
+        "kill_client" => kill_client(query, args),
+        "shutdown" => shutdown(query, args),
+        "kill" => {
+            Err(unsupported("KILL", "RECONNECT replaces every server connection; KILL_CLIENT <id> ends one client"))
+        }
+        "suspend" => Err(unsupported("SUSPEND", "PAUSE holds new transactions until RESUME")),
+        "disable" | "enable" => Err(unsupported(
+            &verb.to_ascii_uppercase(),
+            "pgmux serves one database; PAUSE and RESUME hold and release it",
+        )),
+        _ => Err(syntax(query, format!("unknown command {}", quote(verb)))),
+    }
+}
+
+fn show(query: &str, args: &[Token]) -> Result<Show, CommandError> {
+    let item = match args {
+        [Token::Word(w) | Token::Quoted(w)] => w.to_ascii_lowercase(),
+        [] => return Err(syntax(query, "SHOW needs an item, e.g. SHOW POOLS")),
+        _ => return Err(syntax(query, "SHOW takes one item")),
+    };
+    Ok(match item.as_str() {
+        "version" => Show::Version,
+        "pools" => Show::Pools,
+        "stats" => Show::Stats,
+        "stats_totals" => Show::StatsTotals,
+        "stats_averages" => Show::StatsAverages,
+        "totals" => Show::Totals,
+        "clients" => Show::Clients,
+        "servers" => Show::Servers,
+        "databases" => Show::Databases,
+        "config" => Show::Config,
+        "lists" => Show::Lists,
+        "users" => Show::Users,
+        "state" => Show::State,
+        "help" => Show::Help,
+        "sizing" => Show::Sizing,
+        "pins" => Show::Pins,
+        "prepared" => Show::Prepared,
+        "latency" => Show::Latency,
+        "mem" | "fds" | "sockets" | "active_sockets" | "dns_hosts" | "dns_zones" | "peers" | "peer_pools" => {
+            return Err(unsupported(
+                &format!("SHOW {}", item.to_ascii_uppercase()),
+                "pgmux keeps no such list; SHOW HELP lists what it has",
+            ));
+        }
+        other => match session_setting(other) {
+            Some(setting) => Show::Setting(setting),
+            None => return Err(syntax(query, format!("unknown SHOW item {}", quote(other)))),
+        },
+    })
+}
+
+fn optional_database(query: &str, verb: &str, args: &[Token]) -> Result<Option<String>, CommandError> {
+    match args {
+        [] => Ok(None),
+        [Token::Word(db) | Token::Quoted(db)] if !db.is_empty() => Ok(Some(db.clone())),
+        _ => Err(syntax(query, format!("{verb} takes at most one database name"))),
+    }
+}
+
+fn kill_client(query: &str, args: &[Token]) -> Result<Command, CommandError> {
+    match args {
+        [Token::Word(id)] => id.parse::<u64>().map(Command::KillClient).map_err(|_| {
+            syntax(
+                query,
+                format!(
+                    "KILL_CLIENT needs a client id, the number in the id column of SHOW CLIENTS, not {}",
+                    quote(id)
+                ),
+            )
+        }),
+        _ => Err(syntax(query, "KILL_CLIENT needs one client id, from the id column of SHOW CLIENTS")),
+    }
+}
+
+fn shutdown(query: &str, args: &[Token]) -> Result<Command, CommandError> {
+    let mode = match args {
+        [] => ShutdownMode::Immediate,
+        [Token::Word(w)] if w.eq_ignore_ascii_case("wait_for_servers") => ShutdownMode::WaitForServers,
+        [Token::Word(w)] if w.eq_ignore_ascii_case("wait_for_clients") => ShutdownMode::WaitForClients,
+        _ => return Err(syntax(query, "SHUTDOWN takes nothing, WAIT_FOR_SERVERS or WAIT_FOR_CLIENTS")),
+    };
+    Ok(Command::Shutdown(mode))
+}
+
+fn set(query: &str, args: &[Token]) -> Result<Command, CommandError> {
+    let (key, value) = match args {
+        [Token::Word(k) | Token::Quoted(k), Token::Equals, value] => (k, value),
+        [Token::Word(k) | Token::Quoted(k), Token::Word(to), value] if to.eq_ignore_ascii_case("to") => (k, value),
+        _ => return Err(syntax(query, "write SET key = value, the value bare or in 'single quotes'")),
+    };
+    let value = match value {
+        Token::Word(v) | Token::Str(v) | Token::Quoted(v) => v.clone(),
+        _ => return Err(syntax(query, "SET needs a value after =")),
+    };
+    let key = key.to_ascii_lowercase();
+    if key.is_empty() {
+        return Err(syntax(query, "SET needs a setting name"));
+    }
+    Ok(match session_setting(&key) {
+        Some(setting) => Command::SetIgnored(setting),
+        None => Command::Set { key, value },
+    })
+}
