@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pgmux_proxy::Proxy;
+use pgmux_proxy::Listener;
 
 use crate::StartError;
 
@@ -34,7 +34,7 @@ pub fn extension_name() -> String {
 }
 
 /// Registers, serves until SHUTDOWN, then stops within the deadline.
-pub async fn run(mut proxy: Proxy) -> Result<(), StartError> {
+pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
     let name = extension_name();
     let mut extension = pgmux_aws::extension::start(&name)
         .await

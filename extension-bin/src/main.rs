@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use pgmux_proxy::config::{self, Config, LogFormat, Profile};
-use pgmux_proxy::{Extras, Proxy, ProxyError};
+use pgmux_proxy::{Listener, ServerAccess, SetupError};
 
 /// jemalloc rather than the system allocator: tokio aligns every task and socket registration to 128
 /// bytes, which glibc serves with padding that fragments the heap. Measured with 10,000 idle clients:
@@ -34,7 +34,11 @@ fn usage() -> String {
          Settings (TOML key, environment variable that overrides it, default):\n",
     );
     for key in config::KEYS {
-        let default = if key.default.is_empty() { "(required)" } else { key.default };
+        let default = match (key.name, key.default) {
+            ("database_url", _) => "(required unless secret_arn)",
+            (_, "") => "(unset)",
+            (_, default) => default,
+        };
         s.push_str(&format!("  {:<24}{:<32}{}\n      {}\n", key.name, key.env_var(), default, key.help));
     }
     s
@@ -88,7 +92,9 @@ fn init_logging(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A reason start-up failed, with the `Category.Reason` type Lambda's init/error wants.
+/// A reason start-up failed, with the `Category.Reason` type Lambda's init/error wants. The category is
+/// always `Extension`: Lambda keeps an extension's own error type only when it starts with `Extension.`
+/// (anything else reaches the user as `Extension.InitError`, without pgmux's reason).
 #[derive(Debug)]
 pub struct StartError {
     kind: &'static str,
@@ -101,12 +107,12 @@ impl StartError {
     }
 }
 
-impl From<ProxyError> for StartError {
-    fn from(e: ProxyError) -> Self {
+impl From<SetupError> for StartError {
+    fn from(e: SetupError) -> Self {
         let kind = match e {
-            ProxyError::Bind { .. } => "Fatal.ListenFailed",
-            ProxyError::Tls(_) => "Fatal.ConfigInvalid",
-            ProxyError::Check(_) => "Fatal.DatabaseUnreachable",
+            SetupError::Bind { .. } => "Extension.ListenFailed",
+            SetupError::Tls(_) => "Extension.ConfigInvalid",
+            SetupError::Check(_) => "Extension.DatabaseUnreachable",
         };
         StartError::new(kind, e.to_string())
     }
@@ -129,21 +135,21 @@ fn fatal(lambda: bool, error: &StartError) -> ExitCode {
 /// The RDS CA bundle, trusted for the database besides `ssl_root_cert`.
 fn rds_roots() -> Result<Vec<pgmux_proxy::tls::CertificateDer<'static>>, StartError> {
     pgmux_proxy::tls::certs_from_pem("built-in RDS CA bundle", pgmux_aws::rds_ca_bundle_pem())
-        .map_err(|e| StartError::new("Fatal.Internal", e.to_string()))
+        .map_err(|e| StartError::new("Extension.Internal", e.to_string()))
 }
 
-fn extras(cfg: &Config) -> Result<Extras, StartError> {
+fn server_access(cfg: &Config) -> Result<ServerAccess, StartError> {
     let credentials = aws_login::AwsLogin::from_config(cfg)
-        .map_err(|e| StartError::new("Fatal.CredentialsInvalid", e.to_string()))?
+        .map_err(|e| StartError::new("Extension.CredentialsInvalid", e.to_string()))?
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::credentials::Credentials>);
     // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
     let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
-    Ok(Extras { credentials, extra_root_certs })
+    Ok(ServerAccess { credentials, extra_root_certs })
 }
 
 /// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.
 async fn check(cfg: Config) -> ExitCode {
-    let extras = match extras(&cfg) {
+    let extras = match server_access(&cfg) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("pgmux check: {}", e.message);
@@ -151,7 +157,7 @@ async fn check(cfg: Config) -> ExitCode {
         }
     };
     println!("database                                 {}", cfg.database_url);
-    let report = match Proxy::check(cfg, extras).await {
+    let report = match Listener::check(cfg, extras).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("pgmux check: {e}");
@@ -171,14 +177,14 @@ async fn check(cfg: Config) -> ExitCode {
 }
 
 async fn serve(cfg: Config, lambda: bool) -> Result<(), StartError> {
-    let extras = extras(&cfg)?;
-    let proxy = Proxy::bind_with(cfg, extras).await?;
+    let extras = server_access(&cfg)?;
+    let proxy = Listener::bind_with(cfg, extras).await?;
     if lambda {
         return lambda::run(proxy).await;
     }
     let stop = proxy.stop();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| StartError::new("Fatal.Internal", format!("cannot watch SIGTERM: {e}")))?;
+        .map_err(|e| StartError::new("Extension.Internal", format!("cannot watch SIGTERM: {e}")))?;
     tokio::spawn(async move {
         tokio::select! {
             _ = sigterm.recv() => tracing::info!("SIGTERM received"),
@@ -218,7 +224,7 @@ fn main() -> ExitCode {
     };
     let cfg = match Config::load_for(profile, path.as_deref(), std::env::vars()) {
         Ok(cfg) => cfg,
-        Err(e) => return fatal(lambda, &StartError::new("Fatal.ConfigInvalid", e.to_string())),
+        Err(e) => return fatal(lambda, &StartError::new("Extension.ConfigInvalid", e.to_string())),
     };
     if print {
         print!("{cfg}");
@@ -234,7 +240,7 @@ fn main() -> ExitCode {
         };
     }
     if let Err(e) = init_logging(&cfg) {
-        return fatal(lambda, &StartError::new("Fatal.ConfigInvalid", format!("{e:#}")));
+        return fatal(lambda, &StartError::new("Extension.ConfigInvalid", format!("{e:#}")));
     }
     // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups.
     let built = match cfg.workers {

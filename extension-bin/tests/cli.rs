@@ -28,6 +28,12 @@ fn help_lists_every_setting_and_its_environment_variable() {
         assert!(help.contains(key), "--help does not mention {key}");
         assert!(help.contains(&format!("PGMUX_{}", key.to_uppercase())), "--help does not mention its env var");
     }
+    // Only database_url is required (and not even that with a secret); optional keys say they are unset.
+    let line = |key: &str| help.lines().find(|l| l.trim_start().starts_with(key)).unwrap_or_default().to_owned();
+    assert!(line("database_url").contains("(required unless secret_arn)"), "{}", line("database_url"));
+    for key in ["secret_arn", "sslmode", "pool_max", "tls_cert", "client_password"] {
+        assert!(line(key).contains("(unset)") && !line(key).contains("required"), "{}", line(key));
+    }
 }
 
 #[test]

@@ -219,7 +219,7 @@ async fn a_bad_configuration_is_reported_to_init_error() {
         .find(|r| r.starts_with("POST /2020-01-01/extension/init/error"))
         .unwrap_or_else(|| panic!("no init/error request among {requests:?}"));
     let lower = init_error.to_ascii_lowercase();
-    assert!(lower.contains("lambda-extension-function-error-type: fatal.configinvalid"), "{init_error}");
+    assert!(lower.contains("lambda-extension-function-error-type: extension.configinvalid"), "{init_error}");
     assert!(lower.contains("lambda-extension-identifier: ext-1"), "{init_error}");
     assert!(init_error.contains("pool_max") && init_error.contains("PGMUX_POOL_MAX"), "{init_error}");
     let register = requests.iter().find(|r| r.starts_with("POST /2020-01-01/extension/register")).unwrap();

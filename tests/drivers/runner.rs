@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmux_proxy::{Config, Proxy, ProxyHandle};
+use pgmux_proxy::{Config, Listener, ListenerHandle};
 use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, SUPERUSER};
 
 use matrix::Matrix;
@@ -171,7 +171,7 @@ impl Settings {
 /// environment.
 struct Stage {
     pg: Arc<PgServer>,
-    proxy: Option<ProxyHandle>,
+    proxy: Option<ListenerHandle>,
     bouncer: Option<PgBouncer>,
     pg_version: String,
     /// What the suites talk to, in words.
@@ -195,7 +195,7 @@ impl Stage {
                 (None, None, "no pgmux (MATRIX_DIRECT=1: the suites talk to PostgreSQL itself)".to_owned())
             }
             FrontKind::Pgmux => {
-                let proxy = Proxy::start(config).await.expect("start pgmux");
+                let proxy = Listener::start(config).await.expect("start pgmux");
                 let front = match settings.extra.trim() {
                     "" => format!("pgmux in transaction mode, pool_max = {pool_max}"),
                     extra => format!("pgmux in transaction mode, pool_max = {pool_max}, extra settings `{extra}`"),

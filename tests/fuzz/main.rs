@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use pgmux_proxy::{Config, Proxy};
+use pgmux_proxy::{Config, Listener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -142,7 +142,7 @@ async fn hostile_client(addr: SocketAddr, round: u64) {
     }
 }
 
-async fn start_pgmux(database_url: &str, extra: &str) -> pgmux_proxy::ProxyHandle {
+async fn start_pgmux(database_url: &str, extra: &str) -> pgmux_proxy::ListenerHandle {
     let _ = tracing_subscriber::fmt()
         // Warnings are what hostile peers earn; only errors are shown unless PGMUX_TEST_LOG says otherwise.
         .with_env_filter(std::env::var("PGMUX_TEST_LOG").unwrap_or_else(|_| "error".into()))
@@ -152,7 +152,7 @@ async fn start_pgmux(database_url: &str, extra: &str) -> pgmux_proxy::ProxyHandl
         "listen = \"127.0.0.1:0\"\ndatabase_url = {database_url:?}\nclient_auth = \"trust\"\npool_max = 2\n\
          max_connections_percent = 0\nquery_wait_timeout = \"3s\"\nserver_connect_timeout = \"2s\"\n{extra}"
     );
-    Proxy::start(Config::from_toml_str(&text).expect("config")).await.expect("start pgmux")
+    Listener::start(Config::from_toml_str(&text).expect("config")).await.expect("start pgmux")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use crate::{APP_USER, DATABASE, PgOptions, PgServer, Role};
-use pgmux_proxy::{Config, Proxy, ProxyHandle};
+use pgmux_proxy::{Config, Listener, ListenerHandle};
 use tokio_postgres::{Client, NoTls};
 
 /// A PostgreSQL and a pgmux in front of it. Dropping it stops both.
 pub struct Fixture {
     pub pg: PgServer,
-    pub proxy: Option<ProxyHandle>,
+    pub proxy: Option<ListenerHandle>,
 }
 
 impl Fixture {
@@ -53,7 +53,7 @@ pub async fn start(extra: &str) -> Fixture {
 pub async fn start_with(opts: PgOptions, extra: &str) -> Fixture {
     init_tracing();
     let pg = tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL");
-    let proxy = Proxy::start(config(&pg, extra)).await.expect("start pgmux");
+    let proxy = Listener::start(config(&pg, extra)).await.expect("start pgmux");
     Fixture { pg, proxy: Some(proxy) }
 }
 

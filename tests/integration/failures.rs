@@ -124,7 +124,7 @@ async fn an_unreachable_database_gives_08001_naming_host_and_cause() {
          client_auth = \"scram-sha-256\"\nserver_connect_timeout = \"2s\""
     );
     drop(pg);
-    let proxy = pgmux_proxy::Proxy::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
+    let proxy = pgmux_proxy::Listener::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
     let err = common::connect(proxy.addr, &APP_USER, |_| {}).await.unwrap_err();
     assert_eq!(common::code(&err), "08001");
     let msg = common::message(&err);
@@ -170,7 +170,7 @@ async fn pgmux_logs_in_to_servers_with_cleartext_md5_and_scram() {
         let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
         let text =
             format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\nclient_auth = \"scram-sha-256\"", pg.url(&role));
-        let proxy = pgmux_proxy::Proxy::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
+        let proxy = pgmux_proxy::Listener::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
         let c = common::connect(proxy.addr, &role, |_| {}).await.unwrap();
         assert_eq!(scalar(&c, "select current_user").await, role.user);
         drop(c);
@@ -211,7 +211,7 @@ async fn a_wrong_server_password_is_reported_as_08001() {
          client_auth = \"trust\"",
         pg.port()
     );
-    let proxy = pgmux_proxy::Proxy::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
+    let proxy = pgmux_proxy::Listener::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
     let nopw = Role { user: APP_USER.user, password: "" };
     let err = common::connect(proxy.addr, &nopw, |_| {}).await.unwrap_err();
     assert_eq!(common::code(&err), "08001");

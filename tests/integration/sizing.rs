@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use pgmux_proxy::budget::Member;
-use pgmux_proxy::{Config, Proxy, ProxyHandle};
+use pgmux_proxy::{Config, Listener, ListenerHandle};
 use pgmux_testkit::{APP_USER, PgOptions, PgServer};
 use tokio_postgres::Client;
 
@@ -92,7 +92,7 @@ impl Drop for Sampler {
 
 /// `clients` clients, spread over `proxies`, each connecting and running `rounds` transactions of
 /// `select pg_sleep(sleep)`; returns the errors, as text.
-async fn load(proxies: &[&ProxyHandle], clients: usize, rounds: usize, sleep: f64) -> Vec<String> {
+async fn load(proxies: &[&ListenerHandle], clients: usize, rounds: usize, sleep: f64) -> Vec<String> {
     let mut tasks = Vec::new();
     for i in 0..clients {
         let addr = proxies[i % proxies.len()].addr;
@@ -128,7 +128,7 @@ async fn pgmux_stays_within_what_another_client_leaves() {
     let pg = start_pg(40).await;
     let oracle = common::direct(&pg).await;
     let _other = hold(&pg, 30).await;
-    let proxy = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux");
+    let proxy = Listener::start(sizing_config(&pg, "")).await.expect("start pgmux");
     // Everyone else holds 31 (the other client's 30 and this test's oracle): 33 - 31 leaves 2, one of them
     // for pgmux's control connection.
     let seen = await_fleet(&oracle, "the control connection with limit 1", |f| f.len() == 1 && f[0].limit == 1).await;
@@ -155,7 +155,7 @@ async fn a_full_database_makes_clients_wait_not_fail() {
     let _other = hold(&pg, 30).await;
     let sampler = Sampler::start(common::direct(&pg).await);
     let config = sizing_config(&pg, "max_connections_percent = 0\npool_max = 20");
-    let proxy = Proxy::start(config).await.expect("start pgmux");
+    let proxy = Listener::start(config).await.expect("start pgmux");
     let errors = load(&[&proxy], 60, 1, 0.1).await;
     assert!(errors.is_empty(), "{} of 60 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
     assert!(sampler.peak() <= 6, "pgmux held {} connections", sampler.peak());
@@ -172,8 +172,8 @@ async fn a_full_database_makes_clients_wait_not_fail() {
 async fn two_instances_share_one_budget() {
     let pg = start_pg(40).await;
     let oracle = common::direct(&pg).await;
-    let a = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux a");
-    let b = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux b");
+    let a = Listener::start(sizing_config(&pg, "")).await.expect("start pgmux a");
+    let b = Listener::start(sizing_config(&pg, "")).await.expect("start pgmux b");
     // Budget 33; the oracle and the sampler are outsiders (2); two control connections: 29 left, 14 each.
     // The sampler connects first, so that no reading sees one outsider fewer than the load will.
     let sampler = Sampler::start(common::direct(&pg).await);
@@ -199,7 +199,7 @@ async fn two_instances_share_one_budget() {
 async fn a_new_max_connections_is_picked_up() {
     let mut pg = start_pg(40).await;
     let oracle = common::direct(&pg).await;
-    let proxy = Proxy::start(sizing_config(&pg, "")).await.expect("start pgmux");
+    let proxy = Listener::start(sizing_config(&pg, "")).await.expect("start pgmux");
     // Budget 33, the oracle outside, the control connection: 31.
     await_fleet(&oracle, "limit 31", |f| f.len() == 1 && f[0].limit == 31).await;
     drop(oracle);
@@ -228,7 +228,7 @@ async fn min_pool_size_connections_are_kept_warm() {
         &pg,
         "max_connections_percent = 0\npool_max = 4\nmin_pool_size = 2\nserver_idle_timeout = \"1s\"",
     );
-    let proxy = Proxy::start(config).await.expect("start pgmux");
+    let proxy = Listener::start(config).await.expect("start pgmux");
     // Opened without any client asking.
     let warm =
         common::eventually(Duration::from_secs(5), || async { common::pgmux_backends(&oracle).await == 2 }).await;
@@ -272,7 +272,7 @@ async fn nothing_reaches_the_database_before_the_gate_opens() {
     let mut pg = start_pg(40).await;
     let oracle = common::direct(&pg).await;
     let config = sizing_config(&pg, "pool_max = 4\nmin_pool_size = 1");
-    let mut proxy = Proxy::bind(config).await.expect("bind pgmux");
+    let mut proxy = Listener::bind(config).await.expect("bind pgmux");
     let (open, gate) = tokio::sync::oneshot::channel();
     proxy.hold_database_until(gate);
     let stop = proxy.stop();

@@ -65,7 +65,7 @@ async fn query_through(pg: &PgServer, host: &str, tls: &str) -> Result<String, t
         APP_USER.password,
         pg.port()
     );
-    let proxy = pgmux_proxy::Proxy::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
+    let proxy = pgmux_proxy::Listener::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
     let nopw = pgmux_testkit::Role { user: APP_USER.user, password: "" };
     let result = async {
         let c = common::connect(proxy.addr, &nopw, |_| {}).await?;
@@ -139,7 +139,7 @@ async fn clients_can_use_tls_when_a_certificate_is_configured() {
         pki.path("server.key").display().to_string()
     );
     let cfg = common::config(&pg, &tls);
-    let proxy = pgmux_proxy::Proxy::start(cfg).await.unwrap();
+    let proxy = pgmux_proxy::Listener::start(cfg).await.unwrap();
     let port = proxy.addr.port().to_string();
     let psql = |sslmode: &str| {
         let out = std::process::Command::new("psql")

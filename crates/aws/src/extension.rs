@@ -155,7 +155,7 @@ pub async fn report_init_error(name: &str, error_type: &str, message: &str) -> R
 
 /// Reports a fatal initialisation error: registers `name` (for SHUTDOWN only) unless this process already
 /// did, then posts `init/error` with `Lambda-Extension-Function-Error-Type: error_type` (a `Category.Reason`
-/// such as `Fatal.ConfigInvalid`) and the JSON body `{errorMessage, errorType, stackTrace: []}`. Lambda
+/// such as `Extension.ConfigInvalid`: Lambda keeps an extension's own type only when it starts with `Extension.`) and the JSON body `{errorMessage, errorType, stackTrace: []}`. Lambda
 /// then fails the Init; the process should exit. `message` is shown in the function's logs: no secrets.
 pub async fn report_init_error_with(
     runtime_api: &str,

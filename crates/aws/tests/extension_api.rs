@@ -177,7 +177,7 @@ fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
 #[tokio::test]
 async fn init_error_registers_first_then_reports() {
     let (addr, seen) = recording_server(200).await;
-    report_init_error_with(&addr, "pgmux", "Fatal.ConfigInvalid", "database_url: missing host").await.unwrap();
+    report_init_error_with(&addr, "pgmux", "Extension.ConfigInvalid", "database_url: missing host").await.unwrap();
 
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "{seen:#?}");
@@ -189,25 +189,25 @@ async fn init_error_registers_first_then_reports() {
 
     assert_eq!((error.method.as_str(), error.path.as_str()), ("POST", "/2020-01-01/extension/init/error"));
     assert_eq!(header(error, "lambda-extension-identifier"), "ext-id-42");
-    assert_eq!(header(error, "lambda-extension-function-error-type"), "Fatal.ConfigInvalid");
+    assert_eq!(header(error, "lambda-extension-function-error-type"), "Extension.ConfigInvalid");
     assert_eq!(header(error, "content-type"), "application/json");
     let body: serde_json::Value = serde_json::from_str(&error.body).unwrap();
     assert_eq!(body["errorMessage"], "database_url: missing host");
-    assert_eq!(body["errorType"], "Fatal.ConfigInvalid");
+    assert_eq!(body["errorType"], "Extension.ConfigInvalid");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_error_after_start_reuses_the_registration() {
     let (addr, seen) = recording_server(200).await;
     let _running = start_with(&addr, "pgmux").await.unwrap();
-    report_init_error_with(&addr, "pgmux", "Fatal.SecretUnreadable", "cannot read the secret").await.unwrap();
+    report_init_error_with(&addr, "pgmux", "Extension.SecretUnreadable", "cannot read the secret").await.unwrap();
 
     let seen = seen.lock().unwrap().clone();
     let registers = seen.iter().filter(|s| s.path.ends_with("/register")).count();
     assert_eq!(registers, 1, "registered once: {seen:#?}");
     let error = seen.iter().find(|s| s.path.ends_with("/init/error")).expect("init/error sent");
     assert_eq!(header(error, "lambda-extension-identifier"), "ext-id-42");
-    assert_eq!(header(error, "lambda-extension-function-error-type"), "Fatal.SecretUnreadable");
+    assert_eq!(header(error, "lambda-extension-function-error-type"), "Extension.SecretUnreadable");
 }
 
 #[tokio::test]
@@ -217,7 +217,7 @@ async fn refused_registration_is_an_actionable_error() {
     assert_eq!(err.aws_error_type(), Some("Extension.InvalidEventType"));
     assert!(err.to_string().contains("HTTP 403") && err.to_string().contains("register"), "{err}");
 
-    let err = report_init_error_with(&addr, "pgmux", "Fatal.ConfigInvalid", "x").await.unwrap_err();
+    let err = report_init_error_with(&addr, "pgmux", "Extension.ConfigInvalid", "x").await.unwrap_err();
     assert_eq!(err.aws_error_type(), Some("Extension.InvalidEventType"));
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::Shared;
+use crate::Inner;
 
 /// Facts about a pooled connection that eviction policies look at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,11 +32,11 @@ pub enum Grant<C> {
 #[derive(Debug)]
 pub struct Lease<C> {
     conn: Option<(C, Meta)>,
-    pool: Arc<Shared<C>>,
+    pool: Arc<Inner<C>>,
 }
 
 impl<C> Lease<C> {
-    pub(crate) fn new(pool: &Arc<Shared<C>>, conn: C, mut meta: Meta) -> Self {
+    pub(crate) fn new(pool: &Arc<Inner<C>>, conn: C, mut meta: Meta) -> Self {
         meta.lends += 1;
         Lease { conn: Some((conn, meta)), pool: Arc::clone(pool) }
     }
@@ -102,11 +102,11 @@ impl<C> Drop for Lease<C> {
 /// The right to open one connection. Fill it with the opened connection, or drop it to give the place back.
 #[derive(Debug)]
 pub struct Slot<C> {
-    pool: Option<Arc<Shared<C>>>,
+    pool: Option<Arc<Inner<C>>>,
 }
 
 impl<C> Slot<C> {
-    pub(crate) fn new(pool: &Arc<Shared<C>>) -> Self {
+    pub(crate) fn new(pool: &Arc<Inner<C>>) -> Self {
         Slot { pool: Some(Arc::clone(pool)) }
     }
 

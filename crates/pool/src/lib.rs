@@ -69,7 +69,7 @@ pub struct Status {
 /// A pool of `C`. Cheap to clone; clones share the pool.
 #[derive(Debug)]
 pub struct Pool<C> {
-    shared: Arc<Shared<C>>,
+    shared: Arc<Inner<C>>,
 }
 
 impl<C> Clone for Pool<C> {
@@ -81,14 +81,14 @@ impl<C> Clone for Pool<C> {
 /// What the pool does with a connection it will not keep (it came back while the pool was over its limit).
 pub type Closer<C> = Box<dyn Fn(C) + Send + Sync>;
 
-pub(crate) struct Shared<C> {
+pub(crate) struct Inner<C> {
     state: Mutex<State<C>>,
     closer: Option<Closer<C>>,
 }
 
-impl<C: fmt::Debug> fmt::Debug for Shared<C> {
+impl<C: fmt::Debug> fmt::Debug for Inner<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared").field("state", &self.state).field("closer", &self.closer.is_some()).finish()
+        f.debug_struct("Inner").field("state", &self.state).field("closer", &self.closer.is_some()).finish()
     }
 }
 
@@ -139,7 +139,7 @@ impl<C> Pool<C> {
             next_waiter: 0,
             closed: false,
         };
-        Pool { shared: Arc::new(Shared { state: Mutex::new(state), closer }) }
+        Pool { shared: Arc::new(Inner { state: Mutex::new(state), closer }) }
     }
 
     /// An idle connection or the right to open one, if either is available right now without waiting
@@ -243,7 +243,7 @@ impl<C> Pool<C> {
             st.config.max_size = max_size;
             st.grant_free_slots()
         };
-        Shared::deliver_slots(&self.shared, slots);
+        Inner::deliver_slots(&self.shared, slots);
     }
 
     /// Removes idle connections for which `expired` says yes, and the oldest idle ones while the pool is
@@ -265,7 +265,7 @@ impl<C> Pool<C> {
             st.size -= out.len();
             (out, st.grant_free_slots())
         };
-        Shared::deliver_slots(&self.shared, slots);
+        Inner::deliver_slots(&self.shared, slots);
         out
     }
 
@@ -287,7 +287,7 @@ impl<C> Pool<C> {
     }
 }
 
-impl<C> Shared<C> {
+impl<C> Inner<C> {
     fn lock(&self) -> MutexGuard<'_, State<C>> {
         // A panic while holding this lock leaves plain counters behind; keep serving rather than poison.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -372,7 +372,7 @@ impl<C> State<C> {
     }
 
     /// Counts a new place and hands out the slot for it.
-    fn reserve(&mut self, shared: &Arc<Shared<C>>) -> Slot<C> {
+    fn reserve(&mut self, shared: &Arc<Inner<C>>) -> Slot<C> {
         self.size += 1;
         self.opening += 1;
         Slot::new(shared)

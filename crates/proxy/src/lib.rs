@@ -8,9 +8,9 @@ mod client_auth;
 pub mod config;
 pub mod credentials;
 mod io;
+mod listener;
 mod params;
 mod pool;
-mod proxy;
 mod router;
 mod server;
 mod session;
@@ -27,6 +27,6 @@ pub mod tls;
 pub mod tracker;
 
 pub use config::Config;
-pub use proxy::{Extras, Proxy, ProxyError, ProxyHandle};
+pub use listener::{Listener, ListenerHandle, ServerAccess, SetupError};
 pub use sql::PinReason;
 pub use stop::{Level, Stop};

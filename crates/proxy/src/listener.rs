@@ -1,5 +1,6 @@
-//! The listener and the life of the whole pooler: accept clients, keep the pool tidy, and shut down in
-//! order (stop accepting, let transactions finish until the deadline, then say goodbye to every server).
+//! The listener: the socket clients connect to, and the life of the whole pooler around it. It accepts
+//! clients, keeps the pool tidy, and shuts down in order (stop accepting, let transactions finish until the
+//! deadline, then say goodbye to every server).
 
 use std::io;
 use std::net::SocketAddr;
@@ -23,19 +24,20 @@ use crate::sizing;
 use crate::stop::{Level, Stop};
 use crate::tls::{self, ServerTls, TlsSetupError};
 
-/// A bound, not yet running pooler.
+/// A pooler bound to its listen address, not yet accepting.
 #[derive(Debug)]
-pub struct Proxy {
+pub struct Listener {
     shared: Arc<Shared>,
-    listener: TcpListener,
+    socket: TcpListener,
     stop: Stop,
     /// No database I/O of pgmux's own (sizing, warm connections) until this fires.
     gate: Option<oneshot::Receiver<()>>,
 }
 
-/// What the binary adds to the configuration: where credentials come from and which CAs to trust.
+/// How pgmux gets into the database, beyond what the configuration says: where logins come from (a
+/// rotating secret, IAM tokens) and which CAs to trust. The binary fills it from AWS; tests leave it default.
 #[derive(Debug, Default)]
-pub struct Extras {
+pub struct ServerAccess {
     /// Where server logins come from; `database_url`'s fixed values when `None`.
     pub credentials: Option<Arc<dyn Credentials>>,
     /// CA certificates trusted for the database besides `ssl_root_cert` (the binary passes the RDS bundle).
@@ -44,7 +46,7 @@ pub struct Extras {
 
 /// The pooler could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub enum SetupError {
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -63,14 +65,14 @@ pub enum ProxyError {
 
 /// A pooler running in the background (tests and embedding).
 #[derive(Debug)]
-pub struct ProxyHandle {
+pub struct ListenerHandle {
     /// The address clients connect to.
     pub addr: SocketAddr,
     stop: Stop,
     done: JoinHandle<()>,
 }
 
-impl ProxyHandle {
+impl ListenerHandle {
     /// Begins a graceful shutdown and waits until the pooler has finished.
     pub async fn shutdown(self) {
         self.stop.begin_graceful();
@@ -83,22 +85,22 @@ impl ProxyHandle {
     }
 }
 
-impl Proxy {
+impl Listener {
     /// Binds the listen address. No database I/O happens until the first client needs it.
-    pub async fn bind(config: Config) -> Result<Proxy, ProxyError> {
-        Self::bind_with(config, Extras::default()).await
+    pub async fn bind(config: Config) -> Result<Listener, SetupError> {
+        Self::bind_with(config, ServerAccess::default()).await
     }
 
     /// Like [`bind`](Self::bind), with credentials and CAs from the binary.
-    pub async fn bind_with(config: Config, extras: Extras) -> Result<Proxy, ProxyError> {
-        let (shared, listen) = Self::prepare(config, extras)?;
-        let listener = TcpListener::bind(listen).await.map_err(|source| ProxyError::Bind { addr: listen, source })?;
-        Ok(Proxy { shared, listener, stop: Stop::new(), gate: None })
+    pub async fn bind_with(config: Config, access: ServerAccess) -> Result<Listener, SetupError> {
+        let (shared, listen) = Self::prepare(config, access)?;
+        let socket = TcpListener::bind(listen).await.map_err(|source| SetupError::Bind { addr: listen, source })?;
+        Ok(Listener { shared, socket, stop: Stop::new(), gate: None })
     }
 
     /// Everything but the listener.
-    fn prepare(config: Config, extras: Extras) -> Result<(Arc<Shared>, SocketAddr), ProxyError> {
-        let mut roots = extras.extra_root_certs;
+    fn prepare(config: Config, access: ServerAccess) -> Result<(Arc<Shared>, SocketAddr), SetupError> {
+        let mut roots = access.extra_root_certs;
         if let Some(path) = &config.ssl_root_cert {
             roots.extend(tls::certs_from_pem_file("ssl_root_cert", path)?);
         }
@@ -107,7 +109,7 @@ impl Proxy {
             (Some(cert), Some(key)) => Some(tls::client_acceptor(cert, key)?),
             _ => None,
         };
-        let credentials = extras.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
+        let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
         let listen = config.listen;
         let config = Arc::new(config);
         let tasks = TaskTracker::new();
@@ -118,9 +120,9 @@ impl Proxy {
 
     /// `pgmux check`: connects as the configuration says, reads what sizing reads, and works out the
     /// limit this instance would take. Listens on nothing.
-    pub async fn check(config: Config, extras: Extras) -> Result<Report, ProxyError> {
-        let (shared, _) = Self::prepare(config, extras)?;
-        sizing::check(&shared.pool).await.map_err(|e| ProxyError::Check(e.to_string()))
+    pub async fn check(config: Config, access: ServerAccess) -> Result<Report, SetupError> {
+        let (shared, _) = Self::prepare(config, access)?;
+        sizing::check(&shared.pool).await.map_err(|e| SetupError::Check(e.to_string()))
     }
 
     /// Holds back pgmux's own database I/O (the control connection, `min_pool_size`) until `gate` fires or
@@ -132,7 +134,7 @@ impl Proxy {
 
     /// Where clients connect.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.socket.local_addr()
     }
 
     /// The signal that stops this pooler: `begin_graceful` shuts it down.
@@ -141,24 +143,24 @@ impl Proxy {
     }
 
     /// Binds and runs in a background task.
-    pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
-        Self::start_with(config, Extras::default()).await
+    pub async fn start(config: Config) -> Result<ListenerHandle, SetupError> {
+        Self::start_with(config, ServerAccess::default()).await
     }
 
     /// Like [`start`](Self::start), with credentials and CAs from the binary.
-    pub async fn start_with(config: Config, extras: Extras) -> Result<ProxyHandle, ProxyError> {
-        let proxy = Proxy::bind_with(config, extras).await?;
+    pub async fn start_with(config: Config, access: ServerAccess) -> Result<ListenerHandle, SetupError> {
+        let proxy = Listener::bind_with(config, access).await?;
         let addr =
-            proxy.local_addr().map_err(|source| ProxyError::Bind { addr: proxy.shared.config.listen, source })?;
+            proxy.local_addr().map_err(|source| SetupError::Bind { addr: proxy.shared.config.listen, source })?;
         let stop = proxy.stop();
         let done = tokio::spawn(proxy.run());
-        Ok(ProxyHandle { addr, stop, done })
+        Ok(ListenerHandle { addr, stop, done })
     }
 
     /// Serves clients until a graceful shutdown begins, then shuts down.
     pub async fn run(self) {
-        let Proxy { shared, listener, stop, gate } = self;
-        tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        let Listener { shared, socket, stop, gate } = self;
+        tracing::info!(listen = %socket.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             database = %shared.config.database_url, pool_max = ?shared.config.pool_max,
             max_connections_percent = shared.config.max_connections_percent, "pgmux is ready");
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
@@ -167,7 +169,7 @@ impl Proxy {
         loop {
             tokio::select! {
                 _ = stop.reached(Level::Graceful) => break,
-                accepted = listener.accept() => match accepted {
+                accepted = socket.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
                         shared.tasks.spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
@@ -180,7 +182,7 @@ impl Proxy {
                 },
             }
         }
-        drop(listener);
+        drop(socket);
         tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
         shared.pool.close();
         shared.tasks.close();
