@@ -189,8 +189,10 @@ fn run_fault(
             flip(topo, &at_least(timing, 2000), clock, ev)?;
         }
         Scenario::ReadOnly => {
-            let sql = "ALTER SYSTEM SET default_transaction_read_only = on; SELECT pg_reload_conf()";
-            block_on(admin_sql(&topo.a.admin_conninfo(), sql))?;
+            // Two queries: ALTER SYSTEM refuses the implicit transaction of a multi-statement one.
+            let conninfo = topo.a.admin_conninfo();
+            block_on(admin_sql(&conninfo, "ALTER SYSTEM SET default_transaction_read_only = on"))?;
+            block_on(admin_sql(&conninfo, "SELECT pg_reload_conf()"))?;
             let n = terminate(topo, "'idle', 'active', 'idle in transaction'")?;
             ev.role_visible_ms = Some(clock.now_ms());
             ev.notes.push(format!("{n} backends terminated on A"));

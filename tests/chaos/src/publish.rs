@@ -16,12 +16,13 @@ pub fn markdown(results: &Results) -> String {
     let o = &results.options;
     let mut out = format!(
         "Measured {} at commit `{}` on {}.\n\
-         pgmux: {}; PgBouncer: {}; PostgreSQL: {}; Toxiproxy {}.\n\
+         pgmux: {} (`{}`); PgBouncer: {}; PostgreSQL: {}; Toxiproxy {}.\n\
          Form: {}, {} run(s) per scenario; clients: {} idle, {} busy, {} in flight; hold {} ms; flip delay {} ms.\n\n",
         m.date,
         m.commit,
         m.machine,
         m.pgmux,
+        m.pgmux_binary.rsplit_once("/target/").map_or(m.pgmux_binary.clone(), |(_, tail)| format!("target/{tail}")),
         m.pgbouncer,
         m.postgres,
         m.toxiproxy,

@@ -241,7 +241,7 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
         let wait = match (s.p99_client_wait_after_reachable_ms, s.clients_without_success) {
             (Some(ms), _) => secs(ms),
             (None, 0) => "–".to_owned(),
-            (None, n) => format!("{n} clients never"),
+            (None, n) => format!("{n} clients never wrote"),
         };
         let mut target = s.target.name().to_owned();
         if s.target_crashed {
@@ -266,7 +266,7 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
             s.lost,
             s.duplicated,
             if s.scenario.demotes_a() {
-                s.demoted_drained_ms.map_or("not in run".to_owned(), secs)
+                s.demoted_drained_ms.map_or("not within the run".to_owned(), secs)
             } else {
                 "–".into()
             },
@@ -274,7 +274,7 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
             match (s.scenario == Scenario::ClientKill, s.lock_held_before_kill) {
                 (false, _) => "–".to_owned(),
                 (true, false) => "not held (invalid)".to_owned(),
-                (true, true) => s.lock_released_ms.map_or("not in run".to_owned(), secs),
+                (true, true) => s.lock_released_ms.map_or("not within the run".to_owned(), secs),
             },
         ));
     }

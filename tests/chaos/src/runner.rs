@@ -16,7 +16,7 @@ use crate::clock::Clock;
 use crate::faults::{self, FaultEvents, FaultTiming, Scenario};
 use crate::netns::HostsFile;
 use crate::target::{LISTEN, Target, TargetKind, TargetSettings};
-use crate::topology::{NODE_A, Seed, Topology, admin_sql, admin_value};
+use crate::topology::{NODE_A, Seed, Topology, admin_sql};
 use crate::workload::{self, LockWatch, Plan, Record};
 
 /// Everything a scenario run needs that does not change between runs.
@@ -180,25 +180,40 @@ async fn wait_serving(target: &Target) -> Result<(), String> {
     Err(format!("{} does not serve queries: {last}\n{}", target.kind.name(), target.output_tail(20)))
 }
 
-/// Count the app role's connections on A every 100 ms from the fault to the end of the run.
+/// Count the app role's connections on A every 100 ms from the fault to the end of the run, on one
+/// connection of the superuser's (reopened when A restarts).
 async fn watch_connections(conninfo: &str, clock: Clock, run_ms: u64) -> Vec<(f64, Option<i64>)> {
     let sql = format!(
         "SELECT count(*) FROM pg_stat_activity WHERE usename = '{}' AND backend_type = 'client backend'",
         APP_USER.user
     );
     let mut samples = Vec::new();
+    let mut session: Option<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> = None;
     tokio::time::sleep_until(clock.instant_at(0.0)).await;
     let end = clock.instant_at(run_ms as f64);
     while tokio::time::Instant::now() < end && samples.len() < 10_000 {
         let at = clock.now_ms();
-        let count = tokio::time::timeout(Duration::from_secs(1), admin_value(conninfo, &sql))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten()
-            .and_then(|n| n.parse().ok());
+        if session.as_ref().is_none_or(|(client, _)| client.is_closed()) {
+            let connect = tokio::time::timeout(Duration::from_secs(1), tokio_postgres::connect(conninfo, NoTls));
+            session = match connect.await {
+                Ok(Ok((client, connection))) => Some((client, tokio::spawn(async move { drop(connection.await) }))),
+                _ => None,
+            };
+        }
+        let mut count = None;
+        if let Some((client, _)) = &session
+            && let Ok(Ok(rows)) = tokio::time::timeout(Duration::from_secs(1), client.simple_query(&sql)).await
+        {
+            count = rows.iter().find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0).and_then(|n| n.parse().ok()),
+                _ => None,
+            });
+        }
         samples.push((at, count));
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some((_, task)) = session {
+        task.abort();
     }
     samples
 }
