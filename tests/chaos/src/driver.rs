@@ -211,6 +211,8 @@ pub fn drive(opts: &Options, namespace: &str) -> Result<Results, String> {
             return Err(format!("{what} not found at {} ({fix})", path.display()));
         }
     }
+    // Read now: the commit is the one the run starts from, even if the tree changes while it runs.
+    let meta = meta(opts);
     let hosts = HostsFile::new(namespace)?;
     let seed = Seed::create()?;
     let toxiproxy = topology::start_toxiproxy()?;
@@ -260,7 +262,7 @@ pub fn drive(opts: &Options, namespace: &str) -> Result<Results, String> {
         .into_iter()
         .map(|(g, v)| GoalResult { id: g.id.into(), text: g.text.into(), enforced: g.enforced, result: v })
         .collect();
-    Ok(Results { meta: meta(opts), options: opts.clone(), summaries, goals, soak })
+    Ok(Results { meta, options: opts.clone(), summaries, goals, soak })
 }
 
 fn run_soak(bench: &Bench<'_>, secs: u64) -> Result<SoakResult, String> {
