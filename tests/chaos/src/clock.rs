@@ -22,6 +22,11 @@ impl Clock {
         if now >= self.t0 { (now - self.t0).as_secs_f64() * 1000.0 } else { -((self.t0 - now).as_secs_f64() * 1000.0) }
     }
 
+    /// `at` in milliseconds since the fault (negative before it).
+    pub fn ms_of(&self, at: Instant) -> f64 {
+        if at >= self.t0 { (at - self.t0).as_secs_f64() * 1000.0 } else { -((self.t0 - at).as_secs_f64() * 1000.0) }
+    }
+
     /// The instant `ms` milliseconds after (or, negative, before) the fault.
     pub fn instant_at(&self, ms: f64) -> Instant {
         let offset = Duration::from_secs_f64(ms.abs() / 1000.0);

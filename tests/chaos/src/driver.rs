@@ -109,7 +109,7 @@ impl Options {
                 busy: 3,
                 in_flight: 2,
                 idle_offsets_ms: vec![200, 1000, 2500, 4000],
-                warmup_ms: 1500,
+                lead_ms: 1500,
                 run_ms: 5000,
                 long_query_ms: 3000,
                 op_timeout_ms: 15_000,
@@ -122,7 +122,7 @@ impl Options {
                 busy: 6,
                 in_flight: 4,
                 idle_offsets_ms: vec![200, 1000, 2000, 5000, 10_000, 20_000],
-                warmup_ms: 2000,
+                lead_ms: 2000,
                 run_ms: 25_000,
                 long_query_ms: 10_000,
                 op_timeout_ms: 40_000,
@@ -333,4 +333,57 @@ fn machine() -> String {
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     format!("{cpu}, {cores} cores, Linux {}", read("/proc/sys/kernel/osrelease").trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::HostsFile;
+    use crate::topology::{PROXY_A, PROXY_B};
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn options_parse_and_bad_input_is_refused() {
+        let quick = Options::parse(&args(&["--quick"])).expect("quick");
+        assert_eq!(quick.scenarios, faults::QUICK.to_vec());
+        assert_eq!(quick.soak_secs, 0);
+        let opts = Options::parse(&args(&[
+            "--targets",
+            "pgmux,pgbouncer-tuned",
+            "--scenarios",
+            "demote,lossy",
+            "--runs",
+            "2",
+            "--hold",
+            "30000",
+            "--pgmux-env",
+            "query_timeout=5s",
+        ]))
+        .expect("options");
+        assert_eq!(opts.targets, vec![TargetKind::Pgmux, TargetKind::PgbouncerTuned]);
+        assert_eq!(opts.scenarios, vec![Scenario::Demote, Scenario::Lossy]);
+        assert_eq!(opts.runs, 2);
+        assert_eq!(opts.pgmux_env, vec![("PGMUX_QUERY_TIMEOUT".to_owned(), "5s".to_owned())]);
+        // A hang must end before the operations caught in it are abandoned.
+        assert!(opts.plan.op_timeout_ms > opts.timing.hold_ms);
+        for bad in [&["--runs"][..], &["--targets", "haproxy"], &["--scenarios", "meteor"], &["--frobnicate"]] {
+            assert!(Options::parse(&args(bad)).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn every_scenario_name_parses_back() {
+        for scenario in faults::ALL {
+            assert_eq!(Scenario::parse(&scenario.name()), Ok(scenario));
+        }
+    }
+
+    #[test]
+    fn the_hosts_flip_keeps_the_length() {
+        assert_eq!(HostsFile::text(PROXY_A).len(), HostsFile::text(PROXY_B).len());
+        assert!(HostsFile::new("not-ours").is_err());
+    }
 }

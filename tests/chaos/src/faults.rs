@@ -162,7 +162,6 @@ fn run_fault(
     clock: Clock,
     ev: &mut FaultEvents,
 ) -> Result<(), String> {
-    let hold = timing.hold_ms as f64;
     match scenario {
         Scenario::TerminateIdle | Scenario::TerminateActive => {
             let states = if scenario == Scenario::TerminateIdle { "'idle'" } else { "'active', 'idle in transaction'" };
@@ -175,10 +174,34 @@ fn run_fault(
             topo.a.restart(mode)?;
             ev.writer_reachable_ms = Some(clock.now_ms());
         }
+        Scenario::Failover | Scenario::Demote | Scenario::ReadOnly | Scenario::BlackHoleFailover => {
+            move_writer(scenario, topo, timing, clock, ev)?;
+        }
+        Scenario::Sigstop | Scenario::BlackHole => hang(scenario, topo, timing, clock, ev)?,
+        Scenario::Latency | Scenario::SlowLink | Scenario::Lossy | Scenario::Reset => {
+            network(scenario, topo, timing, clock, ev)?;
+        }
+        Scenario::ClientKill => {
+            // The workload kills its lock holder at time 0; nothing happens to the servers.
+            ev.writer_reachable_ms = Some(ev.fault_ms);
+        }
+    }
+    Ok(())
+}
+
+/// The writer moves to B: failover, demotion, a read-only switch, or a hard fence.
+fn move_writer(
+    scenario: Scenario,
+    topo: &mut Topology,
+    timing: &FaultTiming,
+    clock: Clock,
+    ev: &mut FaultEvents,
+) -> Result<(), String> {
+    match scenario {
         Scenario::Failover => {
             topo.a.stop("fast")?;
             topo.b.promote()?;
-            flip(topo, timing, clock, ev)?;
+            flip(topo, timing, clock, ev)
         }
         Scenario::Demote => {
             topo.a.stop("fast")?;
@@ -186,7 +209,7 @@ fn run_fault(
             topo.a.make_standby_of(&topo.b)?;
             topo.a.start()?;
             ev.role_visible_ms = Some(clock.now_ms());
-            flip(topo, &at_least(timing, 2000), clock, ev)?;
+            flip(topo, &at_least(timing, 2000), clock, ev)
         }
         Scenario::ReadOnly => {
             // Two queries: ALTER SYSTEM refuses the implicit transaction of a multi-statement one.
@@ -198,51 +221,64 @@ fn run_fault(
             ev.notes.push(format!("{n} backends terminated on A"));
             block_on(topo.wait_caught_up())?;
             topo.b.promote()?;
-            flip(topo, &at_least(timing, 2000), clock, ev)?;
+            flip(topo, &at_least(timing, 2000), clock, ev)
         }
-        Scenario::Sigstop => {
-            let n = topo.a.signal_all(libc::SIGSTOP);
-            ev.notes.push(format!("{n} processes stopped"));
-            clock.sleep_until_blocking(hold);
-            topo.a.signal_all(libc::SIGCONT);
-            ev.healed_ms = Some(clock.now_ms());
-            ev.writer_reachable_ms = ev.healed_ms;
-        }
-        Scenario::BlackHole => {
-            black_hole(topo)?;
-            clock.sleep_until_blocking(hold);
-            remove(topo, &["hole-up", "hole-down"])?;
-            ev.healed_ms = Some(clock.now_ms());
-            ev.writer_reachable_ms = ev.healed_ms;
-        }
-        Scenario::BlackHoleFailover => {
+        _ => {
             black_hole(topo)?;
             block_on(topo.wait_caught_up())?;
             clock.sleep_until_blocking(1000.0);
             topo.b.promote()?;
-            flip(topo, &at_least(timing, 1000), clock, ev)?;
-        }
-        Scenario::Latency | Scenario::SlowLink | Scenario::Lossy => {
-            let names = network_toxics(scenario, topo)?;
-            ev.writer_reachable_ms = Some(ev.fault_ms);
-            clock.sleep_until_blocking(hold);
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            remove(topo, &names)?;
-            ev.healed_ms = Some(clock.now_ms());
-        }
-        Scenario::Reset => {
-            let rst = Toxic::new("rst", ToxicKind::ResetPeer { timeout_ms: 0 }).on(Stream::Upstream);
-            topo.toxi.add_toxic(PROXY_A_NAME, &rst)?;
-            std::thread::sleep(Duration::from_millis(500));
-            remove(topo, &["rst"])?;
-            ev.healed_ms = Some(clock.now_ms());
-            ev.writer_reachable_ms = ev.healed_ms;
-        }
-        Scenario::ClientKill => {
-            // The workload kills its lock holder at time 0; nothing happens to the servers.
-            ev.writer_reachable_ms = Some(ev.fault_ms);
+            flip(topo, &at_least(timing, 1000), clock, ev)
         }
     }
+}
+
+/// A hangs for the hold time: every process stopped, or its proxy black-holed.
+fn hang(
+    scenario: Scenario,
+    topo: &Topology,
+    timing: &FaultTiming,
+    clock: Clock,
+    ev: &mut FaultEvents,
+) -> Result<(), String> {
+    if scenario == Scenario::Sigstop {
+        let n = topo.a.signal_all(libc::SIGSTOP);
+        ev.notes.push(format!("{n} processes stopped"));
+        clock.sleep_until_blocking(timing.hold_ms as f64);
+        topo.a.signal_all(libc::SIGCONT);
+    } else {
+        black_hole(topo)?;
+        clock.sleep_until_blocking(timing.hold_ms as f64);
+        remove(topo, &["hole-up", "hole-down"])?;
+    }
+    ev.healed_ms = Some(clock.now_ms());
+    ev.writer_reachable_ms = ev.healed_ms;
+    Ok(())
+}
+
+/// A bad network in front of A: resets for half a second, or latency / a slow link / loss for the hold time.
+fn network(
+    scenario: Scenario,
+    topo: &Topology,
+    timing: &FaultTiming,
+    clock: Clock,
+    ev: &mut FaultEvents,
+) -> Result<(), String> {
+    if scenario == Scenario::Reset {
+        let rst = Toxic::new("rst", ToxicKind::ResetPeer { timeout_ms: 0 }).on(Stream::Upstream);
+        topo.toxi.add_toxic(PROXY_A_NAME, &rst)?;
+        std::thread::sleep(Duration::from_millis(500));
+        remove(topo, &["rst"])?;
+        ev.healed_ms = Some(clock.now_ms());
+        ev.writer_reachable_ms = ev.healed_ms;
+        return Ok(());
+    }
+    let names = network_toxics(scenario, topo)?;
+    ev.writer_reachable_ms = Some(ev.fault_ms);
+    clock.sleep_until_blocking(timing.hold_ms as f64);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    remove(topo, &names)?;
+    ev.healed_ms = Some(clock.now_ms());
     Ok(())
 }
 

@@ -236,3 +236,53 @@ fn soak_memory(soak: Option<&SoakResult>) -> Verdict {
         _ => Verdict::NotMet("memory could not be read from /proc".to_owned()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pgmux(scenario: Scenario) -> Summary {
+        Summary::empty(scenario, TargetKind::Pgmux, 1)
+    }
+
+    fn verdict_of(id: &str, summaries: &[Summary]) -> Verdict {
+        let judged = judge(summaries, None);
+        judged.into_iter().find(|(g, _)| g.id == id).map(|(_, v)| v).expect("a goal with this id")
+    }
+
+    #[test]
+    fn goals_are_judged_from_pgmux_rows_only() {
+        let mut bouncer = Summary::empty(Scenario::TerminateIdle, TargetKind::Pgbouncer, 1);
+        bouncer.disconnects.insert(Role::Idle, 3);
+        let clean = pgmux(Scenario::TerminateIdle);
+        assert!(matches!(verdict_of("idle-terminate", &[bouncer.clone(), clean]), Verdict::Met(_)));
+        assert_eq!(verdict_of("idle-terminate", &[bouncer]), Verdict::NotMeasured);
+    }
+
+    #[test]
+    fn a_failing_row_or_a_failed_run_is_not_met() {
+        let mut errors = pgmux(Scenario::TerminateIdle);
+        errors.errors.entry(Role::Idle).or_default().insert("08006".into(), 1);
+        assert!(matches!(verdict_of("idle-terminate", &[errors]), Verdict::NotMet(_)));
+        let mut failed = pgmux(Scenario::RestartFast);
+        failed.failed_runs.push("setup failed".into());
+        assert!(matches!(verdict_of("idle-restart-connected", &[failed]), Verdict::NotMet(_)));
+    }
+
+    #[test]
+    fn client_kill_needs_the_lock_held_first() {
+        let mut kill = pgmux(Scenario::ClientKill);
+        kill.lock_released_ms = Some(30.0);
+        assert!(matches!(verdict_of("client-kill-locks-1s", &[kill.clone()]), Verdict::Met(_)));
+        kill.lock_held_before_kill = false;
+        assert!(matches!(verdict_of("client-kill-locks-1s", &[kill]), Verdict::NotMet(_)));
+    }
+
+    #[test]
+    fn goal_ids_are_unique() {
+        let mut ids: Vec<&str> = GOALS.iter().map(|g| g.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), GOALS.len());
+    }
+}

@@ -28,7 +28,7 @@ pub struct Summary {
     /// after the fault; the 99th percentile. None if some client never succeeded after the fault.
     pub p99_client_wait_after_reachable_ms: Option<f64>,
     pub clients_without_success: u64,
-    /// Statements that reached a read-only node (SQLSTATE 25006).
+    /// Writes that reached a read-only node (refused with SQLSTATE 25006, or served by a node in recovery).
     pub writes_to_read_only: u64,
     pub lost: u64,
     pub duplicated: u64,
@@ -43,6 +43,34 @@ pub struct Summary {
     pub lock_held_before_kill: bool,
     pub target_crashed: bool,
     pub notes: Vec<String>,
+}
+
+impl Summary {
+    /// A summary with nothing counted yet.
+    pub fn empty(scenario: Scenario, target: TargetKind, runs: u32) -> Summary {
+        Summary {
+            scenario,
+            target,
+            runs,
+            failed_runs: Vec::new(),
+            ops: 0,
+            errors: BTreeMap::new(),
+            disconnects: BTreeMap::new(),
+            first_write_after_fault_ms: None,
+            p99_client_wait_after_reachable_ms: None,
+            clients_without_success: 0,
+            writes_to_read_only: 0,
+            lost: 0,
+            duplicated: 0,
+            unacked_present: 0,
+            demoted_drained_ms: None,
+            hang_detected_ms: None,
+            lock_released_ms: None,
+            lock_held_before_kill: true,
+            target_crashed: false,
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// Summaries of `runs`, one per (scenario, target), in the order first seen.
@@ -63,28 +91,7 @@ pub fn summarize(runs: &[ScenarioRun]) -> Vec<Summary> {
 }
 
 fn summarize_one(scenario: Scenario, target: TargetKind, runs: &[&ScenarioRun]) -> Summary {
-    let mut s = Summary {
-        scenario,
-        target,
-        runs: runs.len() as u32,
-        failed_runs: Vec::new(),
-        ops: 0,
-        errors: BTreeMap::new(),
-        disconnects: BTreeMap::new(),
-        first_write_after_fault_ms: None,
-        p99_client_wait_after_reachable_ms: None,
-        clients_without_success: 0,
-        writes_to_read_only: 0,
-        lost: 0,
-        duplicated: 0,
-        unacked_present: 0,
-        demoted_drained_ms: None,
-        hang_detected_ms: None,
-        lock_released_ms: None,
-        lock_held_before_kill: true,
-        target_crashed: false,
-        notes: Vec::new(),
-    };
+    let mut s = Summary::empty(scenario, target, runs.len() as u32);
     let mut first_writes = Vec::new();
     let mut waits = Vec::new();
     let mut drained = Vec::new();
@@ -142,7 +149,8 @@ fn count_ops(s: &mut Summary, ops: &[Op]) {
         if let Some(key) = op.outcome.key() {
             *s.errors.entry(op.role).or_default().entry(key).or_default() += 1;
         }
-        if matches!(&op.outcome, Outcome::Sql { code, .. } if code == "25006") {
+        let refused_read_only = matches!(&op.outcome, Outcome::Sql { code, .. } if code == "25006");
+        if refused_read_only || op.in_recovery == Some(true) {
             s.writes_to_read_only += 1;
         }
     }
@@ -292,4 +300,30 @@ fn render_counts(counts: &BTreeMap<String, u64>) -> String {
 
 fn secs(ms: f64) -> String {
     format!("{:.2} s", ms / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_needs_every_run() {
+        assert_eq!(worst(&[Some(1.0), Some(3.0)]), Some(3.0));
+        assert_eq!(worst(&[Some(1.0), None]), None);
+        assert_eq!(worst(&[]), None);
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let mut values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&mut values, 0.99), 99.0);
+        assert_eq!(percentile(&mut [5.0], 0.99), 5.0);
+    }
+
+    #[test]
+    fn counts_render_most_frequent_first() {
+        let counts: BTreeMap<String, u64> = [("08001".to_owned(), 2), ("57P01".to_owned(), 5)].into();
+        assert_eq!(render_counts(&counts), "57P01×5 08001×2");
+        assert_eq!(render_counts(&BTreeMap::new()), "0");
+    }
 }

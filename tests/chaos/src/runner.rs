@@ -88,11 +88,17 @@ impl Bench<'_> {
         let mut target = Target::start(out.target, self.settings)?;
         self.runtime.block_on(wait_serving(&target))?;
         let plan = Plan { lock_holder: out.scenario == Scenario::ClientKill, ..self.plan.clone() };
-        let clock = Clock::fault_in(Duration::from_millis(plan.warmup_ms + 200));
+        let sessions = self.runtime.block_on(workload::prepare(&plan, client_config()));
+        let cold = sessions.iter().filter(|s| !s.warmed_up()).count();
+        if cold > 0 {
+            return Err(format!("{cold} of {} clients could not connect and write before the fault", sessions.len()));
+        }
+        let clock = Clock::fault_in(Duration::from_millis(plan.lead_ms));
         let a_admin = topo.a.admin_conninfo();
         let demotes = out.scenario.demotes_a();
+        let scenario = out.scenario;
         let (events, (record, lock, samples)) = thread::scope(|scope| {
-            let injector = scope.spawn(|| faults::inject(out.scenario, &mut topo, self.timing, clock));
+            let injector = scope.spawn(|| faults::inject(scenario, &mut topo, self.timing, clock));
             let observed = self.runtime.block_on(async {
                 let lock = async {
                     if plan.lock_holder {
@@ -103,7 +109,7 @@ impl Bench<'_> {
                 };
                 let samples =
                     async { if demotes { watch_connections(&a_admin, clock, plan.run_ms).await } else { Vec::new() } };
-                tokio::join!(workload::run(&plan, client_config(), clock), lock, samples)
+                tokio::join!(workload::run(sessions, &plan, clock), lock, samples)
             });
             let events = injector.join().unwrap_or_else(|_| FaultEvents {
                 error: Some("the fault injector panicked".into()),

@@ -27,8 +27,9 @@ pub struct Plan {
     pub in_flight: u32,
     /// Idle client `i` writes once at `idle_offsets_ms[i % len]` after the fault.
     pub idle_offsets_ms: Vec<u64>,
-    /// Clients connect and warm up this long before the fault.
-    pub warmup_ms: u64,
+    /// The fault comes this long after every client has connected and written once (busy clients start
+    /// 1 s before the fault, in-flight ones 300 ms before).
+    pub lead_ms: u64,
     /// Busy clients stop, and observers stop sampling, this long after the fault.
     pub run_ms: u64,
     /// The in-flight clients' `pg_sleep`, started 300 ms before the fault.
@@ -112,6 +113,8 @@ pub struct Op {
     pub closed: bool,
     /// `inet_server_addr()` of the node that served a successful write.
     pub node: Option<String>,
+    /// Its `pg_is_in_recovery()`: a write can only succeed on a node that is not.
+    pub in_recovery: Option<bool>,
 }
 
 /// A client connection that ended without the client closing it.
@@ -154,27 +157,50 @@ const MAX_BUSY_OPS: u32 = 1_000_000;
 const BUSY_LEAD: Duration = Duration::from_millis(1000);
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// Run every client of `plan` against `target` (the pooler); returns when all are done.
-pub async fn run(plan: &Plan, target: Config, clock: Clock) -> Record {
+/// The clients of `plan`, connected to `target` and warmed up (one write each), before the fault's time is
+/// set: warm-ups are slow with SCRAM on a busy machine, and a client still connecting at the fault is not idle.
+pub async fn prepare(plan: &Plan, target: Config) -> Vec<Session> {
     let target = Arc::new(target);
-    let mut tasks: Vec<JoinHandle<Record>> = Vec::new();
+    let provisional = Clock::fault_in(Duration::ZERO);
+    let roles = [(Role::Idle, plan.idle), (Role::Busy, plan.busy), (Role::InFlight, plan.in_flight)];
+    let mut tasks = Vec::new();
     let mut id = 0u32;
-    let mut next = || {
-        id += 1;
-        id
-    };
-    for i in 0..plan.idle {
-        let offset = plan.idle_offsets_ms.get(i as usize % plan.idle_offsets_ms.len().max(1)).copied().unwrap_or(0);
-        let session = Session::new(next(), Role::Idle, &target, clock, plan);
-        tasks.push(tokio::spawn(session.idle(offset)));
+    for (role, count) in roles {
+        for _ in 0..count {
+            id += 1;
+            let mut session = Session::new(id, role, &target, provisional, plan);
+            tasks.push(tokio::spawn(async move {
+                session.write(OpKind::Warmup, 0).await;
+                session
+            }));
+        }
     }
-    for _ in 0..plan.busy {
-        let session = Session::new(next(), Role::Busy, &target, clock, plan);
-        tasks.push(tokio::spawn(session.busy(plan.run_ms)));
+    let mut sessions = Vec::new();
+    for task in tasks {
+        if let Ok(session) = task.await {
+            sessions.push(session);
+        }
     }
-    for _ in 0..plan.in_flight {
-        let session = Session::new(next(), Role::InFlight, &target, clock, plan);
-        tasks.push(tokio::spawn(session.in_flight(plan.long_query_ms)));
+    sessions
+}
+
+/// Run the prepared clients around the fault at `clock`'s time 0; returns when all are done.
+pub async fn run(sessions: Vec<Session>, plan: &Plan, clock: Clock) -> Record {
+    let mut tasks: Vec<JoinHandle<Record>> = Vec::new();
+    let mut idle = 0usize;
+    for mut session in sessions {
+        session.rebase(clock);
+        let task = match session.role {
+            Role::Idle => {
+                let offsets = &plan.idle_offsets_ms;
+                let offset = offsets.get(idle % offsets.len().max(1)).copied().unwrap_or(0);
+                idle += 1;
+                tokio::spawn(session.idle(offset))
+            }
+            Role::Busy => tokio::spawn(session.busy(plan.run_ms)),
+            Role::InFlight | Role::Holder => tokio::spawn(session.in_flight(plan.long_query_ms)),
+        };
+        tasks.push(task);
     }
     let mut record = Record::default();
     for task in tasks {
@@ -189,19 +215,19 @@ pub async fn run(plan: &Plan, target: Config, clock: Clock) -> Record {
 struct Conn {
     client: Client,
     task: JoinHandle<()>,
-    ended_at: Arc<Mutex<Option<f64>>>,
+    ended_at: Arc<Mutex<Option<Instant>>>,
     ended: Arc<AtomicBool>,
 }
 
 impl Conn {
-    async fn open(target: &Config, clock: Clock) -> Result<Conn, tokio_postgres::Error> {
+    async fn open(target: &Config) -> Result<Conn, tokio_postgres::Error> {
         let (client, connection) = target.connect(NoTls).await?;
         let ended = Arc::new(AtomicBool::new(false));
         let ended_at = Arc::new(Mutex::new(None));
         let (flag, at) = (Arc::clone(&ended), Arc::clone(&ended_at));
         let task = tokio::spawn(async move {
             let _ = connection.await;
-            *at.lock().unwrap_or_else(PoisonError::into_inner) = Some(clock.now_ms());
+            *at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
             flag.store(true, Ordering::Release);
         });
         Ok(Conn { client, task, ended_at, ended })
@@ -213,7 +239,8 @@ impl Conn {
 }
 
 /// One client: its connection (reopened when the other side closed it) and what it recorded.
-struct Session {
+#[derive(Debug)]
+pub struct Session {
     id: u32,
     role: Role,
     target: Arc<Config>,
@@ -221,8 +248,13 @@ struct Session {
     conn: Option<Conn>,
     seq: u32,
     op_timeout: Duration,
-    warmup_ms: u64,
     record: Record,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("ended", &self.ended()).finish_non_exhaustive()
+    }
 }
 
 impl Session {
@@ -235,20 +267,32 @@ impl Session {
             conn: None,
             seq: 0,
             op_timeout: Duration::from_millis(plan.op_timeout_ms),
-            warmup_ms: plan.warmup_ms,
             record: Record::default(),
         }
     }
 
+    /// Whether the warm-up write was acknowledged.
+    pub fn warmed_up(&self) -> bool {
+        self.record.ops.iter().any(|op| op.kind == OpKind::Warmup && op.outcome == Outcome::Ok)
+    }
+
+    /// Move to `clock`: what was recorded so far is shifted to be relative to its fault time.
+    fn rebase(&mut self, clock: Clock) {
+        let shift = self.clock.ms_of(clock.instant_at(0.0));
+        for op in &mut self.record.ops {
+            op.start_ms -= shift;
+            op.end_ms -= shift;
+        }
+        self.clock = clock;
+    }
+
     async fn idle(mut self, offset_ms: u64) -> Record {
-        self.warm_up().await;
         sleep_until(self.clock.instant_at(offset_ms as f64)).await;
         self.write(OpKind::Write, 0).await;
         self.finish()
     }
 
     async fn busy(mut self, run_ms: u64) -> Record {
-        self.warm_up().await;
         sleep_until(self.clock.instant_at(-(BUSY_LEAD.as_millis() as f64))).await;
         let end = self.clock.instant_at(run_ms as f64);
         for n in 0..MAX_BUSY_OPS {
@@ -264,19 +308,11 @@ impl Session {
     }
 
     async fn in_flight(mut self, long_ms: u64) -> Record {
-        self.warm_up().await;
         sleep_until(self.clock.instant_at(-300.0)).await;
         self.write(OpKind::LongTxn, long_ms).await;
         // The client's next transaction, right after: it should work.
         self.write(OpKind::Write, 0).await;
         self.finish()
-    }
-
-    /// Connect (spread over the first half of the warm-up) and write once.
-    async fn warm_up(&mut self) {
-        let spread = (self.id as f64 * 37.0) % (self.warmup_ms as f64 / 2.0).max(1.0);
-        sleep_until(self.clock.instant_at(-(self.warmup_ms as f64) + spread)).await;
-        self.write(OpKind::Warmup, 0).await;
     }
 
     /// Make sure a live connection is open, recording a disconnect for one the other side closed and a
@@ -289,7 +325,7 @@ impl Session {
             return true;
         }
         let start = self.clock.now_ms();
-        let opened = timeout(self.op_timeout, Conn::open(&self.target, self.clock)).await;
+        let opened = timeout(self.op_timeout, Conn::open(&self.target)).await;
         let (outcome, conn) = match opened {
             Ok(Ok(conn)) => (Outcome::Ok, Some(conn)),
             Ok(Err(e)) => (classify(&e), None),
@@ -310,8 +346,10 @@ impl Session {
         }
         self.seq += 1;
         let seq = self.seq;
-        let insert =
-            format!("INSERT INTO ledger (client, seq) VALUES ({}, {seq}) RETURNING inet_server_addr()::text", self.id);
+        let insert = format!(
+            "INSERT INTO ledger (client, seq) VALUES ({}, {seq}) RETURNING inet_server_addr()::text, pg_is_in_recovery()",
+            self.id
+        );
         let steps: Vec<String> = match kind {
             OpKind::Txn | OpKind::LongTxn => {
                 vec!["BEGIN".into(), insert, format!("SELECT pg_sleep({})", sleep_ms as f64 / 1000.0), "COMMIT".into()]
@@ -323,8 +361,8 @@ impl Session {
             return false;
         };
         let result = timeout(self.op_timeout, run_steps(&conn.client, &steps)).await;
-        let (outcome, node) = match result {
-            Ok(Ok(node)) => (Outcome::Ok, node),
+        let (outcome, served) = match result {
+            Ok(Ok(served)) => (Outcome::Ok, served),
             Ok(Err(e)) => (classify(&e), None),
             Err(_) => (Outcome::Timeout, None),
         };
@@ -333,7 +371,7 @@ impl Session {
         if ok {
             self.record.acked.push((self.id, seq));
         }
-        self.push(kind, start, outcome, closed, node);
+        self.push(kind, start, outcome, closed, served);
         ok
     }
 
@@ -358,9 +396,11 @@ impl Session {
         conn.ended()
     }
 
-    fn push(&mut self, kind: OpKind, start_ms: f64, outcome: Outcome, closed: bool, node: Option<String>) {
+    fn push(&mut self, kind: OpKind, start_ms: f64, outcome: Outcome, closed: bool, served: Option<Served>) {
         let end_ms = self.clock.now_ms();
-        let op = Op { client: self.id, role: self.role, seq: self.seq, kind, start_ms, end_ms, outcome, closed, node };
+        let (node, in_recovery) = served.map_or((None, None), |s| (Some(s.node), Some(s.in_recovery)));
+        let (client, role, seq) = (self.id, self.role, self.seq);
+        let op = Op { client, role, seq, kind, start_ms, end_ms, outcome, closed, node, in_recovery };
         self.record.ops.push(op);
     }
 
@@ -368,7 +408,8 @@ impl Session {
     fn drop_conn(&mut self) {
         if let Some(conn) = self.conn.take() {
             let at = *conn.ended_at.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(at_ms) = at {
+            if let Some(at) = at {
+                let at_ms = self.clock.ms_of(at);
                 self.record.disconnects.push(Disconnect { client: self.id, role: self.role, at_ms });
             }
             conn.task.abort();
@@ -381,19 +422,26 @@ impl Session {
     }
 }
 
-/// Run statements one round trip each; the first text of the first row returned (the serving node).
-async fn run_steps(client: &Client, steps: &[String]) -> Result<Option<String>, tokio_postgres::Error> {
-    let mut node = None;
+/// The node that served a write, from its `RETURNING inet_server_addr(), pg_is_in_recovery()`.
+struct Served {
+    node: String,
+    in_recovery: bool,
+}
+
+/// Run statements one round trip each; what the first row returned says about the serving node.
+async fn run_steps(client: &Client, steps: &[String]) -> Result<Option<Served>, tokio_postgres::Error> {
+    let mut served = None;
     for step in steps {
         for message in client.simple_query(step).await? {
             if let SimpleQueryMessage::Row(row) = message
-                && node.is_none()
+                && served.is_none()
             {
-                node = row.get(0).map(str::to_owned);
+                let node = row.get(0).unwrap_or("?").to_owned();
+                served = Some(Served { node, in_recovery: row.get(1) == Some("t") });
             }
         }
     }
-    Ok(node)
+    Ok(served)
 }
 
 /// An error as an outcome: the server's SQLSTATE and severity, or what happened to the connection.
@@ -425,7 +473,7 @@ pub fn classify(e: &tokio_postgres::Error) -> Outcome {
 /// that the row was locked just before, and measures when it can be locked again.
 pub async fn lock_holder(target: Config, node: Config, clock: Clock, run_ms: u64) -> LockWatch {
     let mut watch = LockWatch::default();
-    let Ok(holder) = Conn::open(&target, clock).await else {
+    let Ok(holder) = Conn::open(&target).await else {
         return watch;
     };
     let locked = holder.client.simple_query("BEGIN").await.is_ok()
