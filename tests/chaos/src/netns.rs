@@ -113,6 +113,27 @@ pub fn sweep_leftovers() {
             remove(&name);
         }
     }
+    sweep_scratch_dirs();
+}
+
+/// Data directories `pgmux-chaos-<pid>-*` (in /dev/shm or the temporary directory) of dead processes.
+fn sweep_scratch_dirs() {
+    for base in [PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+        let Ok(entries) = fs::read_dir(&base) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid =
+                name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && pid != std::process::id()
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
