@@ -33,12 +33,12 @@ chaos-quick: prereqs
 	cargo build -p pgmux
 	cargo test -p pgmux-chaos -- --nocapture
 
-# The long form (about 1.5 h): every scenario against pgmux, PgBouncer and PgBouncer tuned, three runs each,
+# The long form (about two hours): every scenario against pgmux, PgBouncer and PgBouncer tuned, three runs each,
 # and a 30-minute soak; rewrites the generated section of docs/resilience.md (JSON in target/chaos/).
+# The driver is a release build too: a debug build spends a third of a second of CPU on each SCRAM login.
 chaos: prereqs
-	cargo build --release -p pgmux
-	cargo build -p pgmux-chaos
-	target/debug/pgmux-chaos --pgmux target/release/pgmux --doc docs/resilience.md
+	cargo build --release -p pgmux -p pgmux-chaos
+	target/release/pgmux-chaos --pgmux target/release/pgmux --doc docs/resilience.md
 
 # The full benchmark (several minutes): pgmux vs. PgBouncer vs. PostgreSQL directly, W1-W7, three rounds;
 # rewrites the generated section of docs/benchmarks.md (and writes every figure to target/benchmarks.json).
