@@ -34,7 +34,10 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)
 fi
+# Go also builds Toxiproxy for the chaos suite (tests/harness/toxiproxy.rs); the suite's network namespace
+# needs `ip` (iproute2), in /usr/sbin, which is not on a normal user's PATH.
 command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need+=(iproute2)
 command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 

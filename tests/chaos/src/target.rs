@@ -1,0 +1,222 @@
+//! The poolers under test, as an operator would run them: the `pgmux` binary configured by environment
+//! variables, and Debian's PgBouncer 1.18 with its defaults (and, optionally, tuned as failover.md 7.4
+//! suggests), both in transaction mode in front of the writer host name, SCRAM on both sides.
+
+use std::fs::{self, File};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pgmux_testkit::APP_USER;
+use serde::Serialize;
+
+use crate::netns::WRITER_NAME;
+use crate::node::PG_PORT;
+
+/// Where every target listens, inside the namespace.
+pub const LISTEN: &str = "127.0.0.1:6432";
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    Pgmux,
+    /// PgBouncer 1.18 with its defaults (pool size and client limits aside).
+    Pgbouncer,
+    /// PgBouncer with failover.md 7.4's tuning: short login retry, DNS TTL, keepalives, user timeout.
+    PgbouncerTuned,
+}
+
+impl TargetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Pgmux => "pgmux",
+            TargetKind::Pgbouncer => "pgbouncer",
+            TargetKind::PgbouncerTuned => "pgbouncer-tuned",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<TargetKind, String> {
+        [TargetKind::Pgmux, TargetKind::Pgbouncer, TargetKind::PgbouncerTuned]
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| format!("unknown target {name:?} (pgmux, pgbouncer, pgbouncer-tuned)"))
+    }
+}
+
+/// What every target needs besides its kind.
+#[derive(Clone, Debug)]
+pub struct TargetSettings {
+    pub pgmux: PathBuf,
+    pub pgbouncer: PathBuf,
+    /// Server connections per pool.
+    pub pool_size: u32,
+    /// Extra `PGMUX_<KEY>=value` settings for pgmux (to try a new setting without editing the driver).
+    pub pgmux_env: Vec<(String, String)>,
+}
+
+/// A running target; dropping it stops it.
+#[derive(Debug)]
+pub struct Target {
+    pub kind: TargetKind,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Target {
+    pub fn start(kind: TargetKind, settings: &TargetSettings) -> Result<Target, String> {
+        let dir = crate::topology::scratch_dir(kind.name())?;
+        let mut cmd = match kind {
+            TargetKind::Pgmux => pgmux_command(settings),
+            TargetKind::Pgbouncer | TargetKind::PgbouncerTuned => pgbouncer_command(kind, settings, dir.path())?,
+        };
+        let log = File::create(dir.path().join("output.log")).map_err(|e| format!("log: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| format!("log: {e}"))?;
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
+        pgmux_testkit::die_with_parent(&mut cmd);
+        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", kind.name()))?;
+        let mut target = Target { kind, child: Some(child), dir };
+        target.wait_listening()?;
+        Ok(target)
+    }
+
+    fn wait_listening(&mut self) -> Result<(), String> {
+        let addr: SocketAddr = LISTEN.parse().map_err(|e| format!("{LISTEN}: {e}"))?;
+        let started = Instant::now();
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!("{} exited ({status}):\n{}", self.kind.name(), self.output_tail(30)));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > LISTEN_TIMEOUT {
+                return Err(format!("{} did not listen on {LISTEN}:\n{}", self.kind.name(), self.output_tail(30)));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The process's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+    }
+
+    /// The end of what the target logged (PgBouncer's log file and its stderr).
+    pub fn output_tail(&self, lines: usize) -> String {
+        let mut text = String::new();
+        for file in ["output.log", "pgbouncer.log"] {
+            text.push_str(&fs::read_to_string(self.dir.path().join(file)).unwrap_or_default());
+        }
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// SIGTERM, then SIGKILL after a grace period; idempotent. Returns whether it had exited on its own.
+    pub fn stop(&mut self) -> Option<String> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(format!("{} had exited by itself ({status})", self.kind.name()));
+        }
+        pgmux_testkit::send_signal(child.id(), libc::SIGTERM);
+        let started = Instant::now();
+        while started.elapsed() < STOP_GRACE {
+            if let Ok(Some(_)) = child.try_wait() {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn pgmux_command(settings: &TargetSettings) -> Command {
+    let mut cmd = Command::new(&settings.pgmux);
+    // Only our settings: nothing inherited from the caller's environment may change what is measured.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("PGMUX_") {
+            cmd.env_remove(key);
+        }
+    }
+    let url =
+        format!("postgres://{}:{}@{WRITER_NAME}:{PG_PORT}/pgmux?sslmode=disable", APP_USER.user, APP_USER.password);
+    cmd.env("PGMUX_LISTEN", LISTEN)
+        .env("PGMUX_DATABASE_URL", url)
+        .env("PGMUX_POOL_MAX", settings.pool_size.to_string())
+        .env("PGMUX_CLIENT_AUTH", "scram-sha-256")
+        .env("PGMUX_LOG_LEVEL", "info")
+        .env_remove("AWS_LAMBDA_RUNTIME_API");
+    for (key, value) in &settings.pgmux_env {
+        cmd.env(key, value);
+    }
+    cmd
+}
+
+/// PgBouncer's ini for `kind`: its defaults, but for what every target shares (transaction mode, the pool
+/// size, SCRAM with the app role's password in the auth file).
+pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path) -> String {
+    let (host, port) = LISTEN.split_once(':').unwrap_or(("127.0.0.1", "6432"));
+    let mut ini = format!(
+        "[databases]\n\
+         pgmux = host={WRITER_NAME} port={PG_PORT} dbname=pgmux\n\
+         \n\
+         [pgbouncer]\n\
+         listen_addr = {host}\n\
+         listen_port = {port}\n\
+         unix_socket_dir =\n\
+         auth_type = scram-sha-256\n\
+         auth_file = {dir}/userlist.txt\n\
+         pool_mode = transaction\n\
+         default_pool_size = {pool_size}\n\
+         max_client_conn = 1000\n\
+         ignore_startup_parameters = extra_float_digits\n\
+         logfile = {dir}/pgbouncer.log\n",
+        dir = dir.display()
+    );
+    if kind == TargetKind::PgbouncerTuned {
+        ini.push_str(
+            "server_login_retry = 1\n\
+             dns_max_ttl = 1\n\
+             tcp_keepidle = 1\n\
+             tcp_keepintvl = 1\n\
+             tcp_keepcnt = 3\n\
+             tcp_user_timeout = 5000\n\
+             server_check_delay = 0\n",
+        );
+    }
+    ini
+}
+
+fn pgbouncer_command(kind: TargetKind, settings: &TargetSettings, dir: &Path) -> Result<Command, String> {
+    let ini_path = dir.join("pgbouncer.ini");
+    fs::write(&ini_path, pgbouncer_ini(kind, settings.pool_size, dir)).map_err(|e| format!("ini: {e}"))?;
+    let userlist = dir.join("userlist.txt");
+    fs::write(&userlist, format!("\"{}\" \"{}\"\n", APP_USER.user, APP_USER.password))
+        .map_err(|e| format!("userlist: {e}"))?;
+    for path in [&ini_path, &userlist] {
+        pgmux_testkit::give_to_postgres(path).map_err(|e| format!("chown: {e}"))?;
+    }
+    let mut cmd = Command::new(&settings.pgbouncer);
+    cmd.arg(&ini_path).current_dir(dir);
+    // PgBouncer refuses to run as root.
+    pgmux_testkit::run_as_postgres(&mut cmd);
+    Ok(cmd)
+}
