@@ -104,6 +104,9 @@ pub(crate) struct Router {
     /// A COMMIT, or a write outside a transaction block, was sent and its unit has not ended: if the server
     /// is lost now, whether it committed is unknown (08007, not 08006).
     commit_in_flight: bool,
+    /// Whether the client's unnamed statement may commit, outside and inside a transaction block (worked
+    /// out at its Parse, not at each Bind).
+    unnamed_may_commit: [bool; 2],
 }
 
 fn parse_complete() -> Bytes {
@@ -157,6 +160,7 @@ impl Router {
             pin_reported: false,
             settings_dirty: false,
             commit_in_flight: false,
+            unnamed_may_commit: [true; 2],
         }
     }
 
@@ -340,6 +344,8 @@ impl Router {
             self.note_sql(sql);
         }
         if name.is_empty() {
+            let text = frontend::parse_query(key).unwrap_or_default();
+            self.unnamed_may_commit = [sql::may_commit(text, false), sql::may_commit(text, true)];
             self.names.unnamed_generation += 1;
             self.names.unnamed = Some(msg.clone());
             server.statements.unnamed = Some((self.client_id, self.names.unnamed_generation));
@@ -398,18 +404,14 @@ impl Router {
         let Ok((_, name, range)) = frontend::bind_names(&msg[5..]) else { return server.forward(b'B', msg) };
         if name.is_empty() {
             self.ensure_unnamed(server);
-            let unnamed = self.names.unnamed.clone();
-            match unnamed.as_deref().and_then(|parse| frontend::parse_name(&parse[5..]).ok()) {
-                Some((_, key)) => self.note_run(frontend::parse_query(key).unwrap_or_default(), server),
-                // A statement pgmux never saw parsed: it may write.
-                None => self.commit_in_flight |= server.tracker.status() == TxStatus::Idle,
-            }
+            let in_transaction = server.tracker.status() != TxStatus::Idle;
+            self.commit_in_flight |= self.unnamed_may_commit[usize::from(in_transaction)];
             return server.forward(b'B', msg);
         }
         let name = name.to_owned();
         // A name the client never parsed goes through as it is: the server says it does not exist.
         let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', msg) };
-        self.note_run(stmt.query(), server);
+        self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
         let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
         encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
         server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
@@ -434,7 +436,7 @@ impl Router {
         }
         let name = name.to_owned();
         let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', head) };
-        self.note_run(stmt.query(), server);
+        self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
         let renamed_len = declared as usize - range.len() + stmt.name.len() + 1;
         let mut renamed = BytesMut::with_capacity(head.len() + stmt.name.len());
         renamed.extend_from_slice(b"B");

@@ -148,27 +148,6 @@ pub(crate) fn deallocate_name(sql: &str) -> Option<String> {
     (ident && !rest.eq_ignore_ascii_case("all")).then(|| rest.to_ascii_lowercase())
 }
 
-/// The statements of a query string: each one's first keyword (lower case) and the word after it, splitting
-/// at `;` outside quotes, dollar quotes and comments. `None` if the text cannot be followed.
-fn statements(sql: &str) -> Option<Vec<(String, String)>> {
-    let b = sql.as_bytes();
-    let mut out = Vec::new();
-    let mut at = 0;
-    loop {
-        at = skip_blank(b, at)?;
-        if at >= b.len() {
-            return Some(out);
-        }
-        let (first, end) = word_after(b, at);
-        let (second, _) = word_after(b, end);
-        out.push((
-            String::from_utf8_lossy(first).to_ascii_lowercase(),
-            String::from_utf8_lossy(second).to_ascii_lowercase(),
-        ));
-        at = statement_end(b, at)?;
-    }
-}
-
 /// Skips whitespace, `;` and comments from `at`.
 fn skip_blank(b: &[u8], mut at: usize) -> Option<usize> {
     loop {
@@ -214,23 +193,43 @@ fn statement_end(b: &[u8], mut at: usize) -> Option<usize> {
 /// that writes outside a transaction block (autocommit), given whether the session is in one. Used to tell
 /// a client whose connection was lost mid-flight 08007 ("transaction resolution unknown") rather than 08006.
 /// Reads (SELECT, SHOW, VALUES, ...) and transaction control are not writes; a SELECT that calls a function
-/// which writes counts as a read. Text it cannot follow counts as a write.
+/// which writes counts as a read. Text it cannot follow counts as a write. One pass, no allocation: it runs
+/// for every statement a client sends.
 pub(crate) fn may_commit(sql: &str, mut in_transaction: bool) -> bool {
-    let Some(statements) = statements(sql) else { return true };
-    for (first, second) in statements {
-        match first.as_str() {
-            "begin" | "start" => in_transaction = true,
-            "commit" | "end" => return true,
-            "prepare" if second == "transaction" => return true,
-            "rollback" | "abort" if second != "prepared" => in_transaction = false,
-            "explain" if second != "analyze" => {}
-            "select" | "show" | "values" | "table" | "fetch" | "move" | "declare" | "close" | "set" | "reset"
-            | "savepoint" | "release" | "discard" | "deallocate" | "listen" | "unlisten" | "prepare" | "lock" => {}
-            _ if in_transaction => {}
-            _ => return true,
+    let b = sql.as_bytes();
+    let mut at = 0;
+    loop {
+        let Some(start) = skip_blank(b, at) else { return true };
+        if start >= b.len() {
+            return false;
         }
+        let (first, end) = word_after(b, start);
+        let is = |word: &[u8], what: &[u8]| word.eq_ignore_ascii_case(what);
+        let second = || word_after(b, end).0;
+        if is(first, b"begin") || is(first, b"start") {
+            in_transaction = true;
+        } else if is(first, b"commit") || is(first, b"end") || (is(first, b"prepare") && is(second(), b"transaction")) {
+            return true;
+        } else if (is(first, b"rollback") || is(first, b"abort")) && !is(second(), b"prepared") {
+            in_transaction = false;
+        } else if !(in_transaction || reads_only(first, second)) {
+            return true;
+        }
+        let Some(next) = statement_end(b, start) else { return true };
+        at = next;
     }
-    false
+}
+
+/// Statements that never write: reads, cursors, settings, savepoints, listening, SQL-level PREPARE.
+fn reads_only<'a>(first: &[u8], second: impl Fn() -> &'a [u8]) -> bool {
+    const READS: [&[u8]; 17] = [
+        b"select", b"show", b"values", b"table", b"fetch", b"move", b"declare", b"close", b"set", b"reset",
+        b"savepoint", b"release", b"discard", b"deallocate", b"listen", b"unlisten", b"lock",
+    ];
+    if first.eq_ignore_ascii_case(b"explain") {
+        return !second().eq_ignore_ascii_case(b"analyze");
+    }
+    first.eq_ignore_ascii_case(b"prepare") || READS.iter().any(|r| first.eq_ignore_ascii_case(r))
 }
 
 #[cfg(test)]

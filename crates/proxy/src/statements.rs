@@ -31,11 +31,19 @@ pub(crate) struct Statement {
     /// A server said its plan no longer fits (`cached plan must not change result type`): the next use
     /// makes a fresh statement instead.
     invalid: AtomicBool,
+    /// Whether running it may commit: outside a transaction block, inside one (see `sql::may_commit`),
+    /// worked out once rather than at every Bind.
+    may_commit: [bool; 2],
 }
 
 impl Statement {
     pub(crate) fn is_invalid(&self) -> bool {
         self.invalid.load(Ordering::Relaxed)
+    }
+
+    /// Whether running it may make a durable change, given whether the session is in a transaction block.
+    pub(crate) fn may_commit(&self, in_transaction: bool) -> bool {
+        self.may_commit[usize::from(in_transaction)]
     }
 
     /// The query text, for logs and inspection.
@@ -72,8 +80,16 @@ impl Registry {
         let mut parse = BytesMut::with_capacity(key.len() + name.len() + 6);
         encode::parse_with_name(&mut parse, &name, key);
         let key = Bytes::copy_from_slice(key);
-        let stmt =
-            Arc::new(Statement { id, name, parse: parse.freeze(), key: key.clone(), invalid: AtomicBool::new(false) });
+        let text = pgmux_proto::frontend::parse_query(&key).unwrap_or_default();
+        let may_commit = [crate::sql::may_commit(text, false), crate::sql::may_commit(text, true)];
+        let stmt = Arc::new(Statement {
+            id,
+            name,
+            parse: parse.freeze(),
+            key: key.clone(),
+            invalid: AtomicBool::new(false),
+            may_commit,
+        });
         map.insert(key, Arc::downgrade(&stmt));
         stmt
     }
