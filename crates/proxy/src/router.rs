@@ -329,6 +329,7 @@ impl Router {
         if let Ok(sql) = frontend::parse_query(key) {
             self.note_sql(sql);
         }
+        server.statements.client_parse();
         if name.is_empty() {
             self.names.unnamed_generation += 1;
             self.names.unnamed = Some(msg.clone());
@@ -346,6 +347,7 @@ impl Router {
         let stmt = registry.intern(key);
         self.names.named.insert(name.clone(), Arc::clone(&stmt));
         if server.statements.has(stmt.id) {
+            server.statements.cache_hit();
             let note = Undo::Parse { client_name: name, on_server: None };
             return server.answer(Reply::Parse, parse_complete(), Some(note));
         }

@@ -5,7 +5,7 @@
 //! the waker changes); raising the level wakes every registered session. Waiting for a level from places
 //! that wait anyway (the listener, a client queued for a server) uses an ordinary `Notify`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
@@ -100,7 +100,49 @@ impl Stop {
 
     /// A per-session watch for the relay loop.
     pub(crate) fn watch(&self) -> Watch {
-        Watch { stop: self.clone(), slot: None, waker: None, seen: Level::Running }
+        Watch { stop: self.clone(), slot: None, waker: None, seen: Level::Running, kill: None }
+    }
+
+    /// A watch that also answers to one session's own kill switch (`KILL_CLIENT`).
+    pub(crate) fn watch_with(&self, kill: Arc<KillSwitch>) -> Watch {
+        let mut watch = self.watch();
+        watch.kill = Some(kill);
+        watch
+    }
+
+    /// Ends one session: its watch reads [`Level::Hard`] from now on, and its task is woken.
+    pub(crate) fn kill(&self, switch: &KillSwitch) {
+        switch.fired.store(true, Ordering::Release);
+        let slot = switch.slot.load(Ordering::Acquire);
+        let waker = {
+            let mut sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.get_mut(slot).cloned()
+        };
+        // The slot may belong to another session by now: a spurious wake-up is harmless.
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// One session's own stop, fired by `KILL_CLIENT`; the session's [`Watch`] reads it on every turn.
+#[derive(Debug)]
+pub(crate) struct KillSwitch {
+    fired: AtomicBool,
+    /// The slot of the session's waker in [`Stop`]'s list, `u32::MAX` until it registers.
+    slot: AtomicU32,
+}
+
+impl Default for KillSwitch {
+    fn default() -> Self {
+        KillSwitch { fired: AtomicBool::new(false), slot: AtomicU32::new(u32::MAX) }
+    }
+}
+
+impl KillSwitch {
+    /// Whether the session was killed.
+    pub(crate) fn fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
     }
 }
 
@@ -112,14 +154,16 @@ pub(crate) struct Watch {
     waker: Option<Waker>,
     /// The level when the waker was last registered.
     seen: Level,
+    /// This session's own kill switch, if it has one.
+    kill: Option<Arc<KillSwitch>>,
 }
 
 impl Watch {
     /// The current level; until it is `Hard`, makes sure that raising it further wakes this task.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Level {
         let level = self.stop.level();
-        if level == Level::Hard {
-            return level;
+        if level == Level::Hard || self.killed() {
+            return Level::Hard;
         }
         // Registered again after each new level too, so that no raise is ever missed.
         if self.seen != level || !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -127,15 +171,31 @@ impl Watch {
             let mut sessions = self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
             match self.slot {
                 Some(slot) => sessions.set(slot, w.clone()),
-                None => self.slot = Some(sessions.insert(w.clone())),
+                None => {
+                    let slot = sessions.insert(w.clone());
+                    self.slot = Some(slot);
+                    if let Some(kill) = &self.kill {
+                        kill.slot.store(slot, Ordering::Release);
+                    }
+                }
             }
             drop(sessions);
+            if self.killed() {
+                return Level::Hard;
+            }
             self.waker = Some(w);
             self.seen = level;
             // A raise between the load above and the insert would have missed this waker.
             return self.stop.level();
         }
         level
+    }
+}
+
+impl Watch {
+    /// Whether this session was killed (`KILL_CLIENT`), rather than the whole pooler stopping.
+    pub(crate) fn killed(&self) -> bool {
+        self.kill.as_ref().is_some_and(|k| k.fired())
     }
 }
 

@@ -40,6 +40,8 @@ pub(crate) struct ServerConn {
     pub(crate) tracker: TxTracker<Undo>,
     /// Retire it when it is this old (0 = never): `server_lifetime` with jitter.
     pub(crate) lifetime: Duration,
+    /// Its entry in the admin console's list of servers (pool connections only).
+    pub(crate) ticket: Option<crate::observe::ServerTicket>,
 }
 
 impl ServerConn {
@@ -96,6 +98,7 @@ impl ServerConn {
             statements: ServerStatements::new(max_statements),
             tracker: TxTracker::default(),
             lifetime: Duration::ZERO,
+            ticket: None,
         };
         conn.login(login, application_name).await?;
         Ok(conn)

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use pgmux_metrics::ServerCloseReason;
 use pgmux_proto::encode::{ErrorMessage, Severity};
 use pgmux_proto::sqlstate;
 
@@ -42,6 +43,7 @@ impl Session {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no server connection for client");
+                self.meter.no_server(&e);
                 return Ok(Some(self.router.answer_unit(tag, e.to_client().to_bytes())));
             }
         };
@@ -51,6 +53,7 @@ impl Session {
         };
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
+        self.meter.linked(lease.id);
         self.server = Some(Linked::new(lease));
         Ok(None)
     }
@@ -58,6 +61,7 @@ impl Session {
     /// Waits in line for a server connection while watching the client: `None` if the client cancelled
     /// its query meanwhile (a connection that came at the same moment goes back to the pool unused).
     async fn wait_for_server(&mut self) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
+        self.meter.waiting();
         let Session { shared, client, stop, cancel, .. } = self;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.
         let client_left = async {
@@ -95,7 +99,7 @@ impl Session {
             lease.params.mark_in_sync(&self.params);
             return Ok(lease);
         };
-        let Err(failure) = lease.simple_query(&sql, self.shared.config.server_connect_timeout).await else {
+        let Err(failure) = lease.simple_query(&sql, self.shared.config().server_connect_timeout).await else {
             params::synced(&self.params, &mut lease.params);
             return Ok(lease);
         };
@@ -115,15 +119,18 @@ impl Session {
     /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding, unless the
     /// client holds session state there (it is pinned). Settings the client changed are read back first.
     pub(super) async fn release(&mut self) {
+        self.meter.transaction_done(self.client.received, self.client.out.sent());
         if self.router.pin().is_some() {
             if let Some(linked) = self.server.as_mut() {
                 linked.next_transaction();
             }
             if let Some(reason) = self.router.pin_to_report() {
+                self.meter.pinned(reason);
                 tracing::info!(%reason, "client pinned to its server connection until it disconnects");
             }
             return;
         }
+        self.meter.unpinned();
         if self.router.take_settings_dirty() && !Box::pin(self.read_back_settings()).await {
             return;
         }
@@ -133,10 +140,12 @@ impl Session {
             Box::pin(self.cancel.unlink()).await;
         }
         let Some(linked) = self.server.take() else { return };
+        self.meter.unlinked();
         let mut lease = linked.take();
-        let lifetime = self.shared.config.server_lifetime;
+        let lifetime = self.shared.config().server_lifetime;
         let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
         if too_old || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
+            lease.closing(if too_old { ServerCloseReason::Lifetime } else { ServerCloseReason::Broken });
             self.shared.pool.retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
@@ -148,6 +157,8 @@ impl Session {
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
+        self.meter.unlinked();
+        self.meter.unpinned();
         let reached_server = linked.reached_server();
         let mut lease = linked.take();
         let mid_message = lease.io.framer.mid_message();
@@ -181,6 +192,11 @@ impl Session {
         // A pinned client's session state (listeners, locks, temporary tables) must not reach another.
         let pinned = self.router.pin().is_some();
         if broken || pinned || self.stop.level() == Level::Hard {
+            lease.closing(match (pinned, broken) {
+                (true, _) => ServerCloseReason::PinnedClientLeft,
+                (_, true) => ServerCloseReason::Broken,
+                _ => ServerCloseReason::Shutdown,
+            });
             drop(lease.discard());
             return;
         }
@@ -198,6 +214,7 @@ impl Session {
             tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
+            lease.closing(ServerCloseReason::ResetFailed);
             self.shared.pool.retire(lease.discard());
         }
     }
@@ -208,7 +225,7 @@ impl Session {
     /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
     /// for the next client. False if the server failed (it is then dropped and the client told).
     async fn read_back_settings(&mut self) -> bool {
-        let timeout = self.shared.config.server_connect_timeout;
+        let timeout = self.shared.config().server_connect_timeout;
         let Some(linked) = self.server.as_mut() else { return true };
         let server = linked.conn();
         let rows = match server.query_rows(SESSION_SETTINGS, timeout).await {

@@ -7,6 +7,7 @@
 
 mod link;
 mod login;
+mod meter;
 mod relay;
 
 use std::future::Future;
@@ -105,6 +106,8 @@ struct Session {
     /// Its statements, session state and mode: what each message means.
     router: Router,
     cancel: Registration,
+    /// Its clocks and counters, and its entry in the admin console's list of clients.
+    meter: meter::Meter,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
     _slot: ClientSlot,
@@ -125,7 +128,7 @@ pub(crate) fn serve(
     let span = tracing::info_span!("client", client_id, %peer);
     let _ = stream.set_nodelay(true);
     let conn = Conn::new(stream, Sender::Frontend);
-    live(Box::pin(login::login(shared, conn, stop, client_id))).instrument(span)
+    live(Box::pin(login::login(shared, conn, stop, client_id, peer))).instrument(span)
 }
 
 /// Logs in, relays, cleans up.
@@ -146,8 +149,20 @@ impl Drop for ClientSlot {
     }
 }
 
-fn shutting_down() -> ErrorMessage {
+pub(crate) fn shutting_down() -> ErrorMessage {
     ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
+}
+
+impl Session {
+    /// What the client is told when its session is stopped: pgmux shuts down, or an admin killed it.
+    fn goodbye(&self) -> ErrorMessage {
+        if self.watch.killed() {
+            ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "terminating connection due to administrator command")
+                .with_detail("An admin ran KILL_CLIENT on the pgmux console.")
+        } else {
+            shutting_down()
+        }
+    }
 }
 
 impl Session {
@@ -174,7 +189,7 @@ impl Session {
             })
             .await;
             let Some(event) = event else {
-                self.client.out.push(shutting_down().to_bytes());
+                self.client.out.push(self.goodbye().to_bytes());
                 return End::Shutdown;
             };
             if let Err(end) = self.handle(event).await {
@@ -196,6 +211,7 @@ impl Session {
         if let Some(linked) = self.server.take() {
             self.abandon(linked).await;
         }
+        self.meter.publish_bytes(self.client.received, self.client.out.sent());
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.client.out.flush(&mut self.client.stream))
             .await;
     }

@@ -62,7 +62,11 @@ impl Session {
     /// Acts on one socket event.
     pub(super) async fn handle(&mut self, event: Event) -> Result<(), End> {
         match event {
-            Event::Wake | Event::Client(Ok(ReadOutcome::Data)) => Ok(()),
+            Event::Wake => Ok(()),
+            Event::Client(Ok(ReadOutcome::Data)) => {
+                self.meter.client_data();
+                Ok(())
+            }
             Event::Client(Ok(ReadOutcome::Eof)) | Event::Client(Err(_)) | Event::ClientWriteFailed => {
                 Err(End::ClientGone)
             }
@@ -211,8 +215,11 @@ impl Session {
                     let _ = server.io.rbuf.split_to(len);
                 }
             }
-            if tag == b'Z' && server.tracker.may_release() {
-                break ServerProgress::Release;
+            if tag == b'Z' {
+                self.meter.ready_for_query(!server.tracker.nothing_owed());
+                if server.tracker.may_release() {
+                    break ServerProgress::Release;
+                }
             }
         };
         server.io.forward(run, out);
