@@ -74,7 +74,7 @@ async fn until(console: &Console, done: impl Fn() -> bool) -> Result<(), ErrorMe
     while !done() {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
-            _ = console.stop.reached(Level::Hard) => return Err(crate::session::shutting_down()),
+            _ = console.stop.reached(Level::Hard) => return Err(super::shutting_down()),
         }
     }
     Ok(())

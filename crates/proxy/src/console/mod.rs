@@ -129,7 +129,7 @@ async fn admit(
         ));
     }
     if stop.level() == Level::Hard {
-        return Err(OpeningError::Refused(crate::session::shutting_down()));
+        return Err(OpeningError::Refused(shutting_down()));
     }
     let Some(user) = startup.get("user") else {
         return Err(refused(
@@ -239,7 +239,7 @@ impl Console {
             let read = tokio::select! {
                 r = self.conn.read_compact() => r,
                 _ = self.stop.reached(Level::Hard) => {
-                    let _ = self.conn.send(crate::session::shutting_down().to_bytes()).await;
+                    let _ = self.conn.send(shutting_down().to_bytes()).await;
                     return Next::End;
                 }
                 _ = killed(&self.seen) => return Next::End,
@@ -296,6 +296,11 @@ enum Reply {
     Raw(BytesMut),
     /// CommandComplete with the command's tag.
     Done,
+}
+
+/// What a console session is told when pgmux stops under it.
+fn shutting_down() -> ErrorMessage {
+    ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
 }
 
 fn unsupported_protocol() -> ErrorMessage {

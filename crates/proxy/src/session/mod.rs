@@ -149,7 +149,7 @@ impl Drop for ClientSlot {
     }
 }
 
-pub(crate) fn shutting_down() -> ErrorMessage {
+fn shutting_down() -> ErrorMessage {
     ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
 }
 
