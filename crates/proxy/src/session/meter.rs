@@ -23,13 +23,16 @@ pub(super) struct Meter {
     query_start: Option<Instant>,
     /// When the server was linked, or the pinned client's last transaction ended.
     xact_start: Instant,
+    /// The last ReadyForQuery: the end of a transaction released right after it (one clock read less).
+    last_ready: Instant,
     /// Bytes received from and sent to the client already added to the counters.
     published: (u64, u64),
 }
 
 impl Meter {
     pub(super) fn new(obs: Arc<Observer>, seen: ClientTicket) -> Meter {
-        Meter { obs, seen, query_start: None, xact_start: Instant::now(), published: (0, 0) }
+        let now = Instant::now();
+        Meter { obs, seen, query_start: None, xact_start: now, last_ready: now, published: (0, 0) }
     }
 
     /// The client sent bytes: if no query is running, one begins now.
@@ -49,6 +52,7 @@ impl Meter {
         m.queries.inc();
         m.query_time.record(micros_between(self.query_start.unwrap_or(now), now));
         self.query_start = more_owed.then_some(now);
+        self.last_ready = now;
     }
 
     /// The client starts to wait in line for a server connection.
@@ -81,7 +85,8 @@ impl Meter {
     /// socket's byte counts over its life.
     #[inline]
     pub(super) fn transaction_done(&mut self, received: u64, sent: u64) {
-        let now = Instant::now();
+        // Release follows the ReadyForQuery that allowed it, in the same turn of the loop.
+        let now = self.last_ready;
         let m = &self.obs.metrics;
         m.transactions.inc();
         m.transaction_time.record(micros_between(self.xact_start, now));
