@@ -250,6 +250,27 @@ mod tests {
         assert_eq!(stop.level(), Level::Hard, "levels only go up");
     }
 
+    #[tokio::test]
+    async fn a_kill_switch_ends_one_session_and_no_other() {
+        let stop = Stop::new();
+        let kill = Arc::new(KillSwitch::default());
+        let mut killed = stop.watch_with(Arc::clone(&kill));
+        let mut other = stop.watch();
+        let task = tokio::spawn(async move {
+            poll_fn(|cx| match killed.poll(cx) {
+                Level::Hard => Poll::Ready(killed.killed()),
+                _ => Poll::Pending,
+            })
+            .await
+        });
+        tokio::task::yield_now().await;
+        stop.kill(&kill);
+        assert!(task.await.unwrap(), "woken, and it knows it was killed");
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(other.poll(&mut cx), Level::Running);
+        assert_eq!(stop.level(), Level::Running);
+    }
+
     #[test]
     fn a_dropped_watch_leaves_no_waker_behind() {
         let stop = Stop::new();

@@ -237,3 +237,29 @@ fn unknown_commands_get_an_error_and_the_console_stays_open() {
         assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err}");
     });
 }
+
+#[test]
+fn the_console_answers_while_pgmux_drains_and_other_clients_are_turned_away() {
+    let pg = PgServer::start();
+    let mut pgmux = Pgmux::start(&pg, true, "shutdown_timeout = \"20s\"\n");
+    let metrics = pgmux.metrics.expect("metrics_listen");
+    let rt = runtime();
+    let client = rt.block_on(connect(&pgmux, DATABASE)).expect("a client");
+    // An open transaction keeps the graceful shutdown waiting.
+    rt.block_on(client.simple_query("BEGIN; SELECT 1")).expect("BEGIN");
+    pgmux.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(pgmux.running(), "draining, not gone");
+    rt.block_on(async {
+        let admin = connect(&pgmux, "pgbouncer").await.expect("the console during the drain");
+        let pools = rows(&admin, "SHOW POOLS").await;
+        assert_eq!(pools[0][6], "1", "the open transaction's server connection: {pools:?}");
+        let err = connect(&pgmux, DATABASE).await.expect_err("a new client during the drain");
+        assert_eq!(err.code().map(|c| c.code()), Some("57P01"), "{err}");
+    });
+    assert_eq!(http::get(metrics, "/healthz", None).expect("GET /healthz").status, 503);
+    assert_eq!(http::get(metrics, "/metrics", None).expect("GET /metrics").status, 200);
+    rt.block_on(client.simple_query("COMMIT")).expect("the transaction finishes");
+    let gone = poll(Duration::from_secs(10), || Some(()).filter(|_| !pgmux.running()));
+    assert!(gone.is_some(), "pgmux exits once the transaction is done\n{}", pgmux.log());
+}
