@@ -150,10 +150,13 @@ pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Microseconds from `earlier` to `later` (zero if `later` is not later).
+/// Microseconds from `earlier` to `later` (zero if `later` is not later). Seconds and the microseconds
+/// past them rather than `Duration::as_micros`, whose 128-bit division costs more than the rest of the
+/// recording (this runs three or four times per transaction).
 #[inline]
 pub(crate) fn micros_between(earlier: Instant, later: Instant) -> u64 {
-    u64::try_from(later.saturating_duration_since(earlier).as_micros()).unwrap_or(u64::MAX)
+    let d = later.saturating_duration_since(earlier);
+    d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros()))
 }
 
 impl Observer {
