@@ -29,6 +29,7 @@ impl Session {
                 Some(checkout) => checkout,
                 None => {
                     tracing::debug!("query cancelled while waiting for a server connection");
+                    self.meter.unlinked();
                     let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
                         .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
                     return Ok(Some(self.router.answer_unit(tag, err.to_bytes())));
