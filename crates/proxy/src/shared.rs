@@ -15,7 +15,6 @@ use crate::params::Catalog;
 use crate::pool::ServerPool;
 use crate::source::ConfigSource;
 use crate::statements::Registry;
-use crate::stop::Stop;
 
 /// The TLS acceptor for clients (a wrapper, for `Debug`).
 #[derive(Clone)]
@@ -47,8 +46,6 @@ pub(crate) struct Shared {
     pub(crate) tasks: TaskTracker,
     /// Where `RELOAD` and `SIGHUP` read the configuration from (set by the binary).
     pub(crate) source: OnceLock<Arc<dyn ConfigSource>>,
-    /// The pooler's shutdown signal (the console's `SHUTDOWN`, `KILL_CLIENT`).
-    pub(crate) stop: Stop,
 }
 
 impl Shared {
@@ -56,7 +53,6 @@ impl Shared {
         pool: Arc<ServerPool>,
         tasks: TaskTracker,
         client_tls: Option<tokio_rustls::TlsAcceptor>,
-        stop: Stop,
     ) -> Self {
         Shared {
             auth: RwLock::new(Arc::new(Authenticator::new(&pool.config()))),
@@ -69,7 +65,6 @@ impl Shared {
             consoles: AtomicUsize::new(0),
             tasks,
             source: OnceLock::new(),
-            stop,
         }
     }
 

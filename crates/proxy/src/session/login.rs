@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use pgmux_metrics::LoginResult;
 
@@ -51,6 +50,7 @@ pub(super) async fn login(
     mut conn: Conn,
     stop: Stop,
     id: u64,
+    slot: ClientSlot,
     peer: SocketAddr,
 ) -> Option<Session> {
     let deadline = Instant::now() + shared.config().client_login_timeout;
@@ -64,9 +64,7 @@ pub(super) async fn login(
         tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
         return None;
     }
-    let count = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
-    let slot = ClientSlot(Arc::clone(&shared));
-    let params = match admit(&shared, &stop, &mut conn, &startup, count, deadline).await {
+    let params = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
         Ok(params) => params,
         Err(denied) => return deny(&shared, conn, denied).await,
     };
@@ -86,6 +84,8 @@ pub(super) async fn login(
         server: None,
         params,
         router,
+        replay: Default::default(),
+        timer: Default::default(),
         cancel,
         closing: false,
         _slot: slot,

@@ -61,6 +61,14 @@ impl Meter {
         self.seen.waiting(self.obs.micros_at(self.query_start.unwrap_or(now)));
     }
 
+    /// The wait in line is over (parameters may still be applied before the link).
+    #[inline]
+    pub(super) fn got_server(&mut self) {
+        if self.seen.wait_since_us().is_some() {
+            self.seen.unlinked();
+        }
+    }
+
     /// Server connection `server` is linked for a transaction.
     #[inline]
     pub(super) fn linked(&mut self, server: u64) {
