@@ -210,3 +210,22 @@ async fn a_message_over_max_client_message_gets_54000() {
     assert_eq!(common::code(&err), "54000", "{err}");
     assert!(common::message(&err).contains("100000"), "{}", common::message(&err));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_bind_streams_through_to_servers_with_and_without_the_statement() {
+    let fx = common::start("pool_max = 2").await;
+    let (a, b) = (fx.client().await, fx.client().await);
+    let big: String = "y".repeat(3 << 20);
+    // Two clients holding transactions open, so that each statement lands on both server connections.
+    a.batch_execute("begin").await.unwrap();
+    b.batch_execute("begin").await.unwrap();
+    for client in [&a, &b, &a] {
+        let stmt = client.prepare("select length($1::text)").await.unwrap();
+        let n: i32 = client.query_one(&stmt, &[&big]).await.unwrap().get(0);
+        assert_eq!(n, 3 << 20);
+    }
+    a.batch_execute("commit").await.unwrap();
+    b.batch_execute("commit").await.unwrap();
+    let n: i32 = a.query_one("select length($1::text)", &[&big]).await.unwrap().get(0);
+    assert_eq!(n, 3 << 20, "the unnamed statement too");
+}

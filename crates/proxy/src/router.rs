@@ -417,6 +417,37 @@ impl Router {
         server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
     }
 
+    /// The first piece of a Bind too large to hold whole: `head` holds its header and at least its two
+    /// names; the rest follows unread. Renamed like any Bind, with the length it declares adjusted.
+    pub(crate) fn linked_bind_head(&mut self, head: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
+        match self.mode {
+            Mode::Normal => {}
+            // Dropped, and so is the rest (it streams only in Normal mode).
+            Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => return,
+        }
+        let declared = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+        let Ok((_, name, range)) = frontend::bind_names(&head[5..]) else { return server.forward(b'B', head) };
+        if !self.tracking || name.is_empty() {
+            if self.tracking {
+                self.ensure_unnamed(server);
+            }
+            self.commit_in_flight |= server.tracker.status() == TxStatus::Idle;
+            return server.forward(b'B', head);
+        }
+        let name = name.to_owned();
+        let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', head) };
+        self.note_run(stmt.query(), server);
+        let renamed_len = declared as usize - range.len() + stmt.name.len() + 1;
+        let mut renamed = BytesMut::with_capacity(head.len() + stmt.name.len());
+        renamed.extend_from_slice(b"B");
+        renamed.extend_from_slice(&u32::try_from(renamed_len).unwrap_or(u32::MAX).to_be_bytes());
+        renamed.extend_from_slice(&head[5..5 + range.start]);
+        renamed.extend_from_slice(stmt.name.as_bytes());
+        renamed.extend_from_slice(&[0]);
+        renamed.extend_from_slice(&head[5 + range.end..]);
+        server.send(renamed.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
+    }
+
     fn route_describe(&mut self, msg: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
         let Ok((kind, name)) = frontend::describe_or_close(&msg[5..]) else {
             return server.forward_describe(false, msg);

@@ -223,7 +223,9 @@ impl<G: Gauge> Control<G> {
     }
 
     async fn refresh(&mut self, pool: &ServerPool) -> Result<(), SizingError> {
-        let held = pool.status().size;
+        // Connections open, not places reserved for ones being opened: the reading counts only what exists.
+        let status = pool.status();
+        let held = status.size - status.opening;
         let me = Member { id: self.id.clone(), open: held, limit: pool.limit(), cap: pool.cap() };
         let reading =
             self.gauge.read(pool, &me).await.inspect_err(|e| pool.observer().sizing_read(Err(e.to_string())))?;

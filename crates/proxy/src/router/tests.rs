@@ -344,6 +344,38 @@ fn a_simple_query_destroys_the_unnamed_statement_so_the_next_bind_replays_it() {
     assert_eq!(rig.client(&[bind(""), sync()]), strs(&["P ", "B ", "S"]));
 }
 
+#[test]
+fn a_large_bind_is_renamed_from_its_first_piece_with_its_declared_length_adjusted() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select length($1)");
+    rig.on = 1;
+    // A Bind declaring a 100,000-byte parameter, of which only the first 50 bytes are in.
+    let mut body = cstr("");
+    body.extend(cstr("s1"));
+    body.extend_from_slice(&[0, 0, 0, 1]);
+    body.extend_from_slice(&100_000u32.to_be_bytes());
+    let declared = (body.len() + 100_000 + 2 + 4) as u32;
+    let mut head = vec![b'B'];
+    head.extend_from_slice(&declared.to_be_bytes());
+    head.extend_from_slice(&body);
+    head.extend_from_slice(&[b'x'; 50]);
+    let server = &mut rig.servers[1];
+    let mut view = ServerView {
+        tracker: &mut server.tracker,
+        statements: server.statements.as_mut().unwrap(),
+        out: &mut server.out,
+    };
+    rig.router.linked_bind_head(Bytes::from(head.clone()), &mut view, &rig.registry);
+    let sent = rig.servers[1].out.take_all();
+    let parse_len = u32::from_be_bytes(sent[1..5].try_into().unwrap()) as usize + 1;
+    assert_eq!(tokens(&sent[..parse_len]), strs(&["P pgmux_1"]), "the Parse it lacks, first");
+    let bind = &sent[parse_len..];
+    let renamed = u32::from_be_bytes(bind[1..5].try_into().unwrap());
+    assert_eq!(renamed, declared - 3 + 8, "s1 became pgmux_1: the declared length grows by the difference");
+    assert_eq!(&bind[5..15], b"\0pgmux_1\0\0");
+    assert_eq!(bind.len(), head.len() - 3 + 8, "only the first piece, renamed");
+}
+
 // ---- Describe ----
 
 #[test]

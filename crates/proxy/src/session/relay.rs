@@ -123,9 +123,18 @@ impl Session {
                     return Err(End::Protocol(e));
                 }
                 Ok(Step::NeedMore { .. }) => break,
+                Ok(Step::Stream { tag: b'B', take, start: true }) => {
+                    // A large Bind: routed by its first piece (its names), the rest passed on as it comes.
+                    self.replay.close();
+                    self.forward_client(run);
+                    run = 0;
+                    let head = self.client.rbuf.split_to(take).freeze();
+                    self.dispatch_bind_head(head).await?;
+                    continue;
+                }
                 Ok(Step::Stream { take, .. }) => {
-                    // Only CopyData streams; without a server (a COPY that failed) it goes nowhere. A COPY is
-                    // never run again elsewhere.
+                    // CopyData, or the rest of a large Bind; without a server, or while the router skips (a
+                    // COPY that failed, a Bind it refused), it goes nowhere. Neither is run again elsewhere.
                     self.replay.close();
                     if self.server.is_some() && self.router.mode() == Mode::Normal {
                         run += take;
@@ -200,6 +209,33 @@ impl Session {
         let mut view =
             ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
         self.router.linked(tag, msg, &mut view, &self.shared.statements);
+        Ok(())
+    }
+
+    /// The first piece of a large Bind: like [`dispatch`](Self::dispatch), but the router sees only the
+    /// message's start (enough for its names) and its declared length.
+    async fn dispatch_bind_head(&mut self, head: Bytes) -> Result<(), End> {
+        if self.server.is_none() {
+            match self.router.unlinked(b'B', &head) {
+                Verdict::Drop => return Ok(()),
+                Verdict::Answer(reply) => {
+                    self.client.out.push(reply);
+                    return Ok(());
+                }
+                Verdict::NeedServer => {
+                    if let Some(Verdict::Answer(reply)) = Box::pin(self.link(b'B')).await? {
+                        self.client.out.push(reply);
+                        return Ok(());
+                    }
+                    self.replay.close();
+                }
+            }
+        }
+        let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        let server = linked.conn();
+        let mut view =
+            ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
+        self.router.linked_bind_head(head, &mut view, &self.shared.statements);
         Ok(())
     }
 
