@@ -6,11 +6,13 @@
 //! does not talk to the database before `event/next` is called (the control connection that sizes the pool
 //! and `min_pool_size` wait for it); the pool opens connections when clients need them.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pgmux_proxy::Listener;
 
 use crate::StartError;
+use crate::emf::Emf;
 
 /// Time kept back from Lambda's SHUTDOWN deadline to close server connections and exit.
 const EXIT_MARGIN: Duration = Duration::from_millis(300);
@@ -45,6 +47,8 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
         proxy.hold_database_until(gate);
     }
     let stop = proxy.stop();
+    let emf = Arc::new(Mutex::new(Emf::new(proxy.admin())));
+    let timed = tokio::spawn(flush_every_interval(Arc::clone(&emf)));
     let mut served = tokio::spawn(proxy.run());
     let deadline = tokio::select! {
         shutdown = extension.shutdown() => match shutdown {
@@ -66,7 +70,23 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
         stop.force();
         let _ = served.await;
     }
+    // Last: everything measured since the previous flush, the drain included, before the deadline.
+    timed.abort();
+    emf.lock().unwrap_or_else(|e| e.into_inner()).flush();
     Ok(())
+}
+
+/// Flushes the CloudWatch metrics every `metrics_interval` (read anew each time: a reload may change it).
+/// On classic Lambda the timer sleeps while the environment is frozen; nothing is lost, the next flush
+/// carries it.
+async fn flush_every_interval(emf: Arc<Mutex<Emf>>) {
+    loop {
+        let interval = emf.lock().unwrap_or_else(|e| e.into_inner()).interval();
+        tokio::time::sleep(interval.unwrap_or(Duration::from_secs(1))).await;
+        if interval.is_some() {
+            emf.lock().unwrap_or_else(|e| e.into_inner()).flush();
+        }
+    }
 }
 
 /// How long until an absolute deadline in Unix epoch milliseconds (zero if it has passed).

@@ -2,7 +2,9 @@
 //! (SIGTERM / SIGINT begin a graceful shutdown) or, when Lambda started it, as a Lambda extension.
 
 mod aws_login;
+mod emf;
 mod lambda;
+mod reload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,15 +83,26 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command>
     }
 }
 
-fn init_logging(cfg: &Config) -> anyhow::Result<()> {
+/// Sets up logging; returns what changes the level later (a reload).
+fn init_logging(cfg: &Config) -> anyhow::Result<reload::SetLogLevel> {
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .with_context(|| format!("invalid value for log_level: {:?}", cfg.log_level))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match cfg.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-    Ok(())
+    let set = |new: &str| tracing_subscriber::EnvFilter::try_new(new).map_err(|e| e.to_string());
+    Ok(match cfg.log_format {
+        LogFormat::Json => {
+            let builder = builder.json().flatten_event(true).with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            Box::new(move |level| handle.reload(set(level)?).map_err(|e| e.to_string()))
+        }
+        LogFormat::Text => {
+            let builder = builder.with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            Box::new(move |level| handle.reload(set(level)?).map_err(|e| e.to_string()))
+        }
+    })
 }
 
 /// A reason start-up failed, with the `Category.Reason` type Lambda's init/error wants. The category is
@@ -176,12 +189,15 @@ async fn check(cfg: Config) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn serve(cfg: Config, lambda: bool) -> Result<(), StartError> {
+async fn serve(cfg: Config, lambda: bool, source: Arc<dyn pgmux_proxy::ConfigSource>) -> Result<(), StartError> {
     let extras = server_access(&cfg)?;
     let proxy = Listener::bind_with(cfg, extras).await?;
+    proxy.set_config_source(source);
     if lambda {
         return lambda::run(proxy).await;
     }
+    reload::on_sighup(proxy.admin())
+        .map_err(|e| StartError::new("Extension.Internal", format!("cannot watch SIGHUP: {e}")))?;
     let stop = proxy.stop();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| StartError::new("Extension.Internal", format!("cannot watch SIGTERM: {e}")))?;
@@ -239,9 +255,11 @@ fn main() -> ExitCode {
             }
         };
     }
-    if let Err(e) = init_logging(&cfg) {
-        return fatal(lambda, &StartError::new("Extension.ConfigInvalid", format!("{e:#}")));
-    }
+    let set_log_level = match init_logging(&cfg) {
+        Ok(set) => set,
+        Err(e) => return fatal(lambda, &StartError::new("Extension.ConfigInvalid", format!("{e:#}"))),
+    };
+    let source = reload::source(path, profile, set_log_level);
     // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups.
     let built = match cfg.workers {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
@@ -254,7 +272,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(cfg, lambda)) {
+    match runtime.block_on(serve(cfg, lambda, source)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error_type = e.kind, "{}", e.message);

@@ -15,6 +15,9 @@
 //! The limit can change while the pool runs ([`Pool::set_max_size`]). A connection that comes back while
 //! the pool is over its limit is not kept: it goes to the closer given to [`Pool::with_closer`].
 //!
+//! The pool can be paused ([`Pool::pause`]): nothing is handed out, connections that come back stay idle,
+//! and waiters keep their place in line until [`Pool::resume`] serves them in order.
+//!
 //! The bookkeeping sits behind a short synchronous mutex that is never held across an `.await`, and a lease
 //! returns its connection inline on drop (no task is spawned: inside Lambda a spawned task may only run after
 //! the environment thaws).
@@ -64,6 +67,8 @@ pub struct Status {
     pub opening: usize,
     /// Current limit.
     pub max_size: usize,
+    /// Paused: nothing is handed out.
+    pub paused: bool,
 }
 
 /// A pool of `C`. Cheap to clone; clones share the pool.
@@ -107,6 +112,7 @@ struct State<C> {
     waiters: VecDeque<Waiter<C>>,
     next_waiter: u64,
     closed: bool,
+    paused: bool,
 }
 
 #[derive(Debug)]
@@ -138,6 +144,7 @@ impl<C> Pool<C> {
             waiters: VecDeque::new(),
             next_waiter: 0,
             closed: false,
+            paused: false,
         };
         Pool { shared: Arc::new(Inner { state: Mutex::new(state), closer }) }
     }
@@ -153,7 +160,7 @@ impl<C> Pool<C> {
         if st.closed {
             return Err(Closed);
         }
-        if !st.waiters.is_empty() {
+        if !st.waiters.is_empty() || st.paused {
             return Ok(None);
         }
         if let Some((conn, meta)) = st.idle.pop_back() {
@@ -170,7 +177,7 @@ impl<C> Pool<C> {
     /// keeping a minimum of connections warm. Ignores lazy growth.
     pub fn try_grow(&self) -> Option<Slot<C>> {
         let mut st = self.shared.lock();
-        if st.closed || !st.waiters.is_empty() || st.size >= st.config.max_size {
+        if st.closed || st.paused || !st.waiters.is_empty() || st.size >= st.config.max_size {
             return None;
         }
         Some(st.reserve(&self.shared))
@@ -211,7 +218,7 @@ impl<C> Pool<C> {
     /// connection is being opened, and the last one opened has had `grow_after` to serve the queue.
     fn grow_for(&self, id: u64) -> Option<Slot<C>> {
         let mut st = self.shared.lock();
-        if st.closed || st.size >= st.config.max_size || st.opening > 0 {
+        if st.closed || st.paused || st.size >= st.config.max_size || st.opening > 0 {
             return None;
         }
         if st.last_opened.is_some_and(|t| t.elapsed() < st.config.grow_after) {
@@ -231,7 +238,45 @@ impl<C> Pool<C> {
             waiting: st.waiters.len(),
             opening: st.opening,
             max_size: st.config.max_size,
+            paused: st.paused,
         }
+    }
+
+    /// Stops handing out connections: callers wait in line (within their own timeouts), connections that
+    /// come back stay idle. Connections already lent are not touched.
+    pub fn pause(&self) {
+        self.shared.lock().paused = true;
+    }
+
+    /// Hands out connections again: idle ones to the waiters first in line, then the right to open new ones
+    /// up to the limit.
+    pub fn resume(&self) {
+        let (handed, slots) = {
+            let mut st = self.shared.lock();
+            st.paused = false;
+            let mut handed = Vec::new();
+            while !st.waiters.is_empty() && !st.idle.is_empty() {
+                if let (Some(w), Some(item)) = (st.waiters.pop_front(), st.idle.pop_back()) {
+                    handed.push((w, item));
+                }
+            }
+            (handed, st.grant_free_slots())
+        };
+        for (waiter, (conn, meta)) in handed {
+            // A waiter that left meanwhile hands the lease back; dropping it returns the connection.
+            let _ = waiter.tx.send(Grant::Idle(Lease::new(&self.shared, conn, meta)));
+        }
+        Inner::deliver_slots(&self.shared, slots);
+    }
+
+    /// Changes how long a caller waits for an idle connection before it may open a new one.
+    pub fn set_grow_after(&self, grow_after: Duration) {
+        let slots = {
+            let mut st = self.shared.lock();
+            st.config.grow_after = grow_after;
+            st.grant_free_slots()
+        };
+        Inner::deliver_slots(&self.shared, slots);
     }
 
     /// Changes the limit. Growing lets waiters open connections (at once without lazy growth, else as lazy
@@ -309,7 +354,8 @@ impl<C> Inner<C> {
                     closer(item.0);
                     return;
                 }
-                match st.waiters.pop_front() {
+                let next = if st.paused { None } else { st.waiters.pop_front() };
+                match next {
                     Some(w) => w,
                     None => {
                         st.idle.push_back(item);
@@ -368,7 +414,10 @@ impl<C> State<C> {
     /// Whether a caller may open a connection without waiting: below the limit, and either growth is not
     /// lazy or nothing is open (so there is nothing to wait for).
     fn may_open_now(&self) -> bool {
-        !self.closed && self.size < self.config.max_size && (self.config.grow_after.is_zero() || self.size == 0)
+        !self.closed
+            && !self.paused
+            && self.size < self.config.max_size
+            && (self.config.grow_after.is_zero() || self.size == 0)
     }
 
     /// Counts a new place and hands out the slot for it.

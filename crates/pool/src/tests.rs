@@ -30,7 +30,7 @@ async fn a_returned_connection_is_lent_again() {
     let l = open(&p, 1).await;
     assert_eq!(l.meta().lends, 1);
     drop(l);
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 2 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 2, paused: false });
     let l = idle(&p).await;
     assert_eq!((*l, l.meta().lends), (1, 2));
 }
@@ -99,7 +99,7 @@ async fn a_waiter_that_gives_up_loses_nothing() {
     assert!(gave_up.is_err());
     assert_eq!(p.status().waiting, 1, "the dead waiter is only found on release");
     drop(held);
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1, paused: false });
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,7 +110,7 @@ async fn a_grant_sent_to_a_waiter_that_then_vanishes_comes_back() {
     assert!(futures_poll(&mut pending).is_none());
     drop(held); // the lease is sent into the waiter's channel
     drop(pending); // and the waiter disappears before reading it
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1, paused: false });
 }
 
 fn futures_poll<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
@@ -205,7 +205,7 @@ async fn eviction_takes_expired_and_excess_idle_connections() {
     p.set_max_size(1);
     let excess = p.evict_idle(|_, _| false);
     assert_eq!(excess, vec![2], "the oldest idle one goes first");
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1, paused: false });
 }
 
 #[tokio::test(start_paused = true)]
@@ -303,7 +303,7 @@ async fn a_slow_connect_holds_back_further_growth() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     // The second waiter has waited 50 ms, yet nothing more is opened while the first connect runs.
-    assert_eq!(p.status(), Status { size: 2, idle: 0, waiting: 1, opening: 1, max_size: 10 });
+    assert_eq!(p.status(), Status { size: 2, idle: 0, waiting: 1, opening: 1, max_size: 10, paused: false });
     let second = grower.await.unwrap();
     drop(second);
     assert_eq!(waiter.await.unwrap(), 2, "the waiter got the new connection when it was returned");
@@ -324,7 +324,7 @@ async fn a_connection_returned_above_the_limit_goes_to_the_closer() {
     assert_eq!(*closed.lock().unwrap(), vec![1]);
     drop(b);
     assert_eq!(*closed.lock().unwrap(), vec![1], "at the limit, kept");
-    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1 });
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1, paused: false });
 }
 
 #[tokio::test(start_paused = true)]
@@ -344,4 +344,30 @@ async fn try_grow_keeps_to_the_limit_and_the_queue() {
     assert!(p.try_grow().is_none(), "a client is waiting: it goes first");
     drop(held);
     assert!(waiter.await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_pool_lends_nothing_and_serves_its_waiters_in_order_on_resume() {
+    let p = pool(2, 0);
+    let busy = open(&p, 1).await;
+    p.pause();
+    assert!(matches!(p.try_acquire(), Ok(None)), "paused: not even the right to open a second");
+    assert!(p.try_grow().is_none());
+    let first = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    tokio::task::yield_now().await;
+    let second = tokio::spawn({
+        let p = p.clone();
+        async move { matches!(p.acquire().await, Ok(Grant::Open(_))) }
+    });
+    tokio::task::yield_now().await;
+    drop(busy);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 2, opening: 0, max_size: 2, paused: true });
+    assert!(!first.is_finished() && !second.is_finished(), "a returned connection stays idle while paused");
+    p.resume();
+    assert_eq!(first.await.unwrap(), 1, "the first in line gets the idle connection");
+    assert!(second.await.unwrap(), "the second may open one, the pool being below its limit");
 }

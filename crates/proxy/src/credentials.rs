@@ -5,6 +5,9 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
 
 use crate::config::Config;
 pub use crate::config::LoginInfo;
@@ -35,6 +38,16 @@ pub trait Credentials: Send + Sync + fmt::Debug {
     fn refresh(&self) -> BoxFuture<'_, Result<bool, CredentialsError>> {
         Box::pin(async { Ok(false) })
     }
+}
+
+/// How pgmux gets into the database, beyond what the configuration says: where logins come from (a
+/// rotating secret, IAM tokens) and which CAs to trust. The binary fills it from AWS; tests leave it default.
+#[derive(Debug, Default)]
+pub struct ServerAccess {
+    /// Where server logins come from; `database_url`'s fixed values when `None`.
+    pub credentials: Option<Arc<dyn Credentials>>,
+    /// CA certificates trusted for the database besides `ssl_root_cert` (the binary passes the RDS bundle).
+    pub extra_root_certs: Vec<CertificateDer<'static>>,
 }
 
 /// The fixed values of `database_url`, with the host and port overrides applied.

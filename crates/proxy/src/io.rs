@@ -207,6 +207,8 @@ pub(crate) struct Conn {
     pub(crate) rbuf: BytesMut,
     pub(crate) framer: Framer,
     pub(crate) out: WriteQueue,
+    /// Bytes read from the socket over its life (the metrics publish them per transaction).
+    pub(crate) received: u64,
 }
 
 /// What one read produced.
@@ -225,11 +227,12 @@ impl Conn {
             rbuf: BytesMut::new(),
             framer: Framer::new(sender),
             out: WriteQueue::default(),
+            received: 0,
         }
     }
 
     pub(crate) fn with_stream(stream: Stream, sender: Sender) -> Self {
-        Conn { stream, rbuf: BytesMut::new(), framer: Framer::new(sender), out: WriteQueue::default() }
+        Conn { stream, rbuf: BytesMut::new(), framer: Framer::new(sender), out: WriteQueue::default(), received: 0 }
     }
 
     /// Takes the plain TCP socket out (for a TLS handshake); `None` if it is not plain TCP.
@@ -250,7 +253,10 @@ impl Conn {
         }
         match tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.rbuf) {
             Poll::Ready(Ok(0)) => Poll::Ready(Ok(ReadOutcome::Eof)),
-            Poll::Ready(Ok(_)) => Poll::Ready(Ok(ReadOutcome::Data)),
+            Poll::Ready(Ok(n)) => {
+                self.received += n as u64;
+                Poll::Ready(Ok(ReadOutcome::Data))
+            }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
         }
@@ -264,6 +270,7 @@ impl Conn {
             match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
                 Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(Ok(ReadOutcome::Eof)),
                 Poll::Ready(Ok(())) => {
+                    self.received += buf.filled().len() as u64;
                     self.rbuf.extend_from_slice(buf.filled());
                     Poll::Ready(Ok(ReadOutcome::Data))
                 }

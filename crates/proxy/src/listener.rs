@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -16,13 +15,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::budget::Report;
 use crate::config::Config;
-use crate::credentials::{Credentials, StaticCredentials};
+use crate::credentials::{ServerAccess, StaticCredentials};
+use crate::metrics_http;
 use crate::pool::ServerPool;
 use crate::session;
 use crate::shared::Shared;
 use crate::sizing;
+use crate::source::ConfigSource;
 use crate::stop::{Level, Stop};
-use crate::tls::{self, ServerTls, TlsSetupError};
+use crate::tls::{self, TlsSetupError};
 
 /// A pooler bound to its listen address, not yet accepting.
 #[derive(Debug)]
@@ -32,16 +33,6 @@ pub struct Listener {
     stop: Stop,
     /// No database I/O of pgmux's own (sizing, warm connections) until this fires.
     gate: Option<oneshot::Receiver<()>>,
-}
-
-/// How pgmux gets into the database, beyond what the configuration says: where logins come from (a
-/// rotating secret, IAM tokens) and which CAs to trust. The binary fills it from AWS; tests leave it default.
-#[derive(Debug, Default)]
-pub struct ServerAccess {
-    /// Where server logins come from; `database_url`'s fixed values when `None`.
-    pub credentials: Option<Arc<dyn Credentials>>,
-    /// CA certificates trusted for the database besides `ssl_root_cert` (the binary passes the RDS bundle).
-    pub extra_root_certs: Vec<CertificateDer<'static>>,
 }
 
 /// The pooler could not start.
@@ -85,7 +76,44 @@ impl ListenerHandle {
     }
 }
 
+/// Operations on a running pooler for the binary: reload the configuration, read the metrics.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    shared: Arc<Shared>,
+}
+
+impl Admin {
+    /// Re-reads the configuration from the source given to [`Listener::set_config_source`] and puts it in
+    /// force (`SIGHUP`). `Ok` says what changed; `Err` why the running configuration stays.
+    pub fn reload(&self) -> Result<String, String> {
+        crate::reload::reload(&self.shared).map(|outcome| outcome.to_string())
+    }
+
+    /// Every metric now.
+    pub fn metrics(&self) -> pgmux_metrics::Snapshot {
+        let obs = self.shared.observer();
+        obs.tick();
+        obs.snapshot(self.shared.pool.status(), self.shared.pool.limit())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.shared.pool.live_config().full()
+    }
+}
+
 impl Listener {
+    /// Operations on this pooler while it runs.
+    pub fn admin(&self) -> Admin {
+        Admin { shared: Arc::clone(&self.shared) }
+    }
+
+    /// Where `SIGHUP` and the console's `RELOAD` read the configuration from. Without one, a reload fails
+    /// and says so.
+    pub fn set_config_source(&self, source: Arc<dyn ConfigSource>) {
+        let _ = self.shared.source.set(source);
+    }
+
     /// Binds the listen address. No database I/O happens until the first client needs it.
     pub async fn bind(config: Config) -> Result<Listener, SetupError> {
         Self::bind_with(config, ServerAccess::default()).await
@@ -101,21 +129,13 @@ impl Listener {
 
     /// Everything but the listener.
     fn prepare(config: Config, access: ServerAccess, stop: &Stop) -> Result<(Arc<Shared>, SocketAddr), SetupError> {
-        let mut roots = access.extra_root_certs;
-        if let Some(path) = &config.ssl_root_cert {
-            roots.extend(tls::certs_from_pem_file("ssl_root_cert", path)?);
-        }
-        let server_tls = ServerTls::new(config.effective_sslmode(), roots)?;
-        let client_tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(tls::client_acceptor(cert, key)?),
-            _ => None,
-        };
+        let (server_tls, client_tls) = tls::from_config(&config, access.extra_root_certs)?;
         let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
         let listen = config.listen;
         let config = Arc::new(config);
         let tasks = TaskTracker::new();
         let pool = Arc::new(ServerPool::new(Arc::clone(&config), credentials, server_tls, tasks.clone(), stop.clone()));
-        let shared = Arc::new(Shared::new(config, pool, tasks, client_tls));
+        let shared = Arc::new(Shared::new(pool, tasks, client_tls));
         Ok((shared, listen))
     }
 
@@ -152,7 +172,7 @@ impl Listener {
     pub async fn start_with(config: Config, access: ServerAccess) -> Result<ListenerHandle, SetupError> {
         let proxy = Listener::bind_with(config, access).await?;
         let addr =
-            proxy.local_addr().map_err(|source| SetupError::Bind { addr: proxy.shared.config.listen, source })?;
+            proxy.local_addr().map_err(|source| SetupError::Bind { addr: proxy.shared.config().listen, source })?;
         let stop = proxy.stop();
         let done = tokio::spawn(proxy.run());
         Ok(ListenerHandle { addr, stop, done })
@@ -161,12 +181,15 @@ impl Listener {
     /// Serves clients until a graceful shutdown begins, then shuts down.
     pub async fn run(self) {
         let Listener { shared, socket, stop, gate } = self;
+        let config = shared.config();
         tracing::info!(listen = %socket.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            database = %shared.config.database_url, pool_max = ?shared.config.pool_max,
-            max_connections_percent = shared.config.max_connections_percent, "pgmux is ready");
+            database = %config.database_url, pool_max = ?config.pool_max,
+            max_connections_percent = config.max_connections_percent, "pgmux is ready");
+        drop(config);
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
         let sizing = tokio::spawn(sizing::run(Arc::clone(&shared.pool), stop.clone(), gate));
-        let next_id = AtomicU64::new(1);
+        let metrics = tokio::spawn(metrics_http::serve(Arc::clone(&shared), stop.clone()));
+        let next_id = Arc::new(AtomicU64::new(1));
         loop {
             tokio::select! {
                 _ = stop.reached(Level::Graceful) => break,
@@ -183,11 +206,12 @@ impl Listener {
                 },
             }
         }
-        drop(socket);
+        // The socket stays open for the admin console until pgmux exits; other clients are turned away.
+        let door = tokio::spawn(console_door(socket, Arc::clone(&shared), stop.clone(), next_id));
         tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
         shared.pool.close();
         shared.tasks.close();
-        let deadline = shared.config.shutdown_timeout;
+        let deadline = shared.config().shutdown_timeout;
         if tokio::time::timeout(deadline, shared.tasks.wait()).await.is_err() {
             tracing::warn!(?deadline, "shutdown_timeout reached; closing the remaining sessions");
             stop.force();
@@ -196,6 +220,8 @@ impl Listener {
         stop.force();
         let _ = maintenance.await;
         let _ = sizing.await;
+        let _ = door.await;
+        let _ = metrics.await;
         let servers = shared.pool.drain_idle();
         let count = servers.len();
         futures_join_all(servers.into_iter().map(|s| s.terminate())).await;
@@ -212,7 +238,8 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     while set.join_next().await.is_some() {}
 }
 
-/// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown.
+/// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown; keeps
+/// the metrics' time windows going.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -222,9 +249,27 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
             _ = tick.tick() => {}
         }
         shared.pool.evict_idle();
+        shared.observer().tick();
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
             () = shared.pool.probe_liveness() => {}
+        }
+    }
+}
+
+/// Accepts during a graceful shutdown: the admin console is served (untracked, so shutdown does not wait
+/// for it), anyone else is told pgmux is shutting down. Ends when pgmux stops.
+async fn console_door(socket: TcpListener, shared: Arc<Shared>, stop: Stop, next_id: Arc<AtomicU64>) {
+    loop {
+        tokio::select! {
+            _ = stop.reached(Level::Hard) => return,
+            accepted = socket.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let id = next_id.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
         }
     }
 }

@@ -343,6 +343,7 @@ impl Router {
         if let Ok(sql) = frontend::parse_query(key) {
             self.note_sql(sql);
         }
+        server.statements.client_parse();
         if name.is_empty() {
             let text = frontend::parse_query(key).unwrap_or_default();
             self.unnamed_may_commit = [sql::may_commit(text, false), sql::may_commit(text, true)];
@@ -362,6 +363,7 @@ impl Router {
         let stmt = registry.intern(key);
         self.names.named.insert(name.clone(), Arc::clone(&stmt));
         if server.statements.has(stmt.id) {
+            server.statements.cache_hit();
             let note = Undo::Parse { client_name: name, on_server: None };
             return server.answer(Reply::Parse, parse_complete(), Some(note));
         }

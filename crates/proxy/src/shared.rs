@@ -1,16 +1,19 @@
 //! What every client session of one pgmux shares: the configuration, the server pool, what is known about
 //! clients' start-up parameters and prepared statements, cancel keys, and how clients log in.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock, RwLock};
 
+use arc_swap::Guard;
 use tokio_util::task::TaskTracker;
 
 use crate::cancel::CancelRegistry;
 use crate::client_auth::Authenticator;
 use crate::config::Config;
+use crate::observe::Observer;
 use crate::params::Catalog;
 use crate::pool::ServerPool;
+use crate::source::ConfigSource;
 use crate::statements::Registry;
 
 /// The TLS acceptor for clients (a wrapper, for `Debug`).
@@ -26,39 +29,68 @@ impl std::fmt::Debug for ClientTls {
 /// State shared by every session of one pgmux.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) config: Arc<Config>,
     pub(crate) pool: Arc<ServerPool>,
     /// What clients' start-up parameter values turn into on the server.
     pub(crate) catalog: Catalog,
     /// Prepared statements of every client, by content.
     pub(crate) statements: Registry,
     pub(crate) cancels: Arc<CancelRegistry>,
-    pub(crate) auth: Authenticator,
-    /// TLS offered to clients, when a certificate is configured.
-    pub(crate) client_tls: Option<ClientTls>,
+    /// How clients log in, and the TLS offered to them; a reload replaces both (for new logins).
+    auth: RwLock<Arc<Authenticator>>,
+    client_tls: RwLock<Option<ClientTls>>,
     /// Logged-in and logging-in client sessions.
     pub(crate) clients: AtomicUsize,
+    /// Admin console sessions now.
+    pub(crate) consoles: AtomicUsize,
     /// Every session, and the pool's background work: shutdown waits for them.
     pub(crate) tasks: TaskTracker,
+    /// Where `RELOAD` and `SIGHUP` read the configuration from (set by the binary).
+    pub(crate) source: OnceLock<Arc<dyn ConfigSource>>,
 }
 
 impl Shared {
     pub(crate) fn new(
-        config: Arc<Config>,
         pool: Arc<ServerPool>,
         tasks: TaskTracker,
         client_tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> Self {
         Shared {
-            auth: Authenticator::new(&config),
-            config,
+            auth: RwLock::new(Arc::new(Authenticator::new(&pool.config()))),
             pool,
             catalog: Catalog::default(),
             statements: Registry::default(),
             cancels: Arc::new(CancelRegistry::default()),
-            client_tls: client_tls.map(ClientTls),
+            client_tls: RwLock::new(client_tls.map(ClientTls)),
             clients: AtomicUsize::new(0),
+            consoles: AtomicUsize::new(0),
             tasks,
+            source: OnceLock::new(),
         }
+    }
+
+    /// The configuration in force. A guard: hold it briefly.
+    #[inline]
+    pub(crate) fn config(&self) -> Guard<Arc<Config>> {
+        self.pool.config()
+    }
+
+    /// Metrics and the lists of clients and servers.
+    #[inline]
+    pub(crate) fn observer(&self) -> &Arc<Observer> {
+        self.pool.observer()
+    }
+
+    pub(crate) fn auth(&self) -> Arc<Authenticator> {
+        Arc::clone(&self.auth.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(crate) fn client_tls(&self) -> Option<ClientTls> {
+        self.client_tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// New logins use this authentication and TLS.
+    pub(crate) fn replace_login(&self, auth: Authenticator, client_tls: Option<tokio_rustls::TlsAcceptor>) {
+        *self.auth.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(auth);
+        *self.client_tls.write().unwrap_or_else(|e| e.into_inner()) = client_tls.map(ClientTls);
     }
 }

@@ -157,11 +157,50 @@ pub(crate) struct ServerStatements {
     capacity: usize,
     /// Whose unnamed statement the server holds: (client session id, that client's generation).
     pub(crate) unnamed: Option<(u64, u64)>,
+    /// Counts for `SHOW PREPARED` and the statement metrics, readable while the connection is lent.
+    stats: Arc<StatementStats>,
+}
+
+/// What happened to one server connection's statements, in relaxed atomics: the session that holds the
+/// connection writes them, the admin console and `/metrics` read them.
+#[derive(Debug, Default)]
+pub(crate) struct StatementStats {
+    /// Statements prepared on it now.
+    pub(crate) prepared: AtomicU64,
+    /// Binds, Describes and client Parses that found their statement already prepared.
+    pub(crate) hits: AtomicU64,
+    /// Parses pgmux sent (first use on this server, or after an eviction).
+    pub(crate) parses: AtomicU64,
+    /// Statements closed to stay within max_prepared_statements.
+    pub(crate) evictions: AtomicU64,
+    /// Named and unnamed Parse messages from clients routed to it.
+    pub(crate) client_parses: AtomicU64,
+    /// Of those, named ones that needed no Parse on the server.
+    pub(crate) cache_hits: AtomicU64,
 }
 
 impl ServerStatements {
     pub(crate) fn new(capacity: usize) -> Self {
-        ServerStatements { prepared: HashMap::new(), clock: 0, capacity, unnamed: None }
+        ServerStatements { prepared: HashMap::new(), clock: 0, capacity, unnamed: None, stats: Arc::default() }
+    }
+
+    /// The counts of this connection's statements.
+    pub(crate) fn stats(&self) -> &Arc<StatementStats> {
+        &self.stats
+    }
+
+    /// Notes a client Parse routed here.
+    pub(crate) fn client_parse(&self) {
+        self.stats.client_parses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes a client Parse that needed no Parse on the server.
+    pub(crate) fn cache_hit(&self) {
+        self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn publish_len(&self) {
+        self.stats.prepared.store(self.prepared.len() as u64, Ordering::Relaxed);
     }
 
     /// Whether the server has statement `id`; marks it used.
@@ -170,6 +209,7 @@ impl ServerStatements {
         match self.prepared.get_mut(&id) {
             Some(used) => {
                 *used = self.clock;
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 true
             }
             None => false,
@@ -181,11 +221,15 @@ impl ServerStatements {
     pub(crate) fn add(&mut self, id: u64) -> Option<u64> {
         self.clock += 1;
         self.prepared.insert(id, self.clock);
+        self.stats.parses.fetch_add(1, Ordering::Relaxed);
         if self.prepared.len() <= self.capacity {
+            self.publish_len();
             return None;
         }
         let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, used)| **used)?;
         self.prepared.remove(&oldest);
+        self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        self.publish_len();
         Some(oldest)
     }
 
@@ -193,16 +237,19 @@ impl ServerStatements {
     pub(crate) fn restore(&mut self, id: u64) {
         self.clock += 1;
         self.prepared.insert(id, self.clock);
+        self.publish_len();
     }
 
     pub(crate) fn remove(&mut self, id: u64) {
         self.prepared.remove(&id);
+        self.publish_len();
     }
 
     /// The server lost every prepared statement (`DEALLOCATE ALL`, `DISCARD ALL`).
     pub(crate) fn clear(&mut self) {
         self.prepared.clear();
         self.unnamed = None;
+        self.publish_len();
     }
 
     #[cfg(test)]
@@ -279,6 +326,10 @@ mod tests {
         assert_eq!(s.add(3), Some(2), "2 was used longest ago");
         assert!(s.has(1) && s.has(3) && !s.has(2));
         assert_eq!(s.len(), 2);
+        let stats = Arc::clone(s.stats());
+        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!((read(&stats.parses), read(&stats.evictions), read(&stats.prepared)), (3, 1, 2));
+        assert_eq!(read(&stats.hits), 3, "1 found twice and 3 once; 2 was gone");
         s.clear();
         assert!(!s.has(1));
     }

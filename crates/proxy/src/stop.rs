@@ -5,7 +5,7 @@
 //! the waker changes); raising the level wakes every registered session. Waiting for a level from places
 //! that wait anyway (the listener, a client queued for a server) uses an ordinary `Notify`.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
@@ -119,7 +119,50 @@ impl Stop {
             waker: None,
             seen: Level::Running,
             pokes: self.inner.pokes.load(Ordering::Acquire),
+            kill: None,
         }
+    }
+
+    /// A watch that also answers to one session's own kill switch (`KILL_CLIENT`).
+    pub(crate) fn watch_with(&self, kill: Arc<KillSwitch>) -> Watch {
+        let mut watch = self.watch();
+        watch.kill = Some(kill);
+        watch
+    }
+
+    /// Ends one session: its watch reads [`Level::Hard`] from now on, and its task is woken.
+    pub(crate) fn kill(&self, switch: &KillSwitch) {
+        switch.fired.store(true, Ordering::Release);
+        let slot = switch.slot.load(Ordering::Acquire);
+        let waker = {
+            let mut sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.get_mut(slot).cloned()
+        };
+        // The slot may belong to another session by now: a spurious wake-up is harmless.
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// One session's own stop, fired by `KILL_CLIENT`; the session's [`Watch`] reads it on every turn.
+#[derive(Debug)]
+pub(crate) struct KillSwitch {
+    fired: AtomicBool,
+    /// The slot of the session's waker in [`Stop`]'s list, `u32::MAX` until it registers.
+    slot: AtomicU32,
+}
+
+impl Default for KillSwitch {
+    fn default() -> Self {
+        KillSwitch { fired: AtomicBool::new(false), slot: AtomicU32::new(u32::MAX) }
+    }
+}
+
+impl KillSwitch {
+    /// Whether the session was killed.
+    pub(crate) fn fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
     }
 }
 
@@ -133,14 +176,16 @@ pub(crate) struct Watch {
     seen: Level,
     /// Pokes already seen.
     pokes: u64,
+    /// This session's own kill switch, if it has one.
+    kill: Option<Arc<KillSwitch>>,
 }
 
 impl Watch {
     /// The current level; until it is `Hard`, makes sure that raising it further wakes this task.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Level {
         let level = self.stop.level();
-        if level == Level::Hard {
-            return level;
+        if level == Level::Hard || self.killed() {
+            return Level::Hard;
         }
         // Registered again after each new level too, so that no raise is ever missed.
         if self.seen != level || !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -148,9 +193,18 @@ impl Watch {
             let mut sessions = self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
             match self.slot {
                 Some(slot) => sessions.set(slot, w.clone()),
-                None => self.slot = Some(sessions.insert(w.clone())),
+                None => {
+                    let slot = sessions.insert(w.clone());
+                    self.slot = Some(slot);
+                    if let Some(kill) = &self.kill {
+                        kill.slot.store(slot, Ordering::Release);
+                    }
+                }
             }
             drop(sessions);
+            if self.killed() {
+                return Level::Hard;
+            }
             self.waker = Some(w);
             self.seen = level;
             // A raise between the load above and the insert would have missed this waker.
@@ -161,6 +215,11 @@ impl Watch {
 }
 
 impl Watch {
+    /// Whether this session was killed (`KILL_CLIENT`), rather than the whole pooler stopping.
+    pub(crate) fn killed(&self) -> bool {
+        self.kill.as_ref().is_some_and(|k| k.fired())
+    }
+
     /// Whether the session was poked since the last call (one atomic load; the waker is the one `poll`
     /// registered).
     pub(crate) fn poked(&mut self) -> bool {
@@ -234,6 +293,27 @@ mod tests {
         tokio::task::yield_now().await;
         stop.poke();
         assert_eq!(task.await.unwrap(), Level::Running);
+    }
+
+    #[tokio::test]
+    async fn a_kill_switch_ends_one_session_and_no_other() {
+        let stop = Stop::new();
+        let kill = Arc::new(KillSwitch::default());
+        let mut killed = stop.watch_with(Arc::clone(&kill));
+        let mut other = stop.watch();
+        let task = tokio::spawn(async move {
+            poll_fn(|cx| match killed.poll(cx) {
+                Level::Hard => Poll::Ready(killed.killed()),
+                _ => Poll::Pending,
+            })
+            .await
+        });
+        tokio::task::yield_now().await;
+        stop.kill(&kill);
+        assert!(task.await.unwrap(), "woken, and it knows it was killed");
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(other.poll(&mut cx), Level::Running);
+        assert_eq!(stop.level(), Level::Running);
     }
 
     #[test]

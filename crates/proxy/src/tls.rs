@@ -127,6 +127,23 @@ impl ServerTls {
     }
 }
 
+/// TLS towards the database and towards clients, as the configuration says; `extra_roots` are trusted
+/// for the database besides `ssl_root_cert`.
+pub(crate) fn from_config(
+    config: &crate::config::Config,
+    mut extra_roots: Vec<CertificateDer<'static>>,
+) -> Result<(ServerTls, Option<TlsAcceptor>), TlsSetupError> {
+    if let Some(path) = &config.ssl_root_cert {
+        extra_roots.extend(certs_from_pem_file("ssl_root_cert", path)?);
+    }
+    let server = ServerTls::new(config.effective_sslmode(), extra_roots)?;
+    let client = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(client_acceptor(cert, key)?),
+        _ => None,
+    };
+    Ok((server, client))
+}
+
 /// Offers clients TLS with a configured certificate.
 pub fn client_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsSetupError> {
     let certs = certs_from_pem_file("tls_cert", cert)?;

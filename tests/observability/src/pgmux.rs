@@ -21,6 +21,9 @@ pub struct Pgmux {
     pub metrics: Option<SocketAddr>,
     child: Child,
     log: PathBuf,
+    /// The configuration file and what it held before `extra` (for rewriting it).
+    config: PathBuf,
+    base: String,
     _dir: tempfile::TempDir,
 }
 
@@ -46,6 +49,7 @@ impl Pgmux {
         if let Some(m) = metrics {
             config.push_str(&format!("metrics_listen = \"{m}\"\n"));
         }
+        let base = config.clone();
         config.push_str(extra);
         let path = dir.path().join("pgmux.toml");
         std::fs::write(&path, config).expect("write pgmux.toml");
@@ -56,7 +60,7 @@ impl Pgmux {
         cmd.stderr(File::options().append(true).open(&log).expect("open pgmux.log"));
         pgmux_testkit::die_with_parent(&mut cmd);
         let child = cmd.spawn().expect("start pgmux");
-        let mut pgmux = Pgmux { addr, metrics, child, log, _dir: dir };
+        let mut pgmux = Pgmux { addr, metrics, child, log, config: path, base, _dir: dir };
         for listener in std::iter::once(addr).chain(metrics) {
             let up = crate::poll(Duration::from_secs(15), || {
                 if let Ok(Some(status)) = pgmux.child.try_wait() {
@@ -75,6 +79,27 @@ impl Pgmux {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Rewrites the configuration file: what `start` wrote, less the keys `extra` sets, then `extra` (which
+    /// may be anything, even invalid). pgmux reads it again on SIGHUP or the console's RELOAD.
+    pub fn rewrite_config(&self, extra: &str) {
+        let key = |line: &str| line.split('=').next().unwrap_or_default().trim().to_owned();
+        let replaced: Vec<String> = extra.lines().map(key).collect();
+        let kept: String =
+            self.base.lines().filter(|l| !replaced.contains(&key(l))).map(|l| format!("{l}\n")).collect();
+        std::fs::write(&self.config, format!("{kept}{extra}")).expect("rewrite pgmux.toml");
+    }
+
+    /// Sends a signal (`HUP`, `TERM`, ...) to the process.
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -{name} failed");
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 

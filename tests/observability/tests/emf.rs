@@ -161,3 +161,99 @@ fn the_check_refuses_what_the_specification_forbids() {
     let out = python::run("emf_check.py", &[&schema(), "--each"], &Value::Array(vec![all]).to_string());
     assert!(out.contains("\"ok\": true"), "{out}");
 }
+
+/// The real binary as a Lambda extension on Managed Instances (lambda-simulator stands in for Lambda):
+/// a workload, a timed flush (`metrics_interval = 1s`), then SHUTDOWN and the last flush. Every line on
+/// stdout is an EMF document valid against the specification and shaped like aws-embedded-metrics'
+/// documents for the same metrics; the counters summed over every flush equal the workload (nothing lost
+/// at SHUTDOWN, nothing counted twice).
+#[test]
+fn the_binary_in_lambda_prints_emf_lines_that_add_up_to_the_workload() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    use lambda_simulator::{ShutdownReason, Simulator};
+    use pgmux_observability_tests::{pgmux, workload};
+    use pgmux_testkit::{APP_USER, DATABASE, PgServer, free_port};
+
+    tools();
+    let pg = PgServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let sim = rt
+        .block_on(Simulator::builder().function_name(FUNCTION).shutdown_timeout(Duration::from_secs(2)).build())
+        .expect("the Lambda stand-in");
+    let port = free_port();
+    let mut cmd = Command::new(pgmux::binary());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PGMUX_") || k.starts_with("AWS_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{}", sim.addr().port()))
+        .env("AWS_LAMBDA_INITIALIZATION_TYPE", "lambda-managed-instances")
+        .env("AWS_LAMBDA_FUNCTION_NAME", FUNCTION)
+        .env("PGMUX_DATABASE_URL", pg.url(&APP_USER))
+        .env("PGMUX_LISTEN", format!("127.0.0.1:{port}"))
+        .env("PGMUX_SSLMODE", "disable")
+        .env("PGMUX_POOL_MAX", "3")
+        .env("PGMUX_METRICS_INTERVAL", "1s")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    pgmux_testkit::die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().expect("start pgmux");
+    rt.block_on(sim.wait_for(|| async { sim.extension_count().await == 1 }, Duration::from_secs(10)))
+        .expect("pgmux registered");
+    // Lambda trusts loopback clients: no password.
+    let sent = workload::run(port, APP_USER.user, None, DATABASE);
+    std::thread::sleep(Duration::from_millis(2500));
+    rt.block_on(sim.graceful_shutdown(ShutdownReason::Spindown));
+    let status = child.wait().expect("pgmux exits");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    child.stdout.take().expect("stdout").read_to_string(&mut stdout).expect("read stdout");
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+
+    let lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    let docs: Vec<Value> = lines.iter().map(|l| serde_json::from_str(l).expect("each stdout line is JSON")).collect();
+    // Flushes, told apart by their timestamps: at least one timed, and the last at SHUTDOWN.
+    let mut flushes: Vec<u64> = docs.iter().map(|d| d["_aws"]["Timestamp"].as_u64().expect("Timestamp")).collect();
+    flushes.dedup();
+    assert!(flushes.len() >= 2, "a timed flush and the SHUTDOWN flush: {flushes:?}");
+    let sum = |name: &str| -> f64 { docs.iter().filter_map(|d| d[name].as_f64()).sum() };
+    assert_eq!(sum("QueryRequests"), sent.queries as f64, "queries over every flush");
+    assert_eq!(sum("Transactions"), sent.transactions as f64, "transactions over every flush");
+    assert_eq!(sum("ClientConnectionsSetupSucceeded"), sent.clients as f64);
+    let borrow_latencies: usize =
+        docs.iter().filter_map(|d| d["DatabaseConnectionsBorrowLatency"].as_array()).map(Vec::len).sum();
+    assert_eq!(borrow_latencies, sent.transactions as usize, "one borrow latency per transaction");
+
+    // Each flush against the schema and aws-embedded-metrics, with the metrics read back from its lines.
+    for ts in flushes {
+        let (flush_lines, flush): (Vec<&String>, Vec<&Value>) =
+            lines.iter().zip(&docs).filter(|(_, d)| d["_aws"]["Timestamp"].as_u64() == Some(ts)).unzip();
+        let mut metrics: Vec<(String, String, Vec<f64>)> = Vec::new();
+        for d in &flush {
+            for def in d["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array().expect("Metrics") {
+                let name = def["Name"].as_str().expect("Name").to_owned();
+                let unit = def["Unit"].as_str().unwrap_or("None").to_owned();
+                let values: Vec<f64> = match &d[&name] {
+                    Value::Array(a) => a.iter().filter_map(Value::as_f64).collect(),
+                    v => v.as_f64().into_iter().collect(),
+                };
+                match metrics.iter_mut().find(|m| m.0 == name) {
+                    Some(m) => m.2.extend(values),
+                    None => metrics.push((name, unit, values)),
+                }
+            }
+        }
+        let metrics: Vec<Value> = metrics.iter().map(|(n, u, v)| json!({"name": n, "unit": u, "values": v})).collect();
+        let request = json!({
+            "lines": flush_lines,
+            "namespace": NAMESPACE,
+            "dimensions": {"FunctionName": FUNCTION},
+            "timestamp_ms": ts,
+            "metrics": metrics,
+        });
+        let out = python::run("emf_check.py", &[&schema()], &request.to_string());
+        assert!(out.contains("pgmux_documents"), "{out}");
+    }
+}

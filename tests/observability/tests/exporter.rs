@@ -94,7 +94,6 @@ const NEWER_THAN_1_18: [&str; 4] = [
 /// (and only the newer columns besides), one sample per label set (a duplicate makes the exporter answer
 /// HTTP 500, which `scrape` refuses), and totals that match the workload.
 #[test]
-#[ignore = "needs the admin console wiring"]
 fn exporter_against_pgmux_sees_pgbouncer_s_series_and_the_workload() {
     tools();
     let pg = PgServer::start();

@@ -235,7 +235,6 @@ const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,appl
 /// through promtool (nothing to say) and prometheus-client; afterwards the counters equal the workload,
 /// `/healthz` answers 200 and other paths 404.
 #[test]
-#[ignore = "needs the admin console wiring"]
 fn metrics_endpoint_under_load_passes_promtool_and_prometheus_client() {
     tools();
     let pg = PgServer::start();

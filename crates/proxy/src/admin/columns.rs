@@ -127,7 +127,7 @@ pub const CONNECTIONS: &[ColumnDef] = &[
     int8("remote_pid", "servers: backend PID; clients: 0"),
     text("tls", "TLS version and cipher, or empty"),
     text("application_name", "the client's application_name"),
-    int8("prepared_statements", "prepared statements it has (clients: names; servers: statements)"),
+    int8("prepared_statements", "servers: statements prepared on it; clients: 0 (see SHOW PREPARED)"),
     int8("id", "the number KILL_CLIENT takes"),
 ];
 

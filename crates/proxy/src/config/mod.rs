@@ -5,6 +5,7 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+mod live;
 mod role;
 mod secret;
 mod url;
@@ -16,7 +17,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use value::{ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs};
+pub use live::LiveConfig;
+pub use value::{
+    ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs, UserList,
+};
 use value::{ConfigValue, Raw};
 
 /// One configuration key, for `--help` and documentation.
@@ -180,7 +184,28 @@ config_keys! {
     /// The largest single message a client may send (SQLSTATE 54000, then the connection closes). Large
     /// enough for real bulk inserts; PostgreSQL's own limit is 1 GiB.
     max_client_message: usize = "268435456";
+
+    // Seeing inside pgmux and steering it live (issue 12).
+
+    /// Users who may open the admin console (database `pgbouncer`, or `pgmux`) and run every command, after
+    /// the usual client authentication; comma-separated. Empty: the user of database_url (or of the secret).
+    admin_users: UserList = "";
+    /// Users who may open the admin console and run SHOW commands only; comma-separated.
+    stats_users: UserList = "";
+    /// Address of the Prometheus endpoint (`/metrics`, `/healthz`), e.g. 127.0.0.1:9930. Unset: off.
+    metrics_listen: Option<SocketAddr> = "";
+    /// CloudWatch namespace of the Embedded Metric Format lines pgmux prints in Lambda.
+    metrics_namespace: String = "pgmux";
+    /// How often pgmux prints its CloudWatch metrics in Lambda (Managed Instances; classic Lambda prints at
+    /// SHUTDOWN and whenever a timer gets to run). 0 prints at SHUTDOWN only.
+    metrics_interval: Duration = "60s";
+    /// Print CloudWatch Embedded Metric Format lines on stdout in Lambda.
+    metrics_emf: bool = "true";
 }
+
+/// Keys that only a restart changes: the listener, the runtime, the log format. A reload that changes one
+/// keeps the running value and says so.
+pub const RESTART_ONLY: &[&str] = &["listen", "workers", "log_format"];
 
 /// How pgmux runs; it decides some defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,6 +431,17 @@ impl Config {
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
         }
+        let namespace_ok = |ns: &str| {
+            (1..=255).contains(&ns.len())
+                && !ns.starts_with("AWS/")
+                && ns.chars().all(|c| c.is_ascii_alphanumeric() || "._#:/-".contains(c))
+        };
+        if !namespace_ok(&self.metrics_namespace) {
+            return Err(invalid(
+                "metrics_namespace",
+                "must be 1 to 255 of A-Z a-z 0-9 . _ # : / - and not start with AWS/ (reserved for AWS)",
+            ));
+        }
         for (key, d) in [
             ("query_wait_timeout", self.query_wait_timeout),
             ("server_connect_timeout", self.server_connect_timeout),
@@ -421,6 +457,34 @@ impl Config {
 }
 
 impl Config {
+    /// This configuration with `key` set to `value`, written as in an environment variable, and checked
+    /// again (the console's `SET key = value`).
+    pub fn with_value(&self, key: &str, value: &str) -> Result<Config, ConfigError> {
+        let mut cfg = self.clone();
+        let info = KEYS.iter().find(|k| k.name == key).ok_or_else(|| ConfigError::UnknownKey(key.to_owned()))?;
+        let invalid = |reason| ConfigError::Invalid { key: info.name.to_owned(), origin: Source::Default, reason };
+        cfg.set(info.name, &Raw::Env(value)).map_err(invalid)?;
+        if info.name == "sslmode" && value.trim().is_empty() {
+            cfg.resolve_sslmode();
+        }
+        cfg.validate(&BTreeMap::from([(info.name, Source::Env(format!("SET {}", info.name)))]))?;
+        Ok(cfg)
+    }
+
+    /// Whether a server login made with `other` would differ from one made with this configuration: where
+    /// to connect, as whom, with which password or TLS. Then every server connection is replaced.
+    pub fn login_differs(&self, other: &Config) -> bool {
+        let url =
+            |c: &Config| (c.database_url.login.clone(), c.database_url.sslmode, c.database_url.sslrootcert.clone());
+        url(self) != url(other)
+            || self.secret_arn != other.secret_arn
+            || self.database_host != other.database_host
+            || self.database_port != other.database_port
+            || self.iam_auth != other.iam_auth
+            || self.effective_sslmode() != other.effective_sslmode()
+            || self.ssl_root_cert != other.ssl_root_cert
+    }
+
     /// `sslmode` from the key, else from database_url, else the profile's default.
     fn resolve_sslmode(&mut self) {
         if self.sslmode.is_none() {

@@ -187,3 +187,32 @@ fn a_secret_can_stand_in_for_the_url() {
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\niam_auth = \"perhaps\"")).unwrap_err();
     assert!(err.to_string().contains("true or false"), "{err}");
 }
+
+#[test]
+fn console_users_are_lists_and_the_namespace_is_checked() {
+    let cfg = Config::from_toml_str(&format!(
+        "database_url = {URL:?}\nadmin_users = [\"ops\", \"app\"]\nstats_users = \"grafana, datadog\""
+    ))
+    .unwrap();
+    assert!(cfg.admin_users.contains("ops") && cfg.admin_users.contains("app"));
+    assert_eq!(cfg.stats_users.0, vec!["grafana", "datadog"]);
+    assert!(Config::from_toml_str(&format!("database_url = {URL:?}")).unwrap().admin_users.is_empty());
+    let err = Config::from_toml_str(&format!("database_url = {URL:?}\nadmin_users = [1]")).unwrap_err();
+    assert!(err.to_string().contains("admin_users"), "{err}");
+    for bad in ["AWS/RDS", "", "has space"] {
+        let err = Config::from_toml_str(&format!("database_url = {URL:?}\nmetrics_namespace = {bad:?}")).unwrap_err();
+        assert!(err.to_string().contains("metrics_namespace"), "{bad:?}: {err}");
+    }
+}
+
+#[test]
+fn one_value_can_change_and_is_checked_like_the_file() {
+    let cfg = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 4")).unwrap();
+    let changed = cfg.with_value("pool_max", "9").unwrap();
+    assert_eq!(changed.pool_max, Some(9));
+    assert!(!cfg.login_differs(&changed));
+    assert!(cfg.with_value("pool_max", "0").unwrap_err().to_string().contains("pool_max"));
+    assert!(matches!(cfg.with_value("nonsense", "1"), Err(ConfigError::UnknownKey(_))));
+    let moved = cfg.with_value("database_host", "db2.example.com").unwrap();
+    assert!(cfg.login_differs(&moved), "a new host is a new login");
+}

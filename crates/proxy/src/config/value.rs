@@ -271,3 +271,39 @@ impl ConfigValue for DatabaseUrl {
         self.to_string()
     }
 }
+
+/// A list of user names: a TOML array of strings, or names separated by commas (in TOML or the
+/// environment). Empty when unset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserList(pub Vec<String>);
+
+impl UserList {
+    /// Whether `user` is on the list.
+    pub fn contains(&self, user: &str) -> bool {
+        self.0.iter().any(|u| u == user)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl ConfigValue for UserList {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        let names: Vec<String> = match raw {
+            Raw::Toml(toml::Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| format!("expected user names, got {v}")))
+                .collect::<Result<_, _>>()?,
+            _ => raw.text()?.split(',').map(|s| s.trim().to_owned()).collect(),
+        };
+        let names: Vec<String> = names.into_iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect();
+        if let Some(bad) = names.iter().find(|n| n.len() > 63 || n.chars().any(char::is_control)) {
+            return Err(format!("{bad:?} is not a user name"));
+        }
+        Ok(UserList(names))
+    }
+    fn show(&self) -> String {
+        self.0.join(",")
+    }
+}

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use pgmux_metrics::ServerCloseReason;
 use pgmux_pool::Grant;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
@@ -115,7 +116,7 @@ impl ServerPool {
     /// A server connection for one client: idle and checked, or newly opened; waits in line up to
     /// `query_wait_timeout`.
     pub(crate) async fn checkout(&self) -> Result<ServerLease, CheckoutError> {
-        let mut wait = Wait::new(self.config.query_wait_timeout);
+        let mut wait = Wait::new(self.config().query_wait_timeout);
         loop {
             match self.grant(&mut wait).await? {
                 Grant::Idle(mut lease) => {
@@ -198,7 +199,7 @@ impl ServerPool {
     /// read the database again, so that connections others opened since are not squeezed out. False if the
     /// fresh limit leaves no room for the connection about to open (its slot is then given back).
     async fn room_to_grow(&self) -> bool {
-        if self.config.max_connections_percent == 0 || self.pool.status().size <= 1 {
+        if self.config().max_connections_percent == 0 || self.pool.status().size <= 1 {
             return true;
         }
         if !self.budget.refresh_if_older(Duration::from_secs(1), Duration::from_secs(1)).await {
@@ -230,12 +231,17 @@ impl ServerPool {
         let now = Instant::now();
         let lifetime = lease.lifetime;
         if !lifetime.is_zero() && now.saturating_duration_since(meta.created) >= lifetime {
+            lease.closing(ServerCloseReason::Lifetime);
+            return Fitness::Unfit;
+        }
+        if self.is_stale(lease) {
+            lease.closing(ServerCloseReason::Reconnect);
             return Fitness::Unfit;
         }
         if !lease.looks_alive() || !self.keeps(lease) {
             return Fitness::Unfit;
         }
-        if now.saturating_duration_since(meta.idle_since) < self.config.server_check_delay {
+        if now.saturating_duration_since(meta.idle_since) < self.config().server_check_delay {
             return Fitness::Fit;
         }
         Fitness::NeedsRoundTrip
@@ -247,7 +253,10 @@ impl ServerPool {
         match self.quick_check(lease) {
             Fitness::Fit => true,
             Fitness::Unfit => false,
-            Fitness::NeedsRoundTrip => lease.simple_query("", self.config.server_connect_timeout).await.is_ok(),
+            Fitness::NeedsRoundTrip => {
+                let timeout = self.config().server_connect_timeout;
+                lease.simple_query("", timeout).await.is_ok()
+            }
         }
     }
 }

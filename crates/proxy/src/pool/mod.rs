@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use arc_swap::Guard;
+use pgmux_metrics::ServerCloseReason;
 use pgmux_pool::{Lease, Pool, PoolConfig, Status};
 use tokio_util::task::TaskTracker;
 
@@ -27,8 +29,9 @@ pub(crate) use nodes::Distrust;
 use nodes::Nodes;
 
 use crate::budget;
-use crate::config::Config;
+use crate::config::{Config, LiveConfig};
 use crate::credentials::Credentials;
+use crate::observe::{Observer, unix_now};
 use crate::params::Defaults;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 use crate::stop::Stop;
@@ -40,11 +43,16 @@ pub(crate) type ServerLease = Lease<Box<ServerConn>>;
 /// Every server connection of one pgmux, and how they are lent.
 #[derive(Debug)]
 pub(crate) struct ServerPool {
-    config: Arc<Config>,
+    config: LiveConfig,
     pool: Pool<Box<ServerConn>>,
     limit: Limit,
-    credentials: Arc<dyn Credentials>,
-    tls: ServerTls,
+    /// Where logins come from and how TLS is done; a reload may replace both (new connections use them).
+    credentials: RwLock<Arc<dyn Credentials>>,
+    tls: RwLock<ServerTls>,
+    /// Connections with an id below this are replaced as they come back (`RECONNECT`, a reload that
+    /// changed how to log in).
+    reconnect_below: AtomicU64,
+    observer: Arc<Observer>,
     /// The server's own parameter values, as the newest connection reported them at login.
     defaults: RwLock<Arc<Defaults>>,
     next_id: AtomicU64,
@@ -74,14 +82,17 @@ impl ServerPool {
         let closer_tasks = tasks.clone();
         let pool = Pool::with_closer(pool_config, move |conn: Box<ServerConn>| {
             tracing::debug!(server_id = conn.id, "closing a server connection above the pool limit");
+            conn.closing(ServerCloseReason::OverLimit);
             closer_tasks.spawn(conn.terminate());
         });
         ServerPool {
-            config,
+            config: LiveConfig::new(config),
             pool,
             limit: Limit::new(limit),
-            credentials,
-            tls,
+            credentials: RwLock::new(credentials),
+            tls: RwLock::new(tls),
+            reconnect_below: AtomicU64::new(0),
+            observer: Arc::default(),
             defaults: RwLock::default(),
             next_id: AtomicU64::new(1),
             nodes: Nodes::default(),
@@ -92,9 +103,20 @@ impl ServerPool {
         }
     }
 
-    /// The configuration the pool runs with.
-    pub(crate) fn config(&self) -> &Config {
+    /// The configuration in force. A guard: hold it briefly.
+    #[inline]
+    pub(crate) fn config(&self) -> Guard<Arc<Config>> {
+        self.config.load()
+    }
+
+    /// The replaceable configuration itself (reloads swap it).
+    pub(crate) fn live_config(&self) -> &LiveConfig {
         &self.config
+    }
+
+    /// What pgmux knows about itself: metrics, clients, servers.
+    pub(crate) fn observer(&self) -> &Arc<Observer> {
+        &self.observer
     }
 
     /// Counters at this moment.
@@ -109,7 +131,7 @@ impl ServerPool {
 
     /// The most pool connections the configuration allows, if it caps them (see [`pool_cap`]).
     pub(crate) fn cap(&self) -> Option<usize> {
-        pool_cap(&self.config)
+        pool_cap(&self.config())
     }
 
     /// Takes a new planned limit (from a reading of the database) and puts the result into force.
@@ -135,13 +157,66 @@ impl ServerPool {
         self.pool.set_max_size(limit);
         for conn in self.pool.evict_idle(|_, _| false) {
             tracing::debug!(server_id = conn.id, limit, "closing an idle server connection above the pool limit");
+            conn.closing(ServerCloseReason::OverLimit);
             self.retire(conn);
         }
     }
 
     /// Where server logins come from (the user and database clients are served as).
-    pub(crate) fn credentials(&self) -> &dyn Credentials {
-        &*self.credentials
+    pub(crate) fn credentials(&self) -> Arc<dyn Credentials> {
+        Arc::clone(&self.credentials.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn server_tls(&self) -> ServerTls {
+        self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// New server connections log in with `credentials` and `tls` from now on.
+    pub(crate) fn replace_access(&self, credentials: Arc<dyn Credentials>, tls: ServerTls) {
+        *self.credentials.write().unwrap_or_else(|e| e.into_inner()) = credentials;
+        *self.tls.write().unwrap_or_else(|e| e.into_inner()) = tls;
+    }
+
+    /// Marks every connection open now to be replaced as it comes back; idle ones are closed at once.
+    pub(crate) fn reconnect(&self) {
+        self.reconnect_below.store(self.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.evict_idle();
+    }
+
+    /// Whether a connection was marked by [`reconnect`](Self::reconnect).
+    #[inline]
+    pub(crate) fn is_stale(&self, conn: &ServerConn) -> bool {
+        conn.id < self.reconnect_below.load(Ordering::Relaxed)
+    }
+
+    /// Connections with an id below this are marked by [`reconnect`](Self::reconnect).
+    pub(crate) fn stale_below(&self) -> u64 {
+        self.reconnect_below.load(Ordering::Relaxed)
+    }
+
+    /// Connections marked by [`reconnect`](Self::reconnect) that are still open.
+    pub(crate) fn stale_open(&self) -> usize {
+        self.observer.servers.open_below(self.reconnect_below.load(Ordering::Relaxed))
+    }
+
+    /// Holds new transactions: nothing is lent until [`resume`](Self::resume).
+    pub(crate) fn pause(&self) {
+        self.pool.pause();
+    }
+
+    pub(crate) fn resume(&self) {
+        self.pool.resume();
+    }
+
+    /// Puts a new configuration's pool settings into force: lazy growth and, when sizing is off, the limit.
+    pub(crate) fn resize(&self) {
+        let config = self.config();
+        self.pool.set_grow_after(config.pool_grow_after);
+        let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));
+        if config.max_connections_percent == 0 || limit < self.limit.current() {
+            // Sizing on: a lower pool_max takes effect now; the next reading plans with it.
+            self.plan(limit);
+        }
     }
 
     /// Sizing took a reading of the database's budget.
@@ -161,7 +236,7 @@ impl ServerPool {
 
     /// Opens connections in the background up to `min_pool_size` (within the limit).
     pub(crate) fn warm(self: &Arc<Self>) {
-        let want = self.config.min_pool_size.min(self.limit.current());
+        let want = self.config().min_pool_size.min(self.limit.current());
         while self.pool.status().size < want {
             let Some(slot) = self.pool.try_grow() else { return };
             let pool = Arc::clone(self);
@@ -183,8 +258,13 @@ impl ServerPool {
     /// Opens a pool connection, with its own jittered `server_lifetime`.
     async fn open(&self) -> Result<ServerConn, CheckoutError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.connect(id, self.config.max_prepared_statements, None).await?;
-        conn.lifetime = jittered(self.config.server_lifetime, self.jitter.hash_one(id));
+        let config = self.config.full();
+        let started = std::time::Instant::now();
+        let opened = self.connect(id, config.max_prepared_statements, None).await;
+        let mut conn = self.observer.opened(opened, started)?;
+        conn.lifetime = jittered(config.server_lifetime, self.jitter.hash_one(id));
+        let tls = matches!(conn.io.stream, crate::io::Stream::TlsToServer(_));
+        conn.ticket = Some(self.observer.servers.add(&conn, unix_now(), tls));
         // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
         // values are. Without them every link would reset every reported parameter, a round trip each.
         if self.defaults().is_empty() {
@@ -204,7 +284,7 @@ impl ServerPool {
         max_statements: usize,
         application_name: Option<&str>,
     ) -> Result<ServerConn, CheckoutError> {
-        let config = &self.config;
+        let config = self.config.full();
         let keepalive = config.tcp_keepalive.then(|| {
             (config.tcp_keepidle, config.tcp_keepintvl, u32::try_from(config.tcp_keepcnt).unwrap_or(u32::MAX))
         });
@@ -216,12 +296,13 @@ impl ServerPool {
             socket: SocketOptions { keepalive, user_timeout: config.tcp_user_timeout },
             need_role: config.target_session_attrs.cares(),
         };
-        let login = self.credentials.login().await?;
-        let mut conn = match ServerConn::connect(&login, &self.tls, options).await {
-            Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
+        let (credentials, tls) = (self.credentials(), self.server_tls());
+        let login = credentials.login().await?;
+        let mut conn = match ServerConn::connect(&login, &tls, options).await {
+            Err(e) if e.is_auth_failure() && credentials.refresh().await? => {
                 tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
-                let login = self.credentials.login().await?;
-                ServerConn::connect(&login, &self.tls, options).await?
+                let login = credentials.login().await?;
+                ServerConn::connect(&login, &tls, options).await?
             }
             other => other?,
         };
@@ -248,6 +329,7 @@ impl ServerPool {
         }
         tracing::warn!(%node, ?why, reason, "no more server connections to this node");
         for conn in self.pool.evict_idle(|conn, _| conn.addr == node) {
+            conn.closing(if why == Distrust::Dead { ServerCloseReason::Broken } else { ServerCloseReason::ReadOnly });
             self.retire(conn);
         }
         if why == Distrust::Dead {
@@ -276,7 +358,7 @@ impl ServerPool {
 
     /// Whether `role` fits `target_session_attrs` (an unknown role fits: the server did not say).
     pub(crate) fn fits(&self, role: Option<crate::config::NodeRole>) -> bool {
-        let wanted = self.config.target_session_attrs;
+        let wanted = self.config().target_session_attrs;
         role.is_none_or(|role| !wanted.cares() || wanted.accepts(role))
     }
 
@@ -289,7 +371,7 @@ impl ServerPool {
     /// `server_probe_timeout`: a node that accepts packets but answers nothing (a hung server, which
     /// keepalive cannot see) is declared dead, and the sessions on it give up their connections.
     pub(crate) async fn probe_liveness(&self) {
-        let timeout = self.config.server_probe_timeout;
+        let timeout = self.config().server_probe_timeout;
         let status = self.pool.status();
         if timeout.is_zero() || status.size == status.idle + status.opening {
             return;
@@ -308,17 +390,24 @@ impl ServerPool {
 
     /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.
     pub(crate) fn evict_idle(&self) {
-        let idle = self.config.server_idle_timeout;
-        let keep = self.config.min_pool_size;
+        let (idle, keep) = {
+            let config = self.config();
+            (config.server_idle_timeout, config.min_pool_size)
+        };
         let mut size = self.pool.status().size;
         let expired = self.pool.evict_idle(|conn, m| {
             let old = !conn.lifetime.is_zero() && m.created.elapsed() >= conn.lifetime;
             // Idle ones are closed down to min_pool_size; old ones are closed anyway (and replaced warm).
             let stale = !idle.is_zero() && m.idle_since.elapsed() >= idle && size > keep;
-            if old || stale {
-                size -= 1;
+            let marked = self.is_stale(conn);
+            match (marked, old, stale) {
+                (true, _, _) => conn.closing(ServerCloseReason::Reconnect),
+                (_, true, _) => conn.closing(ServerCloseReason::Lifetime),
+                (_, _, true) => conn.closing(ServerCloseReason::IdleTimeout),
+                _ => return false,
             }
-            old || stale
+            size -= 1;
+            true
         });
         for conn in expired {
             tracing::debug!(server_id = conn.id, "closing idle server connection");
@@ -334,7 +423,9 @@ impl ServerPool {
     /// Takes every idle connection out, for shutdown to close.
     #[allow(clippy::vec_box, reason = "the pool holds them boxed, and closing one takes the box")]
     pub(crate) fn drain_idle(&self) -> Vec<Box<ServerConn>> {
-        self.pool.drain_idle()
+        let conns = self.pool.drain_idle();
+        conns.iter().for_each(|c| c.closing(ServerCloseReason::Shutdown));
+        conns
     }
 }
 

@@ -80,6 +80,8 @@ pub(crate) struct ServerConn {
     pub(crate) tracker: TxTracker<Undo>,
     /// Retire it when it is this old (0 = never): `server_lifetime` with jitter.
     pub(crate) lifetime: Duration,
+    /// Its entry in the admin console's list of servers (pool connections only).
+    pub(crate) ticket: Option<crate::observe::ServerTicket>,
     /// The node's role, as the server reported it (kept up to date from ParameterStatus), if known.
     pub(crate) role: Option<NodeRole>,
     /// The pool's stale-node epoch this connection was last checked against (see `ServerPool`).
@@ -135,6 +137,7 @@ impl ServerConn {
             statements: ServerStatements::new(options.max_statements),
             tracker: TxTracker::default(),
             lifetime: Duration::ZERO,
+            ticket: None,
             role: None,
             checked_epoch: 0,
         };

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use pgmux_metrics::ServerCloseReason;
 use pgmux_proto::encode::{ErrorMessage, Severity};
 use pgmux_proto::sqlstate;
 
@@ -45,6 +46,7 @@ impl Session {
         };
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
+        self.meter.linked(lease.id);
         self.server = Some(Linked::new(lease));
         self.replay.open(self.client.out.queued_total());
         Ok(None)
@@ -58,6 +60,7 @@ impl Session {
                 Some(checkout) => checkout,
                 None => {
                     tracing::debug!("query cancelled while waiting for a server connection");
+                    self.meter.unlinked();
                     let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
                         .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
                     return Ok(Err(err));
@@ -65,13 +68,17 @@ impl Session {
             },
         };
         match checkout {
-            Ok(lease) => Ok(Ok(lease)),
+            Ok(lease) => {
+                self.meter.got_server();
+                Ok(Ok(lease))
+            }
             Err(CheckoutError::Closed) => {
                 self.client.out.push(shutting_down().to_bytes());
                 Err(End::Shutdown)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no server connection for client");
+                self.meter.no_server(&e);
                 Ok(Err(e.to_client()))
             }
         }
@@ -80,6 +87,7 @@ impl Session {
     /// Waits in line for a server connection while watching the client: `None` if the client cancelled
     /// its query meanwhile (a connection that came at the same moment goes back to the pool unused).
     async fn wait_for_server(&mut self) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
+        self.meter.waiting();
         let Session { shared, client, stop, cancel, .. } = self;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.
         let client_left = async {
@@ -117,7 +125,7 @@ impl Session {
             lease.params.mark_in_sync(&self.params);
             return Ok(lease);
         };
-        let Err(failure) = lease.simple_query(&sql, self.shared.config.server_connect_timeout).await else {
+        let Err(failure) = lease.simple_query(&sql, self.shared.config().server_connect_timeout).await else {
             params::synced(&self.params, &mut lease.params);
             return Ok(lease);
         };
@@ -134,15 +142,18 @@ impl Session {
     /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding, unless the
     /// client holds session state there (it is pinned). Settings the client changed are read back first.
     pub(super) async fn release(&mut self) {
+        self.meter.transaction_done(self.client.received, self.client.out.sent());
         if self.router.pin().is_some() {
             if let Some(linked) = self.server.as_mut() {
                 linked.next_transaction();
             }
             if let Some(reason) = self.router.pin_to_report() {
+                self.meter.pinned(reason);
                 tracing::info!(%reason, "client pinned to its server connection until it disconnects");
             }
             return;
         }
+        self.meter.unpinned();
         if self.router.take_settings_dirty() && !Box::pin(self.read_back_settings()).await {
             return;
         }
@@ -152,12 +163,18 @@ impl Session {
             Box::pin(self.cancel.unlink()).await;
         }
         let Some(linked) = self.server.take() else { return };
+        self.meter.unlinked();
         self.replay.finish();
         let mut lease = linked.take();
-        let lifetime = self.shared.config.server_lifetime;
+        let lifetime = self.shared.config().server_lifetime;
         let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
         let unfit = !self.shared.pool.keeps(&mut lease) || !self.shared.pool.fits(lease.role);
         if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
+            lease.closing(match (too_old, unfit) {
+                (true, _) => ServerCloseReason::Lifetime,
+                (_, true) => ServerCloseReason::ReadOnly,
+                _ => ServerCloseReason::Broken,
+            });
             self.shared.pool.retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
@@ -169,6 +186,8 @@ impl Session {
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
+        self.meter.unlinked();
+        self.meter.unpinned();
         let reached_server = linked.reached_server();
         // Nothing of the transaction reached the server (a stale connection that failed on the first write):
         // it runs again on another connection, unseen.
@@ -208,6 +227,11 @@ impl Session {
         // A pinned client's session state (listeners, locks, temporary tables) must not reach another.
         let pinned = self.router.pin().is_some();
         if broken || pinned || self.stop.level() == Level::Hard {
+            lease.closing(match (pinned, broken) {
+                (true, _) => ServerCloseReason::PinnedClientLeft,
+                (_, true) => ServerCloseReason::Broken,
+                _ => ServerCloseReason::Shutdown,
+            });
             drop(lease.discard());
             return;
         }
@@ -225,6 +249,7 @@ impl Session {
             tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
+            lease.closing(ServerCloseReason::ResetFailed);
             self.shared.pool.retire(lease.discard());
         }
     }
@@ -235,7 +260,7 @@ impl Session {
     /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
     /// for the next client. False if the server failed (it is then dropped and the client told).
     async fn read_back_settings(&mut self) -> bool {
-        let timeout = self.shared.config.server_connect_timeout;
+        let timeout = self.shared.config().server_connect_timeout;
         let Some(linked) = self.server.as_mut() else { return true };
         let server = linked.conn();
         let rows = match server.query_rows(SESSION_SETTINGS, timeout).await {

@@ -1,7 +1,10 @@
 //! From a new connection to a logged-in session: the opening packets, the limits, authentication, and the
 //! parameters the client gets to see (real server values, its own settings in their place).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+
+use pgmux_metrics::LoginResult;
 
 use tokio::time::Instant;
 
@@ -9,9 +12,12 @@ use bytes::BytesMut;
 use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
+use super::meter::Meter;
 use super::{ClientSlot, Session, shutting_down};
 use crate::cancel::Registration;
+use crate::console;
 use crate::io::Conn;
+use crate::observe::{ClientTicket, NewClient, unix_now};
 use crate::params::{self, ClientParams, Param};
 use crate::router::Router;
 use crate::server::ServerFailure;
@@ -21,8 +27,9 @@ use crate::stop::{Level, Stop};
 use pgmux_proto::frontend::StartupMessage;
 
 /// Ends a login without a session: tells the client why, if there is anything to tell.
-async fn deny(mut conn: Conn, denied: OpeningError) -> Option<Session> {
+async fn deny(shared: &Shared, mut conn: Conn, denied: OpeningError) -> Option<Session> {
     if let OpeningError::Refused(err) = denied {
+        shared.observer().login_denied(&err);
         tracing::info!(code = %err.code, message = %err.message, "client login refused");
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
     }
@@ -44,26 +51,34 @@ pub(super) async fn login(
     stop: Stop,
     id: u64,
     slot: ClientSlot,
+    peer: SocketAddr,
 ) -> Option<Session> {
-    let deadline = Instant::now() + shared.config.client_login_timeout;
+    let deadline = Instant::now() + shared.config().client_login_timeout;
     let startup = match opening(&shared, &mut conn, deadline).await {
         Ok(Some(startup)) => startup,
         Ok(None) => return None,
-        Err(denied) => return deny(conn, denied).await,
+        Err(denied) => return deny(&shared, conn, denied).await,
     };
+    if console::wanted(&shared, &startup).await {
+        // Not one of the tasks shutdown waits for: the console stays open until pgmux exits.
+        tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
+        return None;
+    }
     let params = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
         Ok(params) => params,
-        Err(denied) => return deny(conn, denied).await,
+        Err(denied) => return deny(&shared, conn, denied).await,
     };
     let cancel = shared.cancels.register();
     if greet(&shared, &mut conn, &params, &cancel).await.is_err() {
         return None;
     }
     tracing::debug!(user = startup.get("user"), "client logged in");
-    let router = Router::new(id, shared.config.max_prepared_statements > 0);
+    let router = Router::new(id, shared.config().max_prepared_statements > 0);
+    let meter = Meter::new(Arc::clone(shared.observer()), enter(&shared, &startup, id, peer));
     Some(Session {
         shared,
-        watch: stop.watch(),
+        watch: stop.watch_with(Arc::clone(&meter.seen.kill)),
+        meter,
         stop,
         client: conn,
         server: None,
@@ -77,13 +92,29 @@ pub(super) async fn login(
     })
 }
 
+/// Puts a logged-in client in the admin console's list, and counts its login.
+fn enter(shared: &Shared, startup: &StartupMessage, id: u64, peer: SocketAddr) -> ClientTicket {
+    let observer = shared.observer();
+    observer.metrics.client_logins.inc(LoginResult::Accepted);
+    observer.clients.add(NewClient {
+        id,
+        peer,
+        connected_unix: unix_now(),
+        application_name: startup.get("application_name").filter(|a| !a.is_empty()).map(Box::from),
+        user: None,
+        console: false,
+    })
+}
+
 /// The opening packets up to the start-up message; `None` for a cancel request, which is served here.
 async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<Option<StartupMessage>, OpeningError> {
-    let tls = shared.client_tls.as_ref().map(|t| &t.0);
+    let tls = shared.client_tls();
+    let tls = tls.as_ref().map(|t| &t.0);
     match tokio::time::timeout_at(deadline, startup::read_opening(conn, tls)).await {
         Err(_) => Err(timed_out()),
         Ok(Err(e)) => Err(e),
         Ok(Ok(Opening::Cancel { pid, secret })) => {
+            shared.observer().metrics.cancels.inc();
             shared.cancels.cancel(pid, &secret).await;
             Ok(None)
         }
@@ -102,9 +133,9 @@ async fn admit(
     deadline: Instant,
 ) -> Result<ClientParams, OpeningError> {
     let refused = OpeningError::Refused;
-    let cfg = &shared.config;
-    if count > cfg.max_client_conn {
-        let message = format!("sorry, too many clients already (max_client_conn = {})", cfg.max_client_conn);
+    let max_client_conn = shared.config().max_client_conn;
+    if count > max_client_conn {
+        let message = format!("sorry, too many clients already (max_client_conn = {max_client_conn})");
         return Err(refused(ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, message)));
     }
     if stop.level() >= Level::Graceful {
@@ -127,7 +158,7 @@ async fn admit(
         return Err(refused(err));
     }
     let raw = params::from_startup(&startup.params).map_err(refused)?;
-    match tokio::time::timeout_at(deadline, shared.auth.authenticate(conn, user, &served.user)).await {
+    match tokio::time::timeout_at(deadline, shared.auth().authenticate(conn, user, &served.user)).await {
         Err(_) => return Err(timed_out()),
         Ok(result) => result?,
     }
@@ -163,7 +194,7 @@ async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, Er
     let wanted = params::unchecked(raw);
     let defaults = shared.pool.defaults();
     if let Some(sql) = params::sync_statement(&wanted, &lease.params, &defaults) {
-        match lease.simple_query(&sql, shared.config.server_connect_timeout).await {
+        match lease.simple_query(&sql, shared.config().server_connect_timeout).await {
             Ok(()) => {}
             Err(ServerFailure::Query(err)) => return Err(err.to_client(Severity::Fatal)),
             Err(failure) => {

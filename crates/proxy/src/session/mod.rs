@@ -7,6 +7,7 @@
 
 mod link;
 mod login;
+mod meter;
 mod relay;
 mod replay;
 mod timers;
@@ -121,6 +122,8 @@ struct Session {
     /// query_timeout, idle_transaction_timeout, client_idle_timeout.
     timer: timers::Timer,
     cancel: Registration,
+    /// Its clocks and counters, and its entry in the admin console's list of clients.
+    meter: meter::Meter,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
     _slot: ClientSlot,
@@ -141,10 +144,10 @@ pub(crate) fn serve(
     let span = tracing::info_span!("client", client_id, %peer);
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream, Sender::Frontend);
-    conn.framer = Framer::with_limit(Sender::Frontend, shared.config.max_client_message);
+    conn.framer = Framer::with_limit(Sender::Frontend, shared.config().max_client_message);
     // Counted from the first byte, so that max_client_conn also bounds clients that never finish logging in.
     let slot = ClientSlot::new(&shared);
-    live(Box::pin(login::login(shared, conn, stop, client_id, slot))).instrument(span)
+    live(Box::pin(login::login(shared, conn, stop, client_id, slot, peer))).instrument(span)
 }
 
 /// Logs in, relays, cleans up.
@@ -182,6 +185,18 @@ fn shutting_down() -> ErrorMessage {
 }
 
 impl Session {
+    /// What the client is told when its session is stopped: pgmux shuts down, or an admin killed it.
+    fn goodbye(&self) -> ErrorMessage {
+        if self.watch.killed() {
+            ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "terminating connection due to administrator command")
+                .with_detail("An admin ran KILL_CLIENT on the pgmux console.")
+        } else {
+            shutting_down()
+        }
+    }
+}
+
+impl Session {
     /// The relay loop: returns when the session is over.
     async fn run(&mut self) -> End {
         loop {
@@ -212,7 +227,7 @@ impl Session {
             })
             .await;
             let Some(event) = event else {
-                self.client.out.push(shutting_down().to_bytes());
+                self.client.out.push(self.goodbye().to_bytes());
                 return End::Shutdown;
             };
             if let Err(end) = self.handle(event).await {
@@ -247,6 +262,7 @@ impl Session {
         if let Some(linked) = self.server.take() {
             self.abandon(linked).await;
         }
+        self.meter.publish_bytes(self.client.received, self.client.out.sent());
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.client.out.flush(&mut self.client.stream))
             .await;
     }

@@ -69,6 +69,7 @@ impl Session {
     pub(super) async fn handle(&mut self, event: Event) -> Result<(), End> {
         match event {
             Event::Client(Ok(ReadOutcome::Data)) => {
+                self.meter.client_data();
                 // The client spoke: an idle timeout starts again (a running query's does not).
                 if let Some(idle) = self.deadline().filter(|(kind, _)| *kind != super::timers::Deadline::Query) {
                     self.timer.set(Some(idle), true);
@@ -104,7 +105,7 @@ impl Session {
     fn woken(&mut self) -> Result<(), End> {
         let dead = self.server.as_mut().is_some_and(|linked| self.shared.pool.is_dead(linked.conn()));
         if dead {
-            return self.server_lost(ServerFailure::Timeout(self.shared.config.server_probe_timeout));
+            return self.server_lost(ServerFailure::Timeout(self.shared.config().server_probe_timeout));
         }
         Ok(())
     }
@@ -299,8 +300,11 @@ impl Session {
                     let _ = server.io.rbuf.split_to(len);
                 }
             }
-            if tag == b'Z' && server.tracker.may_release() {
-                break ServerProgress::Release;
+            if tag == b'Z' {
+                self.meter.ready_for_query(!server.tracker.nothing_owed());
+                if server.tracker.may_release() {
+                    break ServerProgress::Release;
+                }
             }
         };
         server.io.forward(run, out);

@@ -75,7 +75,7 @@ impl Timer {
 impl Session {
     /// The timeout that applies now, if it is set.
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
-        let config = &self.shared.config;
+        let config = self.shared.config();
         let (kind, after) = match self.server.as_mut() {
             Some(linked) => {
                 let tracker = &linked.conn().tracker;
@@ -94,7 +94,7 @@ impl Session {
 
     /// A timeout passed.
     pub(super) fn timed_out(&mut self, kind: Deadline) -> Result<(), End> {
-        let config = &self.shared.config;
+        let config = self.shared.config();
         match kind {
             Deadline::Query => {
                 let after = config.query_timeout;

@@ -1,0 +1,182 @@
+//! The console's commands that act: PAUSE, RESUME, RECONNECT, WAIT_CLOSE, RELOAD, KILL_CLIENT, SHUTDOWN
+//! and SET; and SHOW SIZING, which reads the sizing loop's last look at the database.
+
+use std::time::Duration;
+
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::sqlstate;
+
+use super::{Console, Reply};
+use crate::admin::columns;
+use crate::admin::table::{Cell, ResultSet, TableError, timestamp};
+use crate::admin::{Command, ShutdownMode};
+use crate::reload;
+use crate::stop::Level;
+
+/// How often PAUSE and WAIT_CLOSE look whether they are done.
+const POLL: Duration = Duration::from_millis(20);
+
+/// `F0000`: PgBouncer's SQLSTATE for a failed RELOAD (config_file_error).
+const CONFIG_FILE_ERROR: &str = "F0000";
+/// `42704`: no such client.
+const UNDEFINED_OBJECT: &str = "42704";
+/// `55P02`: a setting that cannot be changed now.
+const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+
+/// Runs a command other than SHOW.
+pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, ErrorMessage> {
+    match command {
+        Command::Pause(db) => pause(console, db.as_deref()).await,
+        Command::Resume(db) => {
+            check_database(console, db.as_deref())?;
+            if !console.shared.pool.status().paused {
+                return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is not paused"));
+            }
+            console.shared.pool.resume();
+            tracing::info!("RESUME: lending server connections again");
+            Ok(Reply::Done)
+        }
+        Command::Reconnect(db) => {
+            check_database(console, db.as_deref())?;
+            console.shared.pool.reconnect();
+            tracing::info!("RECONNECT: every server connection is replaced as it comes back");
+            Ok(Reply::Done)
+        }
+        Command::WaitClose(db) => {
+            check_database(console, db.as_deref())?;
+            until(console, || console.shared.pool.stale_open() == 0).await?;
+            Ok(Reply::Done)
+        }
+        Command::Reload => match reload::reload(&console.shared) {
+            Ok(_) => Ok(Reply::Done),
+            Err(why) => Err(ErrorMessage::error(CONFIG_FILE_ERROR, format!("RELOAD failed: {why}"))
+                .with_hint("the running configuration stays in force; fix the file and RELOAD again")),
+        },
+        Command::KillClient(id) => kill(console, *id),
+        Command::Shutdown(mode) => shutdown(console, *mode),
+        Command::Set { key, value } => set(console, key, value),
+        Command::Show(_) | Command::SetIgnored(_) | Command::Empty => Ok(Reply::Done),
+    }
+}
+
+/// A database argument must name the database pgmux serves.
+fn check_database(console: &Console, db: Option<&str>) -> Result<(), ErrorMessage> {
+    match db {
+        None => Ok(()),
+        Some(db) if db == console.served.dbname => Ok(()),
+        Some(db) => Err(ErrorMessage::error(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {db}"))
+            .with_hint(format!("this pgmux serves database \"{}\"", console.served.dbname))),
+    }
+}
+
+/// Waits until `done` says yes, or pgmux stops.
+async fn until(console: &Console, done: impl Fn() -> bool) -> Result<(), ErrorMessage> {
+    while !done() {
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = console.stop.reached(Level::Hard) => return Err(super::shutting_down()),
+        }
+    }
+    Ok(())
+}
+
+/// Holds new transactions and returns once no server connection is lent.
+async fn pause(console: &Console, db: Option<&str>) -> Result<Reply, ErrorMessage> {
+    check_database(console, db)?;
+    let pool = &console.shared.pool;
+    if pool.status().paused {
+        return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is already paused"));
+    }
+    pool.pause();
+    tracing::info!("PAUSE: holding new transactions; waiting for running ones to finish");
+    until(console, || {
+        let s = pool.status();
+        s.size == s.idle
+    })
+    .await?;
+    tracing::info!("PAUSE: no server connection in use");
+    Ok(Reply::Done)
+}
+
+fn kill(console: &Console, id: u64) -> Result<Reply, ErrorMessage> {
+    let Some(client) = console.shared.observer().clients.get(id) else {
+        return Err(ErrorMessage::error(UNDEFINED_OBJECT, format!("no client with id {id}"))
+            .with_hint("SHOW CLIENTS lists the ids"));
+    };
+    tracing::info!(client_id = id, "KILL_CLIENT");
+    console.stop.kill(&client.kill);
+    Ok(Reply::Done)
+}
+
+fn shutdown(console: &Console, mode: ShutdownMode) -> Result<Reply, ErrorMessage> {
+    match mode {
+        ShutdownMode::WaitForClients => Err(ErrorMessage::error(
+            sqlstate::FEATURE_NOT_SUPPORTED,
+            "SHUTDOWN WAIT_FOR_CLIENTS is not supported by pgmux",
+        )
+        .with_hint("SHUTDOWN WAIT_FOR_SERVERS lets running transactions finish (within shutdown_timeout), then stops")),
+        ShutdownMode::WaitForServers => {
+            tracing::info!("SHUTDOWN WAIT_FOR_SERVERS from the admin console");
+            console.stop.begin_graceful();
+            Ok(Reply::Done)
+        }
+        ShutdownMode::Immediate => {
+            tracing::info!("SHUTDOWN from the admin console");
+            console.stop.begin_graceful();
+            console.stop.force();
+            Ok(Reply::Done)
+        }
+    }
+}
+
+fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage> {
+    if !reload::settable(key) {
+        let why = if crate::config::RESTART_ONLY.contains(&key) {
+            format!("{key} cannot change while pgmux runs; change it in the configuration and restart")
+        } else {
+            format!("{key} changes how pgmux logs in; change it in the configuration and RELOAD")
+        };
+        return Err(ErrorMessage::error(CANT_CHANGE_RUNTIME_PARAM, why));
+    }
+    let current = console.shared.pool.live_config().full();
+    let new = current
+        .with_value(key, value)
+        .map_err(|e| ErrorMessage::error(sqlstate::INVALID_PARAMETER_VALUE, e.to_string()))?;
+    reload::apply(&console.shared, new, None).map_err(|e| ErrorMessage::error(sqlstate::INVALID_PARAMETER_VALUE, e))?;
+    if let Some(source) = console.shared.source.get() {
+        source.applied(&console.shared.config());
+    }
+    Ok(Reply::Done)
+}
+
+/// `SHOW SIZING`.
+pub(super) fn sizing(console: &Console) -> Result<ResultSet, TableError> {
+    let pool = &console.shared.pool;
+    let config = console.shared.config();
+    let view = console.shared.observer().sizing();
+    let on = config.max_connections_percent > 0;
+    let reading = view.reading.as_ref();
+    let plan = view.plan.as_ref();
+    let mut set = ResultSet::new(columns::SIZING);
+    let opt = |v: Option<usize>| -> Cell<'static> { v.into() };
+    set.push([
+        if on { "database" } else { "off" }.into(),
+        opt(reading.map(|r| r.max_connections)),
+        opt(reading.map(|r| r.reserved_total())),
+        opt(plan.map(|p| p.usable)),
+        config.max_connections_percent.into(),
+        opt(plan.map(|p| p.budget)),
+        opt(reading.map(|r| r.in_use)),
+        opt(plan.map(|p| p.outsiders)),
+        opt(plan.map(|p| p.members)),
+        opt(plan.map(|p| p.share)),
+        opt(config.pool_max),
+        opt(plan.map(|p| p.limit).or((!on).then(|| pool.cap().unwrap_or(crate::budget::FALLBACK_POOL_MAX)))),
+        pool.limit().into(),
+        pool.status().size.into(),
+        reading.map(|r| r.sees_all).into(),
+        view.read_unix.map(timestamp).into(),
+        view.error.into(),
+    ])?;
+    Ok(set)
+}

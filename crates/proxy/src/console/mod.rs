@@ -1,0 +1,309 @@
+//! The admin console: the virtual database `pgbouncer` (and `pgmux`, unless the database pgmux serves is
+//! itself named `pgmux`, which then wins) on pgmux's own listener. A session of its own, apart from the
+//! relay loop: the usual client authentication, then simple queries, each parsed by [`crate::admin`] and
+//! answered from what pgmux knows about itself ([`show`]) or acted on ([`control`]).
+//!
+//! Who may enter: users in `admin_users` (every command; by default the user pgmux logs in as) and in
+//! `stats_users` (SHOW only). Anyone else fails authentication the way a wrong password does. Console
+//! sessions are not among the tasks a graceful shutdown waits for, and the listener keeps accepting them
+//! until pgmux exits, so the console answers while pgmux drains.
+
+mod control;
+mod show;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use pgmux_proto::encode::{self, ErrorMessage};
+use pgmux_proto::frontend::StartupMessage;
+use pgmux_proto::{Step, TxStatus, sqlstate};
+use tokio::time::Instant;
+
+use crate::admin::{self, Access, Command, table};
+use crate::config::{Config, LoginInfo};
+use crate::io::{Conn, ReadOutcome};
+use crate::observe::{ClientTicket, NewClient, unix_now};
+use crate::shared::Shared;
+use crate::startup::OpeningError;
+use crate::stop::{Level, Stop};
+
+/// The console's own database name.
+pub(crate) const DATABASE: &str = "pgbouncer";
+/// Its other name, unless pgmux serves a database of that name.
+const ALIAS: &str = "pgmux";
+/// Most console sessions at once.
+const MAX_CONSOLES: usize = 32;
+
+/// Whether a start-up asks for the console rather than the database pgmux serves.
+pub(crate) async fn wanted(shared: &Shared, startup: &StartupMessage) -> bool {
+    let Some(user) = startup.get("user") else { return false };
+    let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
+    match database {
+        DATABASE => true,
+        ALIAS => shared.pool.credentials().login().await.is_ok_and(|served| served.dbname != ALIAS),
+        _ => false,
+    }
+}
+
+/// The rights `user` has on the console, if any.
+fn access_of(config: &Config, user: &str, served_user: &str) -> Option<Access> {
+    let admin = if config.admin_users.is_empty() { user == served_user } else { config.admin_users.contains(user) };
+    if admin {
+        Some(Access::Admin)
+    } else if config.stats_users.contains(user) {
+        Some(Access::Stats)
+    } else {
+        None
+    }
+}
+
+/// One console session.
+struct Console {
+    shared: Arc<Shared>,
+    conn: Conn,
+    stop: Stop,
+    access: Access,
+    /// The database and user pgmux serves.
+    served: LoginInfo,
+    /// Its entry in SHOW CLIENTS.
+    seen: ClientTicket,
+}
+
+/// Counts a console session for as long as it lives.
+struct ConsoleSlot(Arc<Shared>);
+
+impl Drop for ConsoleSlot {
+    fn drop(&mut self) {
+        self.0.consoles.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves a console connection from its start-up message to its end.
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    mut conn: Conn,
+    startup: StartupMessage,
+    stop: Stop,
+    id: u64,
+    peer: SocketAddr,
+) {
+    let _slot = ConsoleSlot(Arc::clone(&shared));
+    let console = match admit(&shared, &mut conn, &startup, &stop).await {
+        Ok((access, served, user)) => {
+            let seen = shared.observer().clients.add(NewClient {
+                id,
+                peer,
+                connected_unix: unix_now(),
+                application_name: startup.get("application_name").filter(|a| !a.is_empty()).map(Box::from),
+                user: Some(user.into()),
+                console: true,
+            });
+            Console { shared, conn, stop, access, served, seen }
+        }
+        Err(OpeningError::Refused(err)) => {
+            shared.observer().login_denied(&err);
+            tracing::info!(code = %err.code, message = %err.message, "admin console login refused");
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
+            return;
+        }
+        Err(OpeningError::Gone) => return,
+    };
+    tracing::info!(user = startup.get("user"), access = ?console.access, "admin console session");
+    console.run().await;
+}
+
+/// Room, user, rights and password; then the greeting. Returns the rights, the served login and the user.
+async fn admit(
+    shared: &Shared,
+    conn: &mut Conn,
+    startup: &StartupMessage,
+    stop: &Stop,
+) -> Result<(Access, LoginInfo, String), OpeningError> {
+    let refused = |code, message: String| OpeningError::Refused(ErrorMessage::fatal(code, message));
+    if shared.consoles.fetch_add(1, Ordering::Relaxed) >= MAX_CONSOLES {
+        return Err(refused(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            format!("too many admin console sessions ({MAX_CONSOLES})"),
+        ));
+    }
+    if stop.level() == Level::Hard {
+        return Err(OpeningError::Refused(shutting_down()));
+    }
+    let Some(user) = startup.get("user") else {
+        return Err(refused(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            "no user name in the startup packet".into(),
+        ));
+    };
+    let served = shared.pool.credentials().login().await.map_err(|e| {
+        refused(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, format!("cannot get database credentials: {e}"))
+    })?;
+    let (access, deadline) = {
+        let config = shared.config();
+        (access_of(&config, user, &served.user), Instant::now() + config.client_login_timeout)
+    };
+    // A user without rights fails the password check like a wrong password, telling nothing more.
+    let checked_as = if access.is_some() { user.to_owned() } else { format!("{user}\u{0}") };
+    match tokio::time::timeout_at(deadline, shared.auth().authenticate(conn, user, &checked_as)).await {
+        Err(_) => return Err(refused(sqlstate::PROTOCOL_VIOLATION, "client did not log in in time".into())),
+        Ok(result) => result?,
+    }
+    let Some(access) = access else {
+        return Err(refused(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, format!("user \"{user}\" is not allowed")));
+    };
+    conn.send(greeting()).await.map_err(|_| OpeningError::Gone)?;
+    Ok((access, served, user.to_owned()))
+}
+
+/// AuthenticationOk, PgBouncer's parameters (psycopg wants a DateStyle starting with ISO), a key that
+/// cancels nothing, ReadyForQuery.
+fn greeting() -> Bytes {
+    let mut buf = BytesMut::with_capacity(512);
+    encode::auth_ok(&mut buf);
+    let version = format!("{}/pgmux", env!("CARGO_PKG_VERSION"));
+    for (name, value) in [
+        ("server_version", version.as_str()),
+        ("client_encoding", "UTF8"),
+        ("server_encoding", "UTF8"),
+        ("DateStyle", "ISO"),
+        ("TimeZone", "GMT"),
+        ("standard_conforming_strings", "on"),
+        ("integer_datetimes", "on"),
+        ("is_superuser", "on"),
+    ] {
+        encode::parameter_status(&mut buf, name, value);
+    }
+    encode::backend_key_data(&mut buf, 0, rand::random());
+    encode::ready_for_query(&mut buf, TxStatus::Idle);
+    buf.freeze()
+}
+
+/// What the next message did to the session.
+enum Next {
+    Message(u8, Bytes),
+    End,
+}
+
+impl Console {
+    async fn run(mut self) {
+        // After an extended-protocol message: everything up to the next Sync is dropped.
+        let mut skipping = false;
+        loop {
+            let (tag, msg) = match self.next().await {
+                Next::Message(tag, msg) => (tag, msg),
+                Next::End => return,
+            };
+            let mut out = BytesMut::new();
+            match tag {
+                b'X' => return,
+                b'Q' if !skipping => {
+                    self.query(&msg[5..], &mut out).await;
+                    encode::ready_for_query(&mut out, TxStatus::Idle);
+                }
+                b'S' => {
+                    skipping = false;
+                    encode::ready_for_query(&mut out, TxStatus::Idle);
+                }
+                _ if skipping => {}
+                b'F' => {
+                    unsupported_protocol().encode(&mut out);
+                    encode::ready_for_query(&mut out, TxStatus::Idle);
+                }
+                _ => {
+                    unsupported_protocol().encode(&mut out);
+                    skipping = true;
+                }
+            }
+            if !out.is_empty() && self.conn.send(out.freeze()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The next whole message, reading as needed; `End` when the client left, broke the protocol or pgmux
+    /// is stopping now.
+    async fn next(&mut self) -> Next {
+        loop {
+            match self.conn.framer.step(&self.conn.rbuf) {
+                Ok(Step::Message { tag, len }) => return Next::Message(tag, self.conn.rbuf.split_to(len).freeze()),
+                Ok(Step::NeedMore { .. }) => {}
+                Ok(Step::Stream { .. }) | Err(_) => {
+                    let err =
+                        ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, "invalid message for the admin console");
+                    let _ = self.conn.send(err.to_bytes()).await;
+                    return Next::End;
+                }
+            }
+            let read = tokio::select! {
+                r = self.conn.read_compact() => r,
+                _ = self.stop.reached(Level::Hard) => {
+                    let _ = self.conn.send(shutting_down().to_bytes()).await;
+                    return Next::End;
+                }
+                _ = killed(&self.seen) => return Next::End,
+            };
+            if !matches!(read, Ok(ReadOutcome::Data)) {
+                return Next::End;
+            }
+        }
+    }
+
+    /// Runs one simple query; writes its results or its error to `out` (ReadyForQuery is the caller's).
+    async fn query(&mut self, body: &[u8], out: &mut BytesMut) {
+        let command = match admin::parse_query_body(body) {
+            Ok(command) => command,
+            Err(e) => return e.to_error_message().encode(out),
+        };
+        if let Some(denied) = command.check_access(self.access) {
+            return denied.to_error_message().encode(out);
+        }
+        tracing::debug!(?command, "admin console command");
+        let result = match &command {
+            Command::Show(item) => show::run(self, *item).await,
+            Command::Empty => {
+                encode::empty_query_response(out);
+                return;
+            }
+            Command::SetIgnored(_) => {
+                table::encode_set_ignored(out);
+                return;
+            }
+            other => control::run(self, other).await,
+        };
+        match result {
+            Ok(Reply::Rows(set)) => set.encode(out),
+            Ok(Reply::Raw(bytes)) => out.extend_from_slice(&bytes),
+            Ok(Reply::Done) => encode::command_complete(out, &command.tag().unwrap_or_default()),
+            Err(e) => e.encode(out),
+        }
+    }
+}
+
+/// Resolves once the session's own kill switch fires (`KILL_CLIENT` of a console session).
+async fn killed(seen: &ClientTicket) {
+    while !seen.kill.fired() {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// What a command answers.
+enum Reply {
+    /// A result set (RowDescription, DataRows, CommandComplete `SHOW`).
+    Rows(table::ResultSet),
+    /// Bytes written as they are (SHOW HELP's notice, a setting).
+    Raw(BytesMut),
+    /// CommandComplete with the command's tag.
+    Done,
+}
+
+/// What a console session is told when pgmux stops under it.
+fn shutting_down() -> ErrorMessage {
+    ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
+}
+
+fn unsupported_protocol() -> ErrorMessage {
+    ErrorMessage::error(sqlstate::FEATURE_NOT_SUPPORTED, "extended query protocol not supported by admin console")
+        .with_hint("use the simple query protocol (psql, or your driver's simple or text mode)")
+}

@@ -1,0 +1,449 @@
+//! The console's SHOW commands: PgBouncer's, with its column names, order and units, filled from what
+//! pgmux knows (one database, one user, so one pool row plus the console's own), and pgmux's own (SIZING,
+//! PINS, PREPARED, LATENCY).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use pgmux_metrics::{ClientState, Snapshot};
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::sqlstate;
+
+use super::{Console, DATABASE, Reply};
+use crate::admin::Show;
+use crate::admin::columns::{self, LISTS_ROWS};
+use crate::admin::table::{self, Cell, ResultSet, timestamp};
+use crate::config::{KEYS, RESTART_ONLY};
+use crate::observe::{ClientEntry, ServerEntry, Stats};
+
+/// Answers a SHOW.
+pub(super) async fn run(console: &Console, show: Show) -> Result<Reply, ErrorMessage> {
+    let set = match show {
+        Show::Help => {
+            let mut out = BytesMut::new();
+            table::encode_help(&mut out);
+            return Ok(Reply::Raw(out));
+        }
+        Show::Setting(s) => return Ok(Reply::Rows(table::setting(s))),
+        Show::Version => one_row(columns::VERSION, vec![format!("pgmux {}", env!("CARGO_PKG_VERSION")).into()]),
+        Show::Pools => pools(console),
+        Show::Stats => stats(console, Which::Both),
+        Show::StatsTotals => stats(console, Which::Totals),
+        Show::StatsAverages => stats(console, Which::Averages),
+        Show::Totals => totals(console),
+        Show::Clients => clients(console),
+        Show::Servers => servers(console),
+        Show::Databases => databases(console),
+        Show::Config => config(console),
+        Show::Lists => lists(console),
+        Show::Users => users(console),
+        Show::State => state(console),
+        Show::Sizing => super::control::sizing(console),
+        Show::Pins => pins(console),
+        Show::Prepared => prepared(console),
+        Show::Latency => latency(console),
+    };
+    set.map(Reply::Rows).map_err(|e| ErrorMessage::error(sqlstate::INTERNAL_ERROR, format!("SHOW {show:?}: {e}")))
+}
+
+type Built = Result<ResultSet, table::TableError>;
+
+fn one_row(columns: &[table::ColumnDef], row: Vec<Cell<'_>>) -> Built {
+    let mut set = ResultSet::new(columns);
+    set.push(row)?;
+    Ok(set)
+}
+
+/// What the console needs of the pooler's state, read once per command.
+pub(super) struct View {
+    pub(super) snap: Snapshot,
+    pub(super) status: pgmux_pool::Status,
+    pub(super) limit: usize,
+    pub(super) clients: Vec<Arc<ClientEntry>>,
+}
+
+pub(super) fn view(console: &Console) -> View {
+    let pool = &console.shared.pool;
+    let (status, limit) = (pool.status(), pool.limit());
+    let obs = console.shared.observer();
+    View { snap: obs.snapshot(status, limit), status, limit, clients: obs.clients.all() }
+}
+
+fn count(v: &[(ClientState, i64)], s: ClientState) -> i64 {
+    pgmux_metrics::value_of(v, s)
+}
+
+/// Age of the oldest waiting client: whole seconds and the microseconds past them.
+fn maxwait(console: &Console, clients: &[Arc<ClientEntry>]) -> (u64, u64) {
+    let obs = console.shared.observer();
+    let now = obs.micros_at(std::time::Instant::now());
+    let oldest = clients.iter().filter(|c| !c.console).filter_map(|c| c.wait_since_us()).min();
+    let waited = oldest.map_or(0, |since| now.saturating_sub(since));
+    (waited / 1_000_000, waited % 1_000_000)
+}
+
+fn pools(console: &Console) -> Built {
+    let v = view(console);
+    let (db, user) = (console.served.dbname.as_str(), console.served.user.as_str());
+    let (wait_s, wait_us) = maxwait(console, &v.clients);
+    let active = count(&v.snap.clients, ClientState::Active) + count(&v.snap.clients, ClientState::Idle);
+    let servers = |s| pgmux_metrics::value_of(&v.snap.servers, s);
+    let mut set = ResultSet::new(columns::POOLS);
+    set.push([
+        db.into(),
+        user.into(),
+        active.into(),
+        count(&v.snap.clients, ClientState::Waiting).into(),
+        0i64.into(),
+        0i64.into(),
+        servers(pgmux_metrics::ServerState::Active).into(),
+        0i64.into(),
+        0i64.into(),
+        servers(pgmux_metrics::ServerState::Idle).into(),
+        0i64.into(),
+        0i64.into(),
+        servers(pgmux_metrics::ServerState::Opening).into(),
+        wait_s.into(),
+        wait_us.into(),
+        "transaction".into(),
+        Cell::Null,
+    ])?;
+    let consoles = v.clients.iter().filter(|c| c.console).count();
+    let mut row: Vec<Cell<'_>> = vec![DATABASE.into(), DATABASE.into(), consoles.into()];
+    row.extend((0..12).map(|_| Cell::Int(0)));
+    row.extend(["statement".into(), Cell::Null]);
+    set.push(row)?;
+    Ok(set)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Which {
+    Totals,
+    Averages,
+    Both,
+}
+
+/// The twelve figures of STATS_TOTALS after the database, in column order.
+fn totals_row(s: &Stats) -> [u64; 12] {
+    [
+        s.server_assignments,
+        s.xacts,
+        s.queries,
+        s.received,
+        s.sent,
+        s.xact_us,
+        s.query_us,
+        s.wait_us,
+        s.client_parses,
+        s.server_parses,
+        s.binds,
+        s.logins,
+    ]
+}
+
+/// STATS_AVERAGES' figures: counts and bytes per second, times per event (µs).
+fn averages_row(a: &Stats) -> [u64; 12] {
+    a.averages()
+}
+
+fn stats(console: &Console, which: Which) -> Built {
+    let obs = console.shared.observer();
+    let v = view(console);
+    let totals = Stats::from_snapshot(&v.snap, &obs.servers.statement_totals());
+    let averages = obs.averages();
+    let (cols, rows): (&[table::ColumnDef], Vec<u64>) = match which {
+        Which::Totals => (columns::STATS_TOTALS, totals_row(&totals).to_vec()),
+        Which::Averages => (columns::STATS_AVERAGES, averages_row(&averages).to_vec()),
+        Which::Both => (columns::STATS, totals_row(&totals).iter().chain(&averages_row(&averages)).copied().collect()),
+    };
+    let mut set = ResultSet::new(cols);
+    let mut row: Vec<Cell<'_>> = vec![console.served.dbname.as_str().into()];
+    row.extend(rows.iter().map(|v| Cell::from(*v)));
+    set.push(row)?;
+    // The console's own database, as PgBouncer lists it: nothing pooled there.
+    let mut row: Vec<Cell<'_>> = vec![DATABASE.into()];
+    row.extend(rows.iter().map(|_| Cell::Int(0)));
+    set.push(row)?;
+    Ok(set)
+}
+
+fn totals(console: &Console) -> Built {
+    let obs = console.shared.observer();
+    let v = view(console);
+    let totals = Stats::from_snapshot(&v.snap, &obs.servers.statement_totals());
+    let averages = obs.averages();
+    let mut set = ResultSet::new(columns::TOTALS);
+    let names = columns::STATS.iter().skip(1).map(|c| c.name);
+    for (name, value) in names.zip(totals_row(&totals).into_iter().chain(averages_row(&averages))) {
+        set.push([name.into(), value.into()])?;
+    }
+    Ok(set)
+}
+
+/// PgBouncer calls a logged-in client `active` whether or not it holds a server; `waiting` while it waits.
+fn client_state(c: &ClientEntry) -> &'static str {
+    match c.state() {
+        ClientState::Waiting => "waiting",
+        ClientState::Active | ClientState::Idle => "active",
+    }
+}
+
+fn clients(console: &Console) -> Built {
+    let obs = console.shared.observer();
+    let now = obs.micros_at(std::time::Instant::now());
+    let listen = console.shared.config().listen;
+    let mut set = ResultSet::new(columns::CONNECTIONS);
+    for c in obs.clients.all() {
+        let waited = c.wait_since_us().map_or(0, |since| now.saturating_sub(since));
+        let (user, database) = match (&c.user, c.console) {
+            (Some(u), true) => (u.to_string(), DATABASE.to_owned()),
+            _ => (console.served.user.clone(), console.served.dbname.clone()),
+        };
+        let request = if c.request_us() > 0 { obs.unix_at(c.request_us()) } else { c.connected_unix };
+        let server = c.server();
+        set.push([
+            "C".into(),
+            user.into(),
+            database.into(),
+            "none".into(),
+            client_state(&c).into(),
+            c.peer.ip().to_string().into(),
+            c.peer.port().into(),
+            listen.ip().to_string().into(),
+            listen.port().into(),
+            timestamp(c.connected_unix).into(),
+            timestamp(request).into(),
+            (waited / 1_000_000).into(),
+            (waited % 1_000_000).into(),
+            0i64.into(),
+            format!("c{:x}", c.id).into(),
+            (server > 0).then(|| format!("s{server:x}")).into(),
+            0i64.into(),
+            "".into(),
+            c.application_name.as_deref().unwrap_or_default().to_owned().into(),
+            // Statements belong to pgmux's registry, not to one client (SHOW PREPARED lists them).
+            0i64.into(),
+            c.id.into(),
+        ])?;
+    }
+    Ok(set)
+}
+
+/// Which client holds each server connection.
+fn holders(console: &Console) -> HashMap<u64, u64> {
+    console.shared.observer().clients.all().iter().filter(|c| c.server() > 0).map(|c| (c.server(), c.id)).collect()
+}
+
+fn servers(console: &Console) -> Built {
+    let obs = console.shared.observer();
+    let held = holders(console);
+    let stale = console.shared.pool.stale_below();
+    let mut set = ResultSet::new(columns::CONNECTIONS);
+    for s in obs.servers.all() {
+        let client = held.get(&s.id).copied();
+        set.push([
+            "S".into(),
+            console.served.user.as_str().into(),
+            console.served.dbname.as_str().into(),
+            "none".into(),
+            if client.is_some() { "active" } else { "idle" }.into(),
+            s.addr.ip().to_string().into(),
+            s.addr.port().into(),
+            Cell::Null,
+            Cell::Null,
+            timestamp(s.connected_unix).into(),
+            timestamp(s.connected_unix).into(),
+            0i64.into(),
+            0i64.into(),
+            i64::from(s.id < stale).into(),
+            format!("s{:x}", s.id).into(),
+            client.map(|c| format!("c{c:x}")).into(),
+            s.pid.into(),
+            if s.tls { "TLS" } else { "" }.into(),
+            "".into(),
+            s.statements.prepared.load(std::sync::atomic::Ordering::Relaxed).into(),
+            s.id.into(),
+        ])?;
+    }
+    Ok(set)
+}
+
+fn databases(console: &Console) -> Built {
+    let v = view(console);
+    let config = console.shared.config();
+    let served = &console.served;
+    let clients = v.clients.iter().filter(|c| !c.console).count();
+    let mut set = ResultSet::new(columns::DATABASES);
+    set.push([
+        served.dbname.as_str().into(),
+        served.host.as_str().into(),
+        served.port.into(),
+        served.dbname.as_str().into(),
+        served.user.as_str().into(),
+        v.limit.into(),
+        config.min_pool_size.into(),
+        0i64.into(),
+        config.server_lifetime.as_secs().into(),
+        "transaction".into(),
+        Cell::Null,
+        v.limit.into(),
+        v.status.size.into(),
+        config.max_client_conn.into(),
+        clients.into(),
+        i64::from(v.status.paused).into(),
+        0i64.into(),
+    ])?;
+    let consoles = v.clients.len() - clients;
+    set.push([
+        DATABASE.into(),
+        Cell::Null,
+        config.listen.port().into(),
+        DATABASE.into(),
+        DATABASE.into(),
+        2i64.into(),
+        0i64.into(),
+        0i64.into(),
+        0i64.into(),
+        "statement".into(),
+        Cell::Null,
+        0i64.into(),
+        0i64.into(),
+        super::MAX_CONSOLES.into(),
+        consoles.into(),
+        0i64.into(),
+        0i64.into(),
+    ])?;
+    Ok(set)
+}
+
+fn config(console: &Console) -> Built {
+    let config = console.shared.config();
+    let mut set = ResultSet::new(columns::CONFIG);
+    for ((key, value), info) in config.entries().into_iter().zip(KEYS) {
+        set.push([key.into(), value.into(), info.default.into(), (!RESTART_ONLY.contains(&key)).into()])?;
+    }
+    // pgbouncer_exporter reads this one as a number; pgmux has no per-user limit.
+    set.push(["max_user_connections".into(), "0".into(), "0".into(), false.into()])?;
+    Ok(set)
+}
+
+fn lists(console: &Console) -> Built {
+    let v = view(console);
+    let used_clients = v.clients.len();
+    let mut set = ResultSet::new(columns::LISTS);
+    for name in LISTS_ROWS {
+        let items: usize = match name {
+            "databases" | "pools" => 2,
+            "users" => 1 + usize::from(console.served.user != DATABASE),
+            "used_clients" => used_clients,
+            "used_servers" => v.status.size - v.status.idle,
+            "free_servers" => v.status.idle,
+            _ => 0,
+        };
+        set.push([name.into(), items.into()])?;
+    }
+    Ok(set)
+}
+
+fn users(console: &Console) -> Built {
+    let v = view(console);
+    let clients = v.clients.iter().filter(|c| !c.console).count();
+    let mut set = ResultSet::new(columns::USERS);
+    set.push([
+        console.served.user.as_str().into(),
+        "".into(),
+        "".into(),
+        Cell::Null,
+        0i64.into(),
+        v.status.size.into(),
+        0i64.into(),
+        clients.into(),
+    ])?;
+    Ok(set)
+}
+
+fn state(console: &Console) -> Built {
+    let paused = console.shared.pool.status().paused;
+    let mut set = ResultSet::new(columns::STATE);
+    for (key, value) in [("active", !paused), ("paused", paused), ("suspended", false)] {
+        set.push([key.into(), value.into()])?;
+    }
+    Ok(set)
+}
+
+fn pins(console: &Console) -> Built {
+    let obs = console.shared.observer();
+    let pids: HashMap<u64, i32> = obs.servers.all().iter().map(|s| (s.id, s.pid)).collect();
+    let mut set = ResultSet::new(columns::PINS);
+    for c in obs.clients.all() {
+        let Some((reason, since)) = c.pin() else { continue };
+        let server = c.server();
+        set.push([
+            c.id.into(),
+            console.served.user.as_str().into(),
+            console.served.dbname.as_str().into(),
+            c.application_name.as_deref().unwrap_or_default().to_owned().into(),
+            c.peer.ip().to_string().into(),
+            c.peer.port().into(),
+            metric_pin_name(reason).into(),
+            reason.to_string().into(),
+            timestamp(since).into(),
+            (server > 0).then_some(server).into(),
+            pids.get(&server).copied().into(),
+        ])?;
+    }
+    Ok(set)
+}
+
+fn metric_pin_name(reason: crate::sql::PinReason) -> &'static str {
+    use crate::sql::PinReason as P;
+    match reason {
+        P::Listen => "listen",
+        P::AdvisoryLock => "advisory_lock",
+        P::TempObject => "temp_object",
+        P::HoldCursor => "hold_cursor",
+        P::SqlPrepare => "sql_prepare",
+        P::Load => "load",
+    }
+}
+
+fn prepared(console: &Console) -> Built {
+    let max = console.shared.config().max_prepared_statements;
+    let mut set = ResultSet::new(columns::PREPARED);
+    let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    for s in console.shared.observer().servers.all() {
+        let st = &s.statements;
+        let ServerEntry { id, pid, .. } = *s;
+        set.push([
+            id.into(),
+            pid.into(),
+            read(&st.prepared).into(),
+            max.into(),
+            read(&st.hits).into(),
+            read(&st.parses).into(),
+            read(&st.evictions).into(),
+        ])?;
+    }
+    Ok(set)
+}
+
+fn latency(console: &Console) -> Built {
+    let obs = console.shared.observer();
+    let mut set = ResultSet::new(columns::LATENCY);
+    let us = |v: Option<f64>| v.map(|x| x.round() as i64);
+    for row in obs.metrics.latency_report(obs.uptime()) {
+        set.push([
+            pgmux_metrics::Label::as_str(row.latency).into(),
+            row.window.into(),
+            row.covers.as_secs().into(),
+            row.count.into(),
+            us(row.mean_us).into(),
+            us(row.p50_us).into(),
+            us(row.p90_us).into(),
+            us(row.p99_us).into(),
+            us(row.p999_us).into(),
+        ])?;
+    }
+    Ok(set)
+}

@@ -1,0 +1,291 @@
+//! What pgmux knows about itself, for the admin console, `/metrics` and the CloudWatch lines: the counters
+//! and histograms of `pgmux_metrics`, every client ([`clients`]) and pool connection ([`servers`]), and the
+//! last sizing reading. Recording happens where the event happens, with relaxed atomics and no lock; the
+//! gauges (clients by state, servers by state, pins, limit, budget) are not kept at all but counted from
+//! the books and the pool when a reader asks, so they cost the data path nothing.
+
+mod clients;
+mod servers;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pgmux_metrics::{ClientState, Label, LoginResult, Metrics, ServerState, Snapshot, TooManyCause};
+use pgmux_pool::Status;
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::sqlstate;
+
+pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient};
+pub(crate) use servers::{ServerBook, ServerEntry, ServerTicket, StatementTotals};
+
+use crate::budget::{Plan, Reading};
+
+/// The last sizing reading, for `SHOW SIZING` and the budget gauges.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SizingView {
+    pub(crate) reading: Option<Reading>,
+    pub(crate) plan: Option<Plan>,
+    /// Unix seconds of the last successful reading.
+    pub(crate) read_unix: Option<u64>,
+    /// Why the last reading failed, if it did.
+    pub(crate) error: Option<String>,
+}
+
+/// How often PgBouncer-style averages are refreshed (PgBouncer's default `stats_period`).
+pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(60);
+
+/// PgBouncer's statistics for one database: totals since start, or averages over a stats period (counts
+/// and bytes per second, times per event in µs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stats {
+    pub(crate) server_assignments: u64,
+    pub(crate) xacts: u64,
+    pub(crate) queries: u64,
+    pub(crate) received: u64,
+    pub(crate) sent: u64,
+    pub(crate) xact_us: u64,
+    pub(crate) query_us: u64,
+    pub(crate) wait_us: u64,
+    pub(crate) client_parses: u64,
+    pub(crate) server_parses: u64,
+    pub(crate) binds: u64,
+    pub(crate) logins: u64,
+}
+
+impl Stats {
+    /// The totals in a snapshot.
+    pub(crate) fn from_snapshot(s: &Snapshot, st: &StatementTotals) -> Stats {
+        Stats {
+            server_assignments: s.server_wait.count(),
+            xacts: s.transactions,
+            queries: s.queries,
+            received: s.client_received_bytes,
+            sent: s.client_sent_bytes,
+            xact_us: s.transaction_time.sum_us(),
+            query_us: s.query_time.sum_us(),
+            wait_us: s.server_wait.sum_us(),
+            client_parses: st.client_parses,
+            server_parses: st.parses,
+            binds: 0,
+            logins: pgmux_metrics::value_of(&s.client_logins, LoginResult::Accepted),
+        }
+    }
+
+    /// The averages between `older` and `self` (totals `secs` apart).
+    fn averages_since(&self, older: &Stats, secs: f64) -> Stats {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        let rate = |a: u64, b: u64| (d(a, b) as f64 / secs.max(1.0)).round() as u64;
+        let per = |t: (u64, u64), n: (u64, u64)| d(t.0, t.1).checked_div(d(n.0, n.1)).unwrap_or(0);
+        Stats {
+            server_assignments: rate(self.server_assignments, older.server_assignments),
+            xacts: rate(self.xacts, older.xacts),
+            queries: rate(self.queries, older.queries),
+            received: rate(self.received, older.received),
+            sent: rate(self.sent, older.sent),
+            xact_us: per((self.xact_us, older.xact_us), (self.xacts, older.xacts)),
+            query_us: per((self.query_us, older.query_us), (self.queries, older.queries)),
+            wait_us: per((self.wait_us, older.wait_us), (self.server_assignments, older.server_assignments)),
+            client_parses: rate(self.client_parses, older.client_parses),
+            server_parses: rate(self.server_parses, older.server_parses),
+            binds: rate(self.binds, older.binds),
+            logins: rate(self.logins, older.logins),
+        }
+    }
+
+    /// The figures in STATS_AVERAGES' column order.
+    pub(crate) fn averages(&self) -> [u64; 12] {
+        [
+            self.server_assignments,
+            self.xacts,
+            self.queries,
+            self.received,
+            self.sent,
+            self.xact_us,
+            self.query_us,
+            self.wait_us,
+            self.client_parses,
+            self.server_parses,
+            self.binds,
+            self.logins,
+        ]
+    }
+}
+
+/// The averages of the last full stats period, and the totals it started from.
+#[derive(Debug)]
+struct Period {
+    began: Instant,
+    totals: Stats,
+    averages: Stats,
+}
+
+/// pgmux's view of itself. One per pooler, shared by the pool, the sessions and the readers.
+#[derive(Debug)]
+pub(crate) struct Observer {
+    pub(crate) metrics: Metrics,
+    pub(crate) clients: Arc<ClientBook>,
+    pub(crate) servers: Arc<ServerBook>,
+    sizing: Mutex<SizingView>,
+    period: Mutex<Period>,
+    started: Instant,
+    started_unix: f64,
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        Observer {
+            metrics: Metrics::new(),
+            clients: Arc::default(),
+            servers: Arc::default(),
+            sizing: Mutex::default(),
+            period: Mutex::new(Period { began: Instant::now(), totals: Stats::default(), averages: Stats::default() }),
+            started: Instant::now(),
+            started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        }
+    }
+}
+
+/// Unix seconds now.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Microseconds from `earlier` to `later` (zero if `later` is not later). Seconds and the microseconds
+/// past them rather than `Duration::as_micros`, whose 128-bit division costs more than the rest of the
+/// recording (this runs three or four times per transaction).
+#[inline]
+pub(crate) fn micros_between(earlier: Instant, later: Instant) -> u64 {
+    let d = later.saturating_duration_since(earlier);
+    d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros()))
+}
+
+impl Observer {
+    /// Time since the pooler started.
+    pub(crate) fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Microseconds from the pooler's start to `at`.
+    #[inline]
+    pub(crate) fn micros_at(&self, at: Instant) -> u64 {
+        micros_between(self.started, at)
+    }
+
+    /// Unix seconds of the moment `micros_at` returned `us` for.
+    pub(crate) fn unix_at(&self, us: u64) -> u64 {
+        (self.started_unix + us as f64 / 1e6) as u64
+    }
+
+    /// When the pooler started, Unix seconds (OpenMetrics' `_created`).
+    pub(crate) fn started_unix(&self) -> f64 {
+        self.started_unix
+    }
+
+    /// The totals PgBouncer's SHOW STATS reports, now.
+    pub(crate) fn totals(&self) -> Stats {
+        Stats::from_snapshot(&self.metrics.snapshot(), &self.servers.statement_totals())
+    }
+
+    /// The averages of the last full stats period (zero until one has passed).
+    pub(crate) fn averages(&self) -> Stats {
+        self.period.lock().unwrap_or_else(|e| e.into_inner()).averages
+    }
+
+    /// Keeps the time windows going: the histograms' last minute, and the stats period. Call every second or
+    /// so (and before a read in Lambda).
+    pub(crate) fn tick(&self) {
+        self.metrics.tick(self.uptime());
+        let mut period = self.period.lock().unwrap_or_else(|e| e.into_inner());
+        let elapsed = period.began.elapsed();
+        if elapsed >= STATS_PERIOD {
+            let now = self.totals();
+            period.averages = now.averages_since(&period.totals, elapsed.as_secs_f64());
+            period.totals = now;
+            period.began = Instant::now();
+        }
+    }
+
+    /// Counts a login that did not become a session, by what the client was told.
+    pub(crate) fn login_denied(&self, error: &ErrorMessage) {
+        let result = match &*error.code {
+            sqlstate::INVALID_PASSWORD | sqlstate::INVALID_AUTHORIZATION_SPECIFICATION => LoginResult::AuthFailed,
+            sqlstate::TOO_MANY_CONNECTIONS => {
+                self.metrics.too_many.inc(TooManyCause::MaxClientConn);
+                LoginResult::Refused
+            }
+            _ => LoginResult::Refused,
+        };
+        self.metrics.client_logins.inc(result);
+    }
+
+    /// Counts the outcome of opening a server connection that began at `started`, and hands it on.
+    pub(crate) fn opened<T, E>(&self, outcome: Result<T, E>, started: Instant) -> Result<T, E> {
+        match &outcome {
+            Ok(_) => {
+                self.metrics.server_opened.inc();
+                self.metrics.server_connect_time.record(micros_between(started, Instant::now()));
+            }
+            Err(_) => self.metrics.server_connect_failures.inc(),
+        }
+        outcome
+    }
+
+    /// Records a sizing reading (or why there was none).
+    pub(crate) fn sizing_read(&self, outcome: Result<(&Reading, &Plan), String>) {
+        let mut view = self.sizing.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok((reading, plan)) => {
+                view.reading = Some(reading.clone());
+                view.plan = Some(plan.clone());
+                view.read_unix = Some(unix_now());
+                view.error = None;
+            }
+            Err(why) => view.error = Some(why),
+        }
+    }
+
+    pub(crate) fn sizing(&self) -> SizingView {
+        self.sizing.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every metric now, gauges counted from the books and the pool's `status` and `limit`.
+    pub(crate) fn snapshot(&self, status: Status, limit: usize) -> Snapshot {
+        let mut snap = self.metrics.snapshot();
+        let mut clients = [0i64; 3];
+        let mut pinned = 0;
+        for c in self.clients.all().iter().filter(|c| !c.console) {
+            clients[c.state() as usize] += 1;
+            pinned += i64::from(c.pin().is_some());
+        }
+        snap.clients = ClientState::ALL.iter().map(|s| (*s, clients[*s as usize])).collect();
+        let opening = status.opening as i64;
+        let idle = status.idle as i64;
+        let active = (status.size as i64 - idle - opening).max(0);
+        snap.servers = ServerState::ALL
+            .iter()
+            .map(|s| {
+                let v = match s {
+                    ServerState::Active => active,
+                    ServerState::Idle => idle,
+                    ServerState::Opening => opening,
+                };
+                (*s, v)
+            })
+            .collect();
+        snap.pinned_clients = pinned;
+        snap.pool_limit = limit as i64;
+        let sizing = self.sizing();
+        if let Some(plan) = &sizing.plan {
+            snap.pool_budget = plan.budget as i64;
+            snap.fleet_instances = plan.members as i64;
+        } else {
+            snap.fleet_instances = 1;
+        }
+        snap.server_closed = self.servers.closed.values();
+        let st = self.servers.statement_totals();
+        snap.statement_parses = st.client_parses;
+        snap.statement_cache_hits = st.cache_hits;
+        snap.statement_evictions = st.evictions;
+        snap
+    }
+}

@@ -1,0 +1,134 @@
+//! Every open pool connection as the admin console sees it: where it goes, its backend PID, when it was
+//! opened, its prepared statements, and, once it closes, why. A connection carries a [`ServerTicket`];
+//! dropping the connection drops the ticket, which removes the entry and counts the close under the reason
+//! set last (a connection that just goes away counts as `broken`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pgmux_metrics::{CounterFamily, Label, ServerCloseReason};
+
+use crate::server::ServerConn;
+use crate::statements::StatementStats;
+
+/// One open pool connection.
+#[derive(Debug)]
+pub(crate) struct ServerEntry {
+    pub(crate) id: u64,
+    pub(crate) addr: SocketAddr,
+    pub(crate) pid: i32,
+    pub(crate) connected_unix: u64,
+    pub(crate) tls: bool,
+    pub(crate) statements: Arc<StatementStats>,
+}
+
+/// Statement counts summed over connections, for the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StatementTotals {
+    pub(crate) client_parses: u64,
+    pub(crate) cache_hits: u64,
+    pub(crate) parses: u64,
+    pub(crate) evictions: u64,
+    pub(crate) hits: u64,
+}
+
+impl StatementTotals {
+    fn add(&mut self, s: &StatementStats) {
+        self.client_parses += s.client_parses.load(Relaxed);
+        self.cache_hits += s.cache_hits.load(Relaxed);
+        self.parses += s.parses.load(Relaxed);
+        self.evictions += s.evictions.load(Relaxed);
+        self.hits += s.hits.load(Relaxed);
+    }
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    open: BTreeMap<u64, Arc<ServerEntry>>,
+    /// What closed connections counted, so that totals never go down.
+    closed: StatementTotals,
+}
+
+/// Every open pool connection, and the closes by reason.
+#[derive(Debug)]
+pub(crate) struct ServerBook {
+    book: Mutex<Book>,
+    pub(crate) closed: CounterFamily<ServerCloseReason>,
+}
+
+impl Default for ServerBook {
+    fn default() -> Self {
+        ServerBook { book: Mutex::default(), closed: CounterFamily::new() }
+    }
+}
+
+impl ServerBook {
+    fn lock(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enters a newly opened pool connection; the ticket goes into the connection.
+    pub(crate) fn add(self: &Arc<Self>, conn: &ServerConn, connected_unix: u64, tls: bool) -> ServerTicket {
+        let entry = Arc::new(ServerEntry {
+            id: conn.id,
+            addr: conn.addr,
+            pid: conn.key.0,
+            connected_unix,
+            tls,
+            statements: Arc::clone(conn.statements.stats()),
+        });
+        self.lock().open.insert(entry.id, entry);
+        ServerTicket { id: conn.id, book: Arc::clone(self), reason: AtomicU8::new(ServerCloseReason::Broken as u8) }
+    }
+
+    /// Every open connection, in id order.
+    pub(crate) fn all(&self) -> Vec<Arc<ServerEntry>> {
+        self.lock().open.values().cloned().collect()
+    }
+
+    /// Open connections with an id below `id` (those a RECONNECT marked).
+    pub(crate) fn open_below(&self, id: u64) -> usize {
+        self.lock().open.range(..id).count()
+    }
+
+    /// Statement counts of every connection ever opened.
+    pub(crate) fn statement_totals(&self) -> StatementTotals {
+        let book = self.lock();
+        let mut totals = book.closed;
+        book.open.values().for_each(|e| totals.add(&e.statements));
+        totals
+    }
+}
+
+/// A pool connection's place in the [`ServerBook`].
+#[derive(Debug)]
+pub(crate) struct ServerTicket {
+    id: u64,
+    book: Arc<ServerBook>,
+    reason: AtomicU8,
+}
+
+impl Drop for ServerTicket {
+    fn drop(&mut self) {
+        let reason = ServerCloseReason::ALL
+            .get(self.reason.load(Relaxed) as usize)
+            .copied()
+            .unwrap_or(ServerCloseReason::Broken);
+        self.book.closed.inc(reason);
+        let mut book = self.book.lock();
+        if let Some(entry) = book.open.remove(&self.id) {
+            book.closed.add(&entry.statements);
+        }
+    }
+}
+
+impl ServerConn {
+    /// Says why this connection is about to close, for `pgmux_server_connections_closed_total`.
+    pub(crate) fn closing(&self, reason: ServerCloseReason) {
+        if let Some(ticket) = &self.ticket {
+            ticket.reason.store(reason as u8, Relaxed);
+        }
+    }
+}

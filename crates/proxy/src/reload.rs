@@ -1,0 +1,169 @@
+//! Putting a new configuration in force while pgmux runs (`SIGHUP`, `RELOAD`, `SET`).
+//!
+//! Everything is checked before anything changes: a configuration that does not load, or whose TLS files do
+//! not read, leaves the running one in place and the error says why. Then, in one step each: the
+//! configuration swaps (pool sizes, timeouts, admin users, metrics settings take effect at once), new logins
+//! use the new client authentication and TLS, and new server connections the new credentials and TLS. If
+//! how pgmux logs in to the database changed, every open server connection is replaced as it comes back
+//! (the RECONNECT rule), so no client sees an error. The listen address, the worker threads and the log
+//! format need a restart: a reload keeps them and says so.
+
+use std::sync::Arc;
+
+use pgmux_metrics::ReloadResult;
+
+use crate::client_auth::Authenticator;
+use crate::config::{Config, KEYS, RESTART_ONLY};
+use crate::credentials::{Credentials, ServerAccess, StaticCredentials};
+use crate::shared::Shared;
+use crate::tls;
+
+/// What a reload did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Keys whose value changed and is in force.
+    pub(crate) changed: Vec<&'static str>,
+    /// Keys that changed in the file but need a restart; the running value stays.
+    pub(crate) kept: Vec<&'static str>,
+    /// Server connections are being replaced (how pgmux logs in changed).
+    pub(crate) reconnect: bool,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.changed.is_empty() {
+            f.write_str("nothing changed")?;
+        } else {
+            write!(f, "changed: {}", self.changed.join(", "))?;
+        }
+        if self.reconnect {
+            f.write_str("; server connections are replaced as they come back")?;
+        }
+        if !self.kept.is_empty() {
+            write!(f, "; needs a restart, kept as it was: {}", self.kept.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Re-reads the configuration from the binary's source and puts it in force.
+pub(crate) fn reload(shared: &Shared) -> Result<Outcome, String> {
+    let Some(source) = shared.source.get() else {
+        return Err(failed(shared, "this pgmux was started without a configuration source to re-read".into()));
+    };
+    let outcome = match source.load() {
+        Ok((config, access)) => apply(shared, config, Some(access)),
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(outcome) => {
+            source.applied(&shared.config());
+            Ok(outcome)
+        }
+        Err(e) => Err(failed(shared, e)),
+    }
+}
+
+/// Counts and logs a failed reload; returns the reason.
+fn failed(shared: &Shared, why: String) -> String {
+    shared.observer().metrics.reloads.inc(ReloadResult::Failed);
+    tracing::error!(error = %why, "reload failed; the running configuration stays");
+    why
+}
+
+/// Puts `new` in force. With `access`, logins are rebuilt from it (a full reload); without, the keys that
+/// change how pgmux logs in must not have changed (`SET`).
+pub(crate) fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Result<Outcome, String> {
+    let old = shared.pool.live_config().full();
+    let kept = keep_restart_only(&old, &mut new);
+    let changed = changed_keys(&old, &new);
+    let reconnect = old.login_differs(&new);
+    let login_keys = changed.iter().any(|k| LOGIN_KEYS.contains(k));
+    let rebuilt = match access {
+        Some(access) => Some(rebuild(&new, access)?),
+        None if login_keys => {
+            return Err("this setting changes how pgmux logs in: edit the configuration and RELOAD".into());
+        }
+        None => None,
+    };
+    shared.pool.live_config().replace(Arc::new(new));
+    if let Some((credentials, server_tls, client_tls)) = rebuilt {
+        shared.pool.replace_access(credentials, server_tls);
+        shared.replace_login(Authenticator::new(&shared.config()), client_tls);
+    }
+    shared.pool.resize();
+    if reconnect {
+        shared.pool.reconnect();
+    }
+    shared.observer().metrics.reloads.inc(ReloadResult::Ok);
+    let outcome = Outcome { changed, kept, reconnect };
+    tracing::info!(%outcome, "configuration reloaded");
+    Ok(outcome)
+}
+
+/// Keys whose change needs new credentials or TLS: only a full reload rebuilds those.
+const LOGIN_KEYS: &[&str] = &[
+    "database_url",
+    "secret_arn",
+    "database_host",
+    "database_port",
+    "iam_auth",
+    "sslmode",
+    "ssl_root_cert",
+    "client_password",
+    "client_auth",
+    "tls_cert",
+    "tls_key",
+];
+
+/// Whether `SET` may change `key` (the others need a RELOAD, or a restart).
+pub(crate) fn settable(key: &str) -> bool {
+    !LOGIN_KEYS.contains(&key) && !RESTART_ONLY.contains(&key)
+}
+
+/// Credentials and TLS for `config`; an error leaves everything as it was.
+type Rebuilt = (Arc<dyn Credentials>, tls::ServerTls, Option<tokio_rustls::TlsAcceptor>);
+
+fn rebuild(config: &Config, access: ServerAccess) -> Result<Rebuilt, String> {
+    let (server_tls, client_tls) =
+        tls::from_config(config, access.extra_root_certs).map_err(|e| format!("invalid TLS setting {e}"))?;
+    let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(config)));
+    Ok((credentials, server_tls, client_tls))
+}
+
+/// Puts the running values of the restart-only keys back into `new`; returns those that differed.
+fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut kept = Vec::new();
+    if new.listen != old.listen {
+        new.listen = old.listen;
+        kept.push("listen");
+    }
+    if new.workers != old.workers {
+        new.workers = old.workers;
+        kept.push("workers");
+    }
+    if new.log_format != old.log_format {
+        new.log_format = old.log_format;
+        kept.push("log_format");
+    }
+    if !kept.is_empty() {
+        tracing::warn!(keys = ?kept, "these settings need a restart; the running values stay");
+    }
+    kept
+}
+
+/// The keys whose shown value differs (passwords compare redacted, so a changed password alone shows as
+/// the key whose login differs).
+fn changed_keys(old: &Config, new: &Config) -> Vec<&'static str> {
+    let (a, b) = (old.entries(), new.entries());
+    let mut changed: Vec<&'static str> =
+        a.iter().zip(&b).filter(|((_, x), (_, y))| x != y).map(|((k, _), _)| *k).collect();
+    if old.login_differs(new) && !changed.iter().any(|k| LOGIN_KEYS.contains(k)) {
+        changed.push("database_url");
+    }
+    if old.client_password() != new.client_password() && !changed.contains(&"client_password") {
+        changed.push("client_password");
+    }
+    changed.sort_by_key(|k| KEYS.iter().position(|i| i.name == *k));
+    changed
+}

@@ -1,0 +1,140 @@
+//! What one session measures, called at a few named points of the relay loop with one line each: a client
+//! read that starts a query, a ReadyForQuery, a link and a release. Per query it reads the clock twice and
+//! adds to a counter and a histogram; per transaction the same again, plus two relaxed stores to the
+//! client's entry in the admin console's list. No lock, no allocation. Bytes are counted by the sockets
+//! and published once per transaction.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
+
+use crate::observe::{ClientTicket, Observer, micros_between, unix_now};
+use crate::pool::CheckoutError;
+use crate::sql::PinReason;
+
+/// One session's clocks and what it has published.
+#[derive(Debug)]
+pub(super) struct Meter {
+    obs: Arc<Observer>,
+    /// Its entry in the console's list of clients.
+    pub(super) seen: ClientTicket,
+    /// When the query now running (or the next one the client sent) began.
+    query_start: Option<Instant>,
+    /// When the server was linked, or the pinned client's last transaction ended.
+    xact_start: Instant,
+    /// The last ReadyForQuery: the end of a transaction released right after it (one clock read less).
+    last_ready: Instant,
+    /// Bytes received from and sent to the client already added to the counters.
+    published: (u64, u64),
+}
+
+impl Meter {
+    pub(super) fn new(obs: Arc<Observer>, seen: ClientTicket) -> Meter {
+        let now = Instant::now();
+        Meter { obs, seen, query_start: None, xact_start: now, last_ready: now, published: (0, 0) }
+    }
+
+    /// The client sent bytes: if no query is running, one begins now.
+    #[inline]
+    pub(super) fn client_data(&mut self) {
+        if self.query_start.is_none() {
+            self.query_start = Some(Instant::now());
+        }
+    }
+
+    /// The server said ReadyForQuery: a query (a simple Query, or an extended-protocol unit up to its Sync)
+    /// is done. With more owed (a pipeline), the next one is already running.
+    #[inline]
+    pub(super) fn ready_for_query(&mut self, more_owed: bool) {
+        let now = Instant::now();
+        let m = &self.obs.metrics;
+        m.queries.inc();
+        m.query_time.record(micros_between(self.query_start.unwrap_or(now), now));
+        self.query_start = more_owed.then_some(now);
+        self.last_ready = now;
+    }
+
+    /// The client starts to wait in line for a server connection.
+    pub(super) fn waiting(&mut self) {
+        let now = Instant::now();
+        self.seen.waiting(self.obs.micros_at(self.query_start.unwrap_or(now)));
+    }
+
+    /// The wait in line is over (parameters may still be applied before the link).
+    #[inline]
+    pub(super) fn got_server(&mut self) {
+        if self.seen.wait_since_us().is_some() {
+            self.seen.unlinked();
+        }
+    }
+
+    /// Server connection `server` is linked for a transaction.
+    #[inline]
+    pub(super) fn linked(&mut self, server: u64) {
+        let now = Instant::now();
+        let began = self.query_start.unwrap_or(now);
+        self.obs.metrics.server_wait.record(micros_between(began, now));
+        self.xact_start = now;
+        self.seen.linked(server, self.obs.micros_at(began));
+    }
+
+    /// No server connection came; the client is told why.
+    pub(super) fn no_server(&mut self, error: &CheckoutError) {
+        self.seen.unlinked();
+        self.query_start = None;
+        if let CheckoutError::Timeout { refused, .. } = error {
+            let cause = if refused.is_some() { TooManyCause::DatabaseRefused } else { TooManyCause::QueryWaitTimeout };
+            self.obs.metrics.too_many.inc(cause);
+        }
+    }
+
+    /// A transaction ended (ReadyForQuery idle with nothing owed); `received` and `sent` are the client
+    /// socket's byte counts over its life.
+    #[inline]
+    pub(super) fn transaction_done(&mut self, received: u64, sent: u64) {
+        // Release follows the ReadyForQuery that allowed it, in the same turn of the loop.
+        let now = self.last_ready;
+        let m = &self.obs.metrics;
+        m.transactions.inc();
+        m.transaction_time.record(micros_between(self.xact_start, now));
+        self.xact_start = now;
+        self.publish_bytes(received, sent);
+    }
+
+    /// The server connection went back (or was lost).
+    #[inline]
+    pub(super) fn unlinked(&mut self) {
+        self.seen.unlinked();
+    }
+
+    /// Adds the bytes not yet counted.
+    pub(super) fn publish_bytes(&mut self, received: u64, sent: u64) {
+        let m = &self.obs.metrics;
+        m.client_received_bytes.add(received.saturating_sub(self.published.0));
+        m.client_sent_bytes.add(sent.saturating_sub(self.published.1));
+        self.published = (received.max(self.published.0), sent.max(self.published.1));
+    }
+
+    /// The client became pinned to its server connection.
+    pub(super) fn pinned(&mut self, reason: PinReason) {
+        self.obs.metrics.pins.inc(metric_pin(reason));
+        self.seen.pinned(reason, unix_now());
+    }
+
+    /// The client's session state that pinned it is gone, or its server with it.
+    pub(super) fn unpinned(&mut self) {
+        self.seen.unpinned();
+    }
+}
+
+fn metric_pin(reason: PinReason) -> MetricPin {
+    match reason {
+        PinReason::Listen => MetricPin::Listen,
+        PinReason::AdvisoryLock => MetricPin::AdvisoryLock,
+        PinReason::TempObject => MetricPin::TempObject,
+        PinReason::HoldCursor => MetricPin::HoldCursor,
+        PinReason::SqlPrepare => MetricPin::SqlPrepare,
+        PinReason::Load => MetricPin::Load,
+    }
+}
