@@ -11,7 +11,8 @@
 //! Statement names: drivers name statements per connection (`s0`, `S_1`, `__asyncpg_stmt_1__`), names
 //! collide across clients and outlive transactions, and the next transaction may land on another server.
 //! So a named statement is keyed by what it is ([`Registry`]), prepared under pgmux's own name on each
-//! server that needs it, and a client's Close or `DEALLOCATE` only drops the client's name.
+//! server that needs it, and a client's Close or `DEALLOCATE` only drops the client's name. A statement
+//! prepared anew for a client that knows what it returns is checked first ([`Mode::Checking`], `check`).
 
 use std::sync::Arc;
 
@@ -23,8 +24,12 @@ use pgmux_proto::{TxStatus, frontend, sqlstate};
 use crate::io::WriteQueue;
 use crate::server::{ServerError, ServerFailure};
 use crate::sql::{self, PinReason};
-use crate::statements::{ClientStatements, Registry, ServerStatements, Statement, Undo, server_name};
+use crate::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
 use crate::tracker::{Fate, Reply, Route, TxTracker};
+
+mod check;
+
+use check::{Check, Use};
 
 /// What becomes of client messages until the next Sync. Exclusive: one mode at a time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +45,10 @@ pub(crate) enum Mode {
     DiscardToSync,
     /// The server was lost while the client sat idle inside a transaction: its next unit gets the error.
     LostTransaction,
+    /// pgmux asked the linked server what a statement it prepared anew returns, and the client's next
+    /// messages wait for the answer ([`Router::holding`]). Then the client's Bind goes on, or the client
+    /// gets `cached plan must not change result type` as PostgreSQL would have answered it.
+    Checking,
 }
 
 /// What to do with a message that begins a unit while no server is linked.
@@ -84,6 +93,24 @@ impl ServerView<'_> {
     fn answer(&mut self, reply: Reply, bytes: Bytes, note: Option<Undo>) {
         self.tracker.owe(reply, Fate::Answer(bytes), note);
     }
+
+    /// Queues a Flush, so that the server sends what it owes without waiting for a Sync. pgmux flushes only
+    /// inside a client's unit, which the tracker notes as open.
+    fn flush(&mut self) {
+        self.tracker.client_message(b'H');
+        self.out.push(Bytes::from_static(b"H\0\0\0\x04"));
+    }
+
+    /// Queues a Parse that cannot succeed and whose error the client never sees: the server then fails the
+    /// transaction and skips to the Sync, as it would have for the client message pgmux refused itself. Its
+    /// text is what the server's log shows after the syntax error.
+    fn fail(&mut self) {
+        const QUERY: &[u8] = b"pgmux: cached plan must not change result type\0\0\0";
+        let mut parse = BytesMut::with_capacity(QUERY.len() + 20);
+        encode::parse_with_name(&mut parse, "pgmux_failed", QUERY);
+        self.tracker.owe(Reply::Parse, Fate::Fail, None);
+        self.out.push(parse.freeze());
+    }
 }
 
 /// One client's statements, session state and mode.
@@ -101,6 +128,8 @@ pub(crate) struct Router {
     pin_reported: bool,
     /// A SET, RESET or set_config ran: read the session's settings back before the server leaves.
     settings_dirty: bool,
+    /// What [`Mode::Checking`] waits for. Boxed: every byte here is paid by each idle client.
+    check: Option<Box<Check>>,
 }
 
 fn parse_complete() -> Bytes {
@@ -153,6 +182,7 @@ impl Router {
             pin: None,
             pin_reported: false,
             settings_dirty: false,
+            check: None,
         }
     }
 
@@ -179,6 +209,12 @@ impl Router {
     /// Whether the client changed settings that were not read back yet.
     pub(crate) fn settings_dirty(&self) -> bool {
         self.settings_dirty
+    }
+
+    /// Whether the router waits for the linked server before it can take the client's next message: the
+    /// session hands it none (and reads nothing more from the client) until this is false again.
+    pub(crate) fn holding(&self) -> bool {
+        self.mode == Mode::Checking
     }
 
     /// Whether a client message can go to the linked server untouched, without the router: the fast path.
@@ -217,7 +253,8 @@ impl Router {
                 .to_bytes();
                 return self.answer_unit(tag, err);
             }
-            Mode::LostTransaction | Mode::Normal => {}
+            // A check needs a linked server, and losing it ends the check.
+            Mode::LostTransaction | Mode::Normal | Mode::Checking => {}
         }
         match tag {
             // COPY messages after a COPY that already failed: PostgreSQL ignores them too.
@@ -282,10 +319,11 @@ impl Router {
     /// A whole client message for the linked server: queued as it is, rewritten, preceded by what the
     /// server lacks, or answered here in its turn.
     pub(crate) fn linked(&mut self, tag: u8, msg: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
+        debug_assert_ne!(self.mode, Mode::Checking, "the session hands the router nothing while it holds");
         match self.mode {
             Mode::DiscardToSync | Mode::SkipToSync if tag != b'S' => return,
             Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => self.mode = Mode::Normal,
-            Mode::Normal => {}
+            Mode::Normal | Mode::Checking => {}
         }
         match tag {
             b'Q' => self.route_query(msg, server),
@@ -344,34 +382,33 @@ impl Router {
         }
         let name = name.to_owned();
         let stmt = registry.intern(key);
-        self.names.named.insert(name.clone(), Arc::clone(&stmt));
+        self.names.named.insert(name.clone(), Named::new(Arc::clone(&stmt)));
         if server.statements.has(stmt.id) {
             let note = Undo::Parse { client_name: name, on_server: None };
             return server.answer(Reply::Parse, parse_complete(), Some(note));
         }
         make_room_for(server, stmt.id);
-        let note = Undo::Parse { client_name: name, on_server: Some(stmt.id) };
+        let note = Undo::Parse { client_name: name.clone(), on_server: Some(stmt.id) };
         server.send(stmt.parse.clone(), Reply::Parse, Fate::Forward, Some(note));
+        if stmt.shape().is_some() {
+            // What this new copy returns is what the client saw, and tells whether the tables changed since
+            // pgmux first saw the statement. No waiting: the client's own Parse decides what it gets.
+            let describe = describe_statement(&stmt.name);
+            server.send(
+                describe,
+                Reply::DescribeStatement,
+                Fate::Swallow,
+                Some(Undo::Described { client_name: name, stmt }),
+            );
+        }
     }
 
-    /// The statement a client name stands for, renewed if its plan went stale, and prepared on this server
-    /// if it lacks it.
-    fn prepared(
-        &mut self,
-        client_name: &str,
-        server: &mut ServerView<'_>,
-        registry: &Registry,
-    ) -> Option<Arc<Statement>> {
-        let mut stmt = Arc::clone(self.names.named.get(client_name)?);
-        if stmt.is_invalid() {
-            stmt = registry.renew(&stmt);
-            self.names.named.insert(client_name.to_owned(), Arc::clone(&stmt));
-        }
+    /// Prepares `stmt` on the server if it lacks it (the client does not see the ParseComplete).
+    fn prepare_on(server: &mut ServerView<'_>, stmt: &Statement) {
         if !server.statements.has(stmt.id) {
             make_room_for(server, stmt.id);
             server.send(stmt.parse.clone(), Reply::Parse, Fate::Swallow, Some(Undo::Injected(stmt.id)));
         }
-        Some(stmt)
     }
 
     /// Replays the client's last `Parse('')` if the server's unnamed statement is not that one.
@@ -392,10 +429,20 @@ impl Router {
         }
         let name = name.to_owned();
         // A name the client never parsed goes through as it is: the server says it does not exist.
-        let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', msg) };
-        let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
-        encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
-        server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
+        let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', msg) };
+        match found {
+            Use::Ready(stmt) => {
+                Self::prepare_on(server, &stmt);
+                let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
+                encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
+                server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
+            }
+            Use::Check(stmt, expected) => {
+                Self::prepare_on(server, &stmt);
+                self.start_check(Some(msg), &stmt, expected, server);
+            }
+            Use::Stale(stmt, _) => self.refuse_stale(&stmt, Reply::Bind, server),
+        }
     }
 
     fn route_describe(&mut self, msg: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
@@ -406,10 +453,25 @@ impl Router {
         if self.tracking && statement {
             if name.is_empty() {
                 self.ensure_unnamed(server);
-            } else if let Some(stmt) = self.prepared(name, server, registry) {
-                let mut describe = BytesMut::with_capacity(stmt.name.len() + 7);
-                encode::describe_or_close(&mut describe, b'D', b'S', &stmt.name);
-                return server.send(describe.freeze(), Reply::DescribeStatement, Fate::Forward, Some(Undo::Used(stmt)));
+            } else if let Some(found) = self.statement_for_use(name, server, registry) {
+                return match found {
+                    Use::Ready(stmt) => {
+                        Self::prepare_on(server, &stmt);
+                        let note = Undo::Described { client_name: name.to_owned(), stmt: Arc::clone(&stmt) };
+                        server.send(
+                            describe_statement(&stmt.name),
+                            Reply::DescribeStatement,
+                            Fate::Forward,
+                            Some(note),
+                        );
+                    }
+                    // The client's own Describe asks the question, and its reply (or PostgreSQL's error) is
+                    // the answer.
+                    Use::Check(stmt, expected) | Use::Stale(stmt, expected) => {
+                        Self::prepare_on(server, &stmt);
+                        self.start_check(None, &stmt, expected, server);
+                    }
+                };
             }
         }
         server.forward_describe(statement, msg);
@@ -429,22 +491,28 @@ impl Router {
         }
         // Statements are shared: a client's Close only drops its name; the server keeps the statement for
         // others until it is evicted.
-        let note = self.names.named.remove(name).map(|stmt| Undo::ClientClose(name.to_owned(), stmt));
+        let note = self.names.named.remove(name).map(|named| Undo::ClientClose(name.to_owned(), named));
         server.answer(Reply::Close, close_complete(), note);
     }
 
     /// Routes one server message other than ParameterStatus (which the session reads itself): whether the
-    /// client sees it, and what it changes. An error means the server connection is lost.
+    /// client sees it, and what it changes. It may queue more for the server: a check's answer lets the
+    /// client's held Bind go on. An error means the server connection is lost.
     #[inline]
     pub(crate) fn server_message(
         &mut self,
         tag: u8,
         body: &[u8],
-        tracker: &mut TxTracker<Undo>,
-        statements: &mut ServerStatements,
+        server: &mut ServerView<'_>,
         registry: &Registry,
     ) -> Result<Route, ServerFailure> {
+        // The end of a Describe whose answer pgmux wants: what a statement returns.
+        let described = match tag {
+            b'T' | b'n' => server.tracker.take_completed_note(tag),
+            _ => None,
+        };
         let mut stale_plan = false;
+        let (tracker, statements) = (&mut *server.tracker, &mut *server.statements);
         let route = match tag {
             b'Z' => {
                 let status = backend::ready_for_query(body)?;
@@ -466,9 +534,12 @@ impl Router {
         if tag == b'C'
             && let Ok(command) = backend::command_tag(body)
         {
-            self.command_completed(command, statements);
+            self.command_completed(command, server.statements);
         }
-        Ok(route)
+        match described {
+            Some(note) => self.learn(note, tag, body, route, server, registry),
+            None => Ok(route),
+        }
     }
 
     /// Learns from a CommandComplete tag what the statement did to the session.
@@ -514,16 +585,15 @@ impl Router {
                     server.restore(id);
                 }
             }
-            Undo::ClientClose(name, stmt) => {
-                self.names.named.insert(name, stmt);
+            Undo::ClientClose(name, named) => {
+                self.names.named.insert(name, named);
             }
-            Undo::Used(stmt) => {
-                if std::mem::take(stale_plan) {
-                    tracing::info!(statement = stmt.query(), "plan went stale after DDL; re-preparing it");
-                    registry.invalidate(&stmt);
-                    if let Some(server) = server {
-                        server.remove(stmt.id);
-                    }
+            Undo::Used(stmt) | Undo::Described { stmt, .. } => invalidate_if_stale(&stmt, server, registry, stale_plan),
+            Undo::Check(stmt) => {
+                invalidate_if_stale(&stmt, server, registry, stale_plan);
+                // The server skips the rest of the unit: so does the client's held Bind.
+                if self.check.take().is_some() {
+                    self.mode = Mode::DiscardToSync;
                 }
             }
         }
@@ -532,6 +602,8 @@ impl Router {
     /// The linked server is gone: undoes what it was asked, forgets the session state it held, and returns
     /// what the client is told in place of the replies it was owed (`error` for each).
     pub(crate) fn server_lost(&mut self, mut tracker: TxTracker<Undo>, error: &Bytes, registry: &Registry) -> Bytes {
+        // A check is asked inside the client's unit, which the loss ends.
+        let checking = self.check.take().is_some();
         let pending = tracker.pending();
         for note in tracker.abandon() {
             self.undo(note, None, registry, &mut false);
@@ -543,7 +615,7 @@ impl Router {
             reply.extend_from_slice(error);
             reply.extend_from_slice(&ready_for_query(TxStatus::Idle));
         }
-        if tracker.unit_open() {
+        if tracker.unit_open() || checking {
             reply.extend_from_slice(error);
             self.mode = Mode::SkipToSync;
         } else if pending == 0 && tracker.status() != TxStatus::Idle {
@@ -551,6 +623,24 @@ impl Router {
         }
         reply.freeze()
     }
+}
+
+/// The first statement used after `cached plan must not change result type` is invalidated everywhere, and
+/// forgotten on the server that said so.
+fn invalidate_if_stale(stmt: &Statement, server: Option<&mut ServerStatements>, registry: &Registry, stale: &mut bool) {
+    if std::mem::take(stale) {
+        tracing::info!(statement = stmt.query(), "plan went stale after DDL; preparing it anew");
+        registry.invalidate(stmt);
+        if let Some(server) = server {
+            server.remove(stmt.id);
+        }
+    }
+}
+
+fn describe_statement(name: &str) -> Bytes {
+    let mut describe = BytesMut::with_capacity(name.len() + 7);
+    encode::describe_or_close(&mut describe, b'D', b'S', name);
+    describe.freeze()
 }
 
 /// Records `id` as prepared on the server, closing the least recently used statement if that makes too many

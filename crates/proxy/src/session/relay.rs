@@ -51,7 +51,9 @@ impl Session {
             }
         }
         let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
+        // While the router holds, the client's messages wait in its socket.
         if server_backlog < MAX_QUEUED
+            && !self.router.holding()
             && let Poll::Ready(r) = self.client.poll_read_compact(cx)
         {
             return Poll::Ready(Event::Client(r));
@@ -84,7 +86,8 @@ impl Session {
     pub(super) async fn relay_client(&mut self) -> Result<(), End> {
         // Bytes at the front of the read buffer already judged "forward as they are", not yet moved.
         let mut run = 0;
-        loop {
+        // While the router waits for the server (a check), the client's next messages stay unread.
+        while !self.router.holding() {
             let step = self.client.framer.step(&self.client.rbuf[run..]);
             let (tag, len) = match step {
                 Err(e) => {
@@ -200,7 +203,8 @@ impl Session {
                 }
                 Ok(Route::Forward)
             } else {
-                self.router.server_message(tag, body, &mut server.tracker, &mut server.statements, registry)
+                let (tracker, statements, out) = (&mut server.tracker, &mut server.statements, &mut server.io.out);
+                self.router.server_message(tag, body, &mut ServerView { tracker, statements, out }, registry)
             };
             match routed {
                 Err(failure) => break ServerProgress::Lost(failure),
