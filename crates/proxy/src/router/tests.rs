@@ -9,6 +9,8 @@ use pgmux_proto::TxStatus;
 use pgmux_testkit::wire::{cstr, msg};
 
 use super::*;
+use crate::server::ServerFailure;
+use crate::tracker::Route;
 
 /// One server connection as the router sees it between links.
 #[derive(Default)]
