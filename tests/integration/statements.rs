@@ -299,6 +299,24 @@ async fn a_write_prepared_anew_after_ddl_is_refused_before_it_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_text_over_each_sessions_own_temporary_table_is_never_refused() {
+    // Two pinned clients, each with a temporary table of another shape under one name: one text, two
+    // shapes, both right. pgmux must not take one for the other's stale plan.
+    let fx = common::start("pool_max = 2").await;
+    let (a, b) = (fx.client().await, fx.client().await);
+    a.batch_execute("create temp table scratch (x int); insert into scratch values (1)").await.unwrap();
+    b.batch_execute("create temp table scratch (x int, y int); insert into scratch values (1, 2)").await.unwrap();
+    let sa = a.prepare("select * from scratch").await.unwrap();
+    let sb = b.prepare("select * from scratch").await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(run(&a, &sa).await, Ok(1));
+        assert_eq!(run(&b, &sb).await, Ok(2));
+    }
+    let again = a.prepare("select * from scratch").await.unwrap();
+    assert_eq!((run(&a, &again).await, run(&b, &sb).await, run(&a, &sa).await), (Ok(1), Ok(2), Ok(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_keep_at_most_max_prepared_statements() {
     let fx = trust("pool_max = 1\nmax_prepared_statements = 3").await;
     let mut a = RawClient::connect(fx.addr()).await;

@@ -378,6 +378,10 @@ impl Router {
         let stmt = registry.intern(key);
         self.names.named.insert(name.clone(), Named::new(Arc::clone(&stmt)));
         if server.statements.has(stmt.id) {
+            // What the copy returns is what the client would see.
+            if let (Some(named), Some(shape)) = (self.names.named.get_mut(&name), server.statements.shape(stmt.id)) {
+                named.shape = Some(shape.clone());
+            }
             let note = Undo::Parse { client_name: name, on_server: None };
             return server.answer(Reply::Parse, parse_complete(), Some(note));
         }
@@ -387,6 +391,9 @@ impl Router {
         if stmt.shape().is_some() {
             // What this new copy returns is what the client saw, and tells whether the tables changed since
             // pgmux first saw the statement. No waiting: the client's own Parse decides what it gets.
+            if let Some(named) = self.names.named.get_mut(&name) {
+                named.describing = true;
+            }
             let describe = describe_statement(&stmt.name);
             server.send(
                 describe,
@@ -425,7 +432,12 @@ impl Router {
         // A name the client never parsed goes through as it is: the server says it does not exist.
         let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', msg) };
         match found {
-            Use::Ready(stmt) => {
+            Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
+                self.refuse_stale(&stmt, Reply::Bind, server);
+            }
+            // In a failed transaction PostgreSQL refuses the Bind for that (25P02) before it looks at the
+            // plan: the server says so.
+            Use::Ready(stmt) | Use::Stale(stmt, _) => {
                 Self::prepare_on(server, &stmt);
                 let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
                 encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
@@ -435,7 +447,6 @@ impl Router {
                 Self::prepare_on(server, &stmt);
                 self.start_check(Some(msg), &stmt, expected, server);
             }
-            Use::Stale(stmt, _) => self.refuse_stale(&stmt, Reply::Bind, server),
         }
     }
 

@@ -14,8 +14,9 @@
 //! DDL can change what a statement returns (`ALTER TABLE … ADD COLUMN` under `SELECT *`). PostgreSQL then
 //! refuses the old prepared statement with `cached plan must not change result type` until the client
 //! prepares it again, but a copy pgmux prepares afresh on another server would quietly return the new
-//! columns. So each client name remembers the [`Shape`] its client saw, each statement the first shape pgmux
-//! saw for it, and the router compares them before a client uses a statement prepared anew.
+//! columns. So each client name remembers the [`Shape`] its client saw, each server what its copies return,
+//! each statement the first shape pgmux saw for it (for clients that saw none themselves), and the router
+//! compares them before a client uses a copy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -167,24 +168,32 @@ pub(crate) struct ClientStatements {
 #[derive(Clone, Debug)]
 pub(crate) struct Named {
     pub(crate) stmt: Arc<Statement>,
-    /// What the client saw it return: its own Describe, or pgmux's right after the client's Parse.
+    /// What the client saw it return: its own Describe, pgmux's right after the client's Parse, or what the
+    /// copy its Parse found on the server returns.
     pub(crate) shape: Option<Shape>,
+    /// The client's Parse went to the server and pgmux described the copy it made: until that answer, the
+    /// client expects whatever that copy returns, as it would from its own Parse.
+    pub(crate) describing: bool,
 }
 
 impl Named {
     pub(crate) fn new(stmt: Arc<Statement>) -> Self {
-        Named { stmt, shape: None }
+        Named { stmt, shape: None, describing: false }
     }
 
     /// What the client expects the statement to return: what it saw, else the first shape pgmux saw for the
-    /// statement. `None` if nobody has seen it yet.
+    /// statement. `None` if nobody has seen it yet, or while the copy its own Parse made is being described.
     pub(crate) fn expected(&self) -> Option<&Shape> {
+        if self.describing {
+            return self.shape.as_ref();
+        }
         self.shape.as_ref().or_else(|| self.stmt.shape())
     }
 
     /// Notes what the client saw the statement return, the first time (sharing the statement's buffer when
     /// it is the same).
     pub(crate) fn saw(&mut self, shape: Shape) {
+        self.describing = false;
         if self.shape.is_none() {
             self.shape = Some(self.stmt.shape().filter(|first| **first == shape).cloned().unwrap_or(shape));
         }
@@ -224,11 +233,21 @@ impl Names {
     }
 }
 
+/// One statement as one server connection has it.
+#[derive(Debug)]
+struct Copy {
+    /// When it was last used (a tick of `clock`).
+    used: u64,
+    /// What it returns, once a Describe of it said. A copy is planned when it is prepared, so this holds
+    /// until the server refuses it (`cached plan must not change result type`).
+    shape: Option<Shape>,
+}
+
 /// What one server connection has prepared.
 #[derive(Debug)]
 pub(crate) struct ServerStatements {
-    /// Statement id → when it was last used (a tick of `clock`).
-    prepared: HashMap<u64, u64>,
+    /// Statement id → its copy on this server.
+    prepared: HashMap<u64, Copy>,
     clock: u64,
     capacity: usize,
     /// Whose unnamed statement the server holds: (client session id, that client's generation).
@@ -244,11 +263,23 @@ impl ServerStatements {
     pub(crate) fn has(&mut self, id: u64) -> bool {
         self.clock += 1;
         match self.prepared.get_mut(&id) {
-            Some(used) => {
-                *used = self.clock;
+            Some(copy) => {
+                copy.used = self.clock;
                 true
             }
             None => false,
+        }
+    }
+
+    /// What the server's copy of statement `id` returns, if it has one and a Describe said.
+    pub(crate) fn shape(&self, id: u64) -> Option<&Shape> {
+        self.prepared.get(&id)?.shape.as_ref()
+    }
+
+    /// Notes what the server's copy of statement `id` returns.
+    pub(crate) fn set_shape(&mut self, id: u64, shape: Shape) {
+        if let Some(copy) = self.prepared.get_mut(&id) {
+            copy.shape = Some(shape);
         }
     }
 
@@ -256,11 +287,11 @@ impl ServerStatements {
     /// many.
     pub(crate) fn add(&mut self, id: u64) -> Option<u64> {
         self.clock += 1;
-        self.prepared.insert(id, self.clock);
+        self.prepared.insert(id, Copy { used: self.clock, shape: None });
         if self.prepared.len() <= self.capacity {
             return None;
         }
-        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, used)| **used)?;
+        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, copy)| copy.used)?;
         self.prepared.remove(&oldest);
         Some(oldest)
     }
@@ -268,7 +299,7 @@ impl ServerStatements {
     /// Puts back a statement whose eviction Close did not run.
     pub(crate) fn restore(&mut self, id: u64) {
         self.clock += 1;
-        self.prepared.insert(id, self.clock);
+        self.prepared.insert(id, Copy { used: self.clock, shape: None });
     }
 
     pub(crate) fn remove(&mut self, id: u64) {
@@ -402,6 +433,21 @@ mod tests {
         assert_eq!(named.expected(), Some(&new), "what the client saw itself comes first");
         named.saw(old);
         assert_eq!(named.expected(), Some(&new), "and stays");
+    }
+
+    #[test]
+    fn a_server_knows_what_its_copies_return_until_they_go() {
+        let shape = Shape::of_rows(&row_description(&[("a", 23, -1)])).unwrap();
+        let mut s = ServerStatements::new(1);
+        s.set_shape(1, shape.clone());
+        assert_eq!(s.shape(1), None, "no copy, nothing to note");
+        s.add(1);
+        assert_eq!(s.shape(1), None, "not described yet");
+        s.set_shape(1, shape.clone());
+        assert_eq!(s.shape(1), Some(&shape));
+        assert_eq!(s.add(2), Some(1));
+        s.restore(1);
+        assert_eq!(s.shape(1), None, "evicted and put back: described again when it matters");
     }
 
     #[test]

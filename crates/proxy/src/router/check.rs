@@ -5,13 +5,13 @@
 //! the old columns, would fail with 08P01 (which drivers do not recognise), or quietly return rows of a
 //! shape the driver does not expect.
 //!
-//! So each client name remembers the shape its client saw, and before a client uses a statement on a
-//! server where pgmux prepares it anew (or a statement it renewed, or one whose shape nobody has seen), the
-//! router describes the server's copy and holds the client's Bind until the answer ([`Mode::Checking`]).
-//! The same shape: the Bind goes on. Another: the client gets PostgreSQL's own error in the Bind's turn,
-//! and pgmux makes the server fail the transaction and skip the rest of the unit, as PostgreSQL would have,
-//! so that nothing of the statement runs. The cost is one round trip, once per statement and server (and
-//! once per use of a statement that already failed so, until the client prepares it again).
+//! So each client name remembers the shape its client saw, and each server what its copies return. Before
+//! a client uses a copy pgmux prepares anew (or one nobody described yet), the router describes it and holds
+//! the client's Bind until the answer ([`Mode::Checking`]). The same shape: the Bind goes on. Another: the
+//! client gets PostgreSQL's own error in the Bind's turn, and pgmux makes the server fail the transaction
+//! and skip the rest of the unit, as PostgreSQL would have, so that nothing of the statement runs. A copy
+//! already known to differ is refused at once. The cost is one round trip, once per statement and server,
+//! and only for clients that know what their statement returns (they described it, or someone did).
 
 use std::sync::Arc;
 
@@ -35,13 +35,13 @@ pub(super) struct Check {
 
 /// What a client's use (Bind or Describe) of one of its statement names needs on the linked server.
 pub(super) enum Use {
-    /// Nothing to check: the server has it and it returns what the client expects, or nobody has seen what
-    /// it returns. It may still have to be prepared there.
+    /// Nothing to check: the server's copy returns what the client expects, or nobody knows what the client
+    /// expects. It may still have to be prepared there.
     Ready(Arc<Statement>),
-    /// The server's copy must be described first, with the client's message held: the server lacks it, or
-    /// nobody has seen the statement's shape yet.
+    /// The server's copy must be described first, with the client's message held: the server lacks it (so
+    /// pgmux prepares it anew), or nobody asked yet what that copy returns.
     Check(Arc<Statement>, Shape),
-    /// The statement returns other columns than the client expects.
+    /// The server's copy returns other columns than the client expects.
     Stale(Arc<Statement>, Shape),
 }
 
@@ -67,10 +67,13 @@ impl Router {
         }
         let stmt = Arc::clone(&named.stmt);
         let Some(expected) = named.expected() else { return Some(Use::Ready(stmt)) };
-        Some(match stmt.shape() {
-            Some(seen) if seen != expected => Use::Stale(Arc::clone(&stmt), expected.clone()),
-            Some(_) if server.statements.has(stmt.id) => Use::Ready(stmt),
-            _ => Use::Check(Arc::clone(&stmt), expected.clone()),
+        if !server.statements.has(stmt.id) {
+            return Some(Use::Check(stmt, expected.clone()));
+        }
+        Some(match server.statements.shape(stmt.id) {
+            Some(copy) if copy == expected => Use::Ready(stmt),
+            Some(_) => Use::Stale(stmt, expected.clone()),
+            None => Use::Check(stmt, expected.clone()),
         })
     }
 
@@ -117,7 +120,7 @@ impl Router {
         let shape = if tag == b'T' { Shape::of_rows(body)? } else { Shape::no_data() };
         Ok(match note {
             Undo::Described { client_name, stmt } => {
-                self.saw(&stmt, &shape, registry);
+                self.saw(&stmt, &shape, server, registry);
                 if let Some(named) = self.names.named.get_mut(&client_name)
                     && Arc::ptr_eq(&named.stmt, &stmt)
                 {
@@ -131,10 +134,14 @@ impl Router {
         })
     }
 
-    /// Notes what a server's copy of `stmt` returns. A copy that returns other columns than the first pgmux
-    /// saw was prepared after DDL: the statement is made anew for its next users, who are then checked.
-    fn saw(&self, stmt: &Statement, shape: &Shape, registry: &Registry) {
-        if !stmt.saw(shape) {
+    /// Notes what the server's copy of `stmt` returns. If that is not what pgmux first saw it return, the
+    /// tables under it changed (DDL) between the two prepares: the statement is made anew for whoever
+    /// prepares its text next, so that nobody's Parse is answered from a copy that went stale. Unless the
+    /// client is pinned: then its statements may name its own objects (a temporary table), which other
+    /// sessions see otherwise, and each copy stands for itself.
+    fn saw(&self, stmt: &Statement, shape: &Shape, server: &mut ServerView<'_>, registry: &Registry) {
+        server.statements.set_shape(stmt.id, shape.clone());
+        if !stmt.saw(shape) && self.pin.is_none() {
             tracing::info!(statement = stmt.query(), "a prepared statement returns other columns than before (DDL)");
             registry.invalidate(stmt);
         }
@@ -151,7 +158,7 @@ impl Router {
     ) -> Route {
         let Some(check) = self.check.take() else { return route };
         self.mode = Mode::Normal;
-        self.saw(stmt, &shape, registry);
+        self.saw(stmt, &shape, server, registry);
         if shape == check.expected {
             if let Some(bind) = check.held {
                 // Routed as if it came now; it may need another check if the statement was just renewed.

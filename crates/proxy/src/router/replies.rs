@@ -111,7 +111,13 @@ impl Router {
             Undo::ClientClose(name, named) => {
                 self.names.named.insert(name, named);
             }
-            Undo::Used(stmt) | Undo::Described { stmt, .. } => invalidate_if_stale(&stmt, server, registry, stale_plan),
+            Undo::Used(stmt) => invalidate_if_stale(&stmt, server, registry, stale_plan),
+            Undo::Described { client_name, stmt } => {
+                if let Some(named) = self.names.named.get_mut(&client_name) {
+                    named.describing = false;
+                }
+                invalidate_if_stale(&stmt, server, registry, stale_plan);
+            }
             Undo::Check(stmt) => {
                 invalidate_if_stale(&stmt, server, registry, stale_plan);
                 // The server skips the rest of the unit: so does the client's held Bind.

@@ -755,10 +755,15 @@ fn a_stale_statement_fails_every_use_until_the_client_prepares_it_again_as_in_po
     assert_eq!(rig.serve(&[parsed(), params_described(), columns(&["a", "b"])]), strs(&["*E 0A000"]));
     assert_eq!(rig.sent(), strs(&["P pgmux_failed", "S"]));
     assert_eq!(rig.serve(&[error("42601", "syntax error"), ready(b'I')]), strs(&["Z"]));
-    // Again, on the other server: what the new statement returns is known now, so no round trip.
-    rig.on = 1;
+    // Again: that copy is known to differ now, so no round trip.
     assert_eq!(rig.client(&use_s1()), strs(&["P pgmux_failed", "S"]));
     assert_eq!(rig.serve(&[error("42601", "syntax error"), ready(b'I')]), strs(&["*E 0A000", "Z"]));
+    // On the other server, its own copy is checked.
+    rig.on = 1;
+    assert_eq!(rig.client(&use_s1()), strs(&["P pgmux_2", "DS pgmux_2", "H"]));
+    assert_eq!(rig.serve(&[parsed(), params_described(), columns(&["a", "b"])]), strs(&["*E 0A000"]));
+    assert_eq!(rig.sent(), strs(&["P pgmux_failed", "S"]));
+    rig.serve(&[error("42601", "syntax error"), ready(b'I')]);
     // The driver prepares it again (Close, Parse, Describe) and sees the new column.
     rig.on = 0;
     let sent = rig.client(&[close(b'S', "s1"), parse("s1", STAR), describe(b'S', "s1"), sync()]);
@@ -766,10 +771,9 @@ fn a_stale_statement_fails_every_use_until_the_client_prepares_it_again_as_in_po
     let seen = rig.serve(&[params_described(), columns(&["a", "b"]), ready(b'I')]);
     assert_eq!(seen, strs(&["*3", "*1", "t", "T", "Z"]));
     assert_eq!(rig.client(&use_s1()), strs(&["B pgmux_2", "E", "S"]));
+    rig.serve(&[bound(), row(), done("SELECT 1"), ready(b'I')]);
     rig.on = 1;
-    assert_eq!(rig.client(&use_s1()), strs(&["P pgmux_2", "DS pgmux_2", "H"]), "checked once on this server");
-    rig.serve(&[parsed(), params_described(), columns(&["a", "b"])]);
-    assert_eq!(rig.sent(), strs(&["B pgmux_2", "E", "S"]));
+    assert_eq!(rig.client(&use_s1()), strs(&["B pgmux_2", "E", "S"]), "this server's copy returns the same");
 }
 
 #[test]
@@ -822,6 +826,10 @@ fn inside_a_transaction_the_refusal_fails_the_transaction_as_postgresql_would() 
     assert_eq!(rig.client(&use_s1()), strs(&["P pgmux_failed", "S"]));
     assert_eq!(rig.serve(&[error("42601", "syntax error"), ready(b'E')]), strs(&["*E 0A000", "Z"]));
     assert_eq!(rig.servers[0].tracker.status(), TxStatus::Failed, "the server's transaction failed too");
+    // In the failed transaction PostgreSQL refuses any Bind with 25P02 first: the server is asked.
+    assert_eq!(rig.client(&use_s1()), strs(&["B pgmux_2", "E", "S"]));
+    let seen = rig.serve(&[error("25P02", "current transaction is aborted"), ready(b'E')]);
+    assert_eq!(seen, strs(&["E", "Z"]));
 }
 
 #[test]
@@ -861,4 +869,41 @@ fn a_clients_own_parse_is_never_held_and_what_it_returns_is_what_the_client_saw(
     );
     rig.serve(&[parsed(), params_described(), columns(&["a", "b"])]);
     assert_eq!(rig.sent(), strs(&["P pgmux_failed", "S"]));
+}
+
+#[test]
+fn pinned_clients_whose_same_text_names_their_own_tables_keep_their_own_shapes() {
+    // Two sessions, each with its own temporary table `t` of another shape: the same text, two statements
+    // that legitimately differ. Neither is refused, and the statement is not renewed back and forth.
+    let mut rig = Rig::new(10);
+    rig.client(&[query("create temp table t (a int)")]);
+    rig.serve(&[done("CREATE TABLE"), ready(b'I')]);
+    assert!(rig.router.pin().is_some());
+    described_once(&mut rig);
+    let mut other = rig.other_client();
+    std::mem::swap(&mut rig.router, &mut other);
+    rig.on = 1;
+    rig.client(&[query("create temp table t (a int, b int)")]);
+    rig.serve(&[done("CREATE TABLE"), ready(b'I')]);
+    let sent = rig.client(&[parse("x", STAR), describe(b'S', "x"), bind("x"), execute(), sync()]);
+    assert_eq!(sent, strs(&["P pgmux_1", "DS pgmux_1", "DS pgmux_1", "B pgmux_1", "E", "S"]));
+    let two = columns(&["a", "b"]);
+    let seen = rig.serve(&[
+        parsed(),
+        params_described(),
+        two.clone(),
+        params_described(),
+        two,
+        bound(),
+        row(),
+        done("SELECT 1"),
+        ready(b'I'),
+    ]);
+    assert_eq!(seen, strs(&["1", "t", "T", "2", "D", "C", "Z"]));
+    assert_eq!(rig.client(&[bind("x"), execute(), sync()]), strs(&["B pgmux_1", "E", "S"]));
+    rig.serve(&[bound(), row(), done("SELECT 1"), ready(b'I')]);
+    std::mem::swap(&mut rig.router, &mut other);
+    rig.on = 0;
+    assert_eq!(rig.client(&use_s1()), strs(&["B pgmux_1", "E", "S"]));
+    assert_eq!(rig.registry.intern(&parse_key(STAR)).id, 1, "still the one statement");
 }
