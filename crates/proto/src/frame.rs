@@ -97,6 +97,8 @@ pub enum Step {
 #[derive(Clone, Debug)]
 pub struct Framer {
     sender: Sender,
+    /// The largest body accepted for a message that may carry data (at most [`LARGE_MESSAGE_LIMIT`]).
+    large_limit: usize,
     /// Bytes of the current streamed message not yet passed on; zero between messages.
     streaming: usize,
     streaming_tag: u8,
@@ -105,7 +107,13 @@ pub struct Framer {
 impl Framer {
     /// A framer for messages sent by `sender`.
     pub fn new(sender: Sender) -> Self {
-        Framer { sender, streaming: 0, streaming_tag: 0 }
+        Framer::with_limit(sender, LARGE_MESSAGE_LIMIT)
+    }
+
+    /// A framer that refuses data-carrying messages larger than `large_limit` (PostgreSQL's own 1 GiB at
+    /// most): a pooler may hold a client's Query, Parse or Bind whole, so it bounds them tighter.
+    pub fn with_limit(sender: Sender, large_limit: usize) -> Self {
+        Framer { sender, large_limit: large_limit.min(LARGE_MESSAGE_LIMIT), streaming: 0, streaming_tag: 0 }
     }
 
     /// True while a streamed message has been started but not finished.
@@ -129,7 +137,7 @@ impl Framer {
         };
         let tag = header[0];
         let raw = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let limit = limit_for(self.sender, tag)?;
+        let limit = limit_for(self.sender, tag)?.min(self.large_limit.max(SMALL_MESSAGE_LIMIT));
         if raw < 4 {
             return Err(FrameError::BadLength { tag, len: raw });
         }
@@ -185,6 +193,17 @@ mod tests {
         v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
         v.extend_from_slice(body);
         v
+    }
+
+    #[test]
+    fn a_tighter_limit_refuses_large_messages_but_not_small_ones() {
+        let mut f = Framer::with_limit(Sender::Frontend, 100_000);
+        let big = [b'Q', 0, 1, 0x86, 0xa1]; // 100,001 bytes
+        assert_eq!(f.step(&big), Err(FrameError::TooLong { tag: b'Q', len: 100_001, limit: 100_000 }));
+        assert!(matches!(f.step(&msg(b'S', b"")), Ok(Step::Message { .. })));
+        // A limit below PostgreSQL's small-message limit does not shrink that one.
+        let mut tiny = Framer::with_limit(Sender::Frontend, 10);
+        assert!(matches!(tiny.step(&msg(b'Q', &[b'x'; 50])), Ok(Step::Message { .. })));
     }
 
     #[test]

@@ -127,6 +127,9 @@ pub(crate) struct Router {
     pin_reported: bool,
     /// A SET, RESET or set_config ran: read the session's settings back before the server leaves.
     settings_dirty: bool,
+    /// A COMMIT, or a write outside a transaction block, was sent and its unit has not ended: if the server
+    /// is lost now, whether it committed is unknown (08007, not 08006).
+    commit_in_flight: bool,
     /// What [`Mode::Checking`] waits for. Boxed: every byte here is paid by each idle client.
     check: Option<Box<Check>>,
 }
@@ -176,6 +179,7 @@ impl Router {
             pin: None,
             pin_reported: false,
             settings_dirty: false,
+            commit_in_flight: false,
             check: None,
         }
     }
@@ -338,9 +342,15 @@ impl Router {
         self.settings_dirty |= facts.set_config;
     }
 
+    /// Notes a statement about to run: whether it may commit (see [`sql::may_commit`]).
+    fn note_run(&mut self, sql: &str, server: &ServerView<'_>) {
+        self.commit_in_flight |= sql::may_commit(sql, server.tracker.status() != TxStatus::Idle);
+    }
+
     fn route_query(&mut self, msg: Bytes, server: &mut ServerView<'_>) {
         let Ok(sql) = frontend::query(&msg[5..]) else { return server.forward(b'Q', msg) };
         self.note_sql(sql);
+        self.note_run(sql, server);
         if self.tracking
             && server.tracker.nothing_owed()
             && let Some(name) = sql::deallocate_name(sql)
@@ -426,6 +436,12 @@ impl Router {
         let Ok((_, name, range)) = frontend::bind_names(&msg[5..]) else { return server.forward(b'B', msg) };
         if name.is_empty() {
             self.ensure_unnamed(server);
+            let unnamed = self.names.unnamed.clone();
+            match unnamed.as_deref().and_then(|parse| frontend::parse_name(&parse[5..]).ok()) {
+                Some((_, key)) => self.note_run(frontend::parse_query(key).unwrap_or_default(), server),
+                // A statement pgmux never saw parsed: it may write.
+                None => self.commit_in_flight |= server.tracker.status() == TxStatus::Idle,
+            }
             return server.forward(b'B', msg);
         }
         let name = name.to_owned();
@@ -439,6 +455,7 @@ impl Router {
             // plan: the server says so.
             Use::Ready(stmt) | Use::Stale(stmt, _) => {
                 Self::prepare_on(server, &stmt);
+                self.note_run(stmt.query(), server);
                 let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
                 encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
                 server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));

@@ -4,6 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 use pgmux_proto::backend::{self, ErrorFields};
+use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{TxStatus, sqlstate};
 
 use super::{Mode, Router, ServerView, ready_for_query};
@@ -39,8 +40,10 @@ impl Router {
         let route = match tag {
             b'Z' => {
                 let status = backend::ready_for_query(body)?;
-                tracker
-                    .server_ready(status, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?
+                let route = tracker
+                    .server_ready(status, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?;
+                self.commit_in_flight &= tracker.pending() > 0;
+                route
             }
             b'E' => {
                 let f = ErrorFields::parse(body)?;
@@ -128,9 +131,63 @@ impl Router {
         }
     }
 
-    /// The linked server is gone: undoes what it was asked, forgets the session state it held, and returns
-    /// what the client is told in place of the replies it was owed (`error` for each).
-    pub(crate) fn server_lost(&mut self, mut tracker: TxTracker<Undo>, error: &Bytes, registry: &Registry) -> Bytes {
+    /// The link is dropped to run the transaction again elsewhere (it never ran here): undoes what was asked
+    /// of this server, as if the messages had not come yet (a Bind held for a check comes again too).
+    pub(crate) fn rewind(&mut self, mut tracker: TxTracker<Undo>, registry: &Registry) {
+        self.check = None;
+        for note in tracker.abandon() {
+            self.undo(note, None, registry, &mut false);
+        }
+        self.mode = Mode::Normal;
+        self.commit_in_flight = false;
+    }
+
+    /// The linked server is gone (`failure` says why): undoes what it was asked, forgets the session state it
+    /// held, and returns what the client is told in place of the replies it was owed: one error per unit,
+    /// 08007 if a commit was in flight (it may have happened), else 08006 (the transaction was rolled back).
+    pub(crate) fn server_lost(&mut self, tracker: TxTracker<Undo>, failure: &str, registry: &Registry) -> Bytes {
+        let unknown =
+            tracker.pending() > 0 && (self.commit_in_flight || (!self.tracking && tracker.status() == TxStatus::Idle));
+        let error = if unknown {
+            ErrorMessage::error(
+                sqlstate::TRANSACTION_RESOLUTION_UNKNOWN,
+                format!("server connection lost while a commit was in flight: {failure}"),
+            )
+            .with_detail("The transaction may or may not have committed.")
+            .with_hint("Check whether its changes are there before retrying. The connection to pgmux is still usable.")
+        } else {
+            ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {failure}"))
+                .with_detail("The current transaction, if any, was rolled back.")
+                .with_hint("The connection to pgmux is still usable; retry the transaction.")
+        };
+        self.unlink_with(tracker, &error.to_bytes(), registry)
+    }
+
+    /// `query_timeout` passed: the query was cancelled and its server connection given up. Like
+    /// [`server_lost`](Self::server_lost), with PostgreSQL's code for a cancelled statement and a message
+    /// that names the setting.
+    pub(crate) fn query_timed_out(
+        &mut self,
+        tracker: TxTracker<Undo>,
+        after: std::time::Duration,
+        registry: &Registry,
+    ) -> Bytes {
+        let detail = if self.commit_in_flight {
+            "A commit was in flight: it may have happened before the cancel."
+        } else {
+            "The current transaction, if any, was rolled back."
+        };
+        let error = ErrorMessage::error(
+            sqlstate::QUERY_CANCELED,
+            format!("canceling statement due to query_timeout ({}s)", after.as_secs_f32()),
+        )
+        .with_detail(detail)
+        .with_hint("The connection to pgmux is still usable.");
+        self.unlink_with(tracker, &error.to_bytes(), registry)
+    }
+
+    /// The link is gone: undoes its bookkeeping and answers each unit it owed with `error`.
+    fn unlink_with(&mut self, mut tracker: TxTracker<Undo>, error: &Bytes, registry: &Registry) -> Bytes {
         // A check is asked inside the client's unit, which the loss ends.
         let checking = self.check.take().is_some();
         let pending = tracker.pending();
@@ -139,6 +196,7 @@ impl Router {
         }
         self.pin = None;
         self.pin_reported = false;
+        self.commit_in_flight = false;
         let mut reply = BytesMut::new();
         for _ in 0..pending {
             reply.extend_from_slice(error);
