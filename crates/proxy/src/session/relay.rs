@@ -57,9 +57,10 @@ impl Session {
             }
         }
         let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
-        // While the router holds, the client's messages wait in its socket.
+        // While the router holds, what the client sends waits unread in its buffer, up to a bound (reading
+        // still notices a client that leaves).
         if server_backlog < MAX_QUEUED
-            && !self.router.holding()
+            && (!self.router.holding() || self.client.rbuf.len() < MAX_QUEUED)
             && let Poll::Ready(r) = self.client.poll_read_compact(cx)
         {
             return Poll::Ready(Event::Client(r));
