@@ -164,19 +164,89 @@ async fn newer_protocol_versions_and_options_are_negotiated_down() {
     c.send_query("select 1").await;
     assert_eq!(tags(&c.until_ready().await), "TDCZ");
 
-    let mut old = RawClient::open(fx.addr()).await;
-    old.send(&startup(2 << 16, &[("user", "pgmux_app")])).await;
-    let refused = old.until_closed().await;
-    assert_eq!(refused[0].0, b'E');
-    assert_eq!(sqlstate(&refused[0].1), "0A000");
+    // Older versions are refused (in the old format they read: see
+    // `unsupported_protocol_codes_get_the_answer_postgresql_gives`).
+    let (_, refused) = answer(fx.addr(), &[startup(2 << 16, &[("user", "pgmux_app")])]).await;
+    assert!(refused.starts_with(b"EFATAL:  unsupported frontend protocol 2.0"), "{refused:?}");
+}
+
+/// What a server sends after `packets` until it closes the connection: the one-byte answers to every packet
+/// but the last (encryption requests), then the rest.
+async fn answer(addr: SocketAddr, packets: &[Vec<u8>]) -> (Vec<u8>, Vec<u8>) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut bytes = Vec::new();
+    for (i, p) in packets.iter().enumerate() {
+        c.write_all(p).await.unwrap();
+        if i + 1 < packets.len() {
+            bytes.push(c.read_u8().await.unwrap());
+        }
+    }
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut rest)).await.expect("closed in 10 s").unwrap();
+    (bytes, rest)
+}
+
+/// An ErrorResponse's fields by their code, or the whole answer if it is not one.
+fn fields(answer: &[u8]) -> Vec<(u8, String)> {
+    if answer.len() < 5 || answer[0] != b'E' || answer[1] != 0 {
+        return vec![(b'?', String::from_utf8_lossy(answer).into_owned())];
+    }
+    answer[5..]
+        .split(|&b| b == 0)
+        .filter(|f| !f.is_empty())
+        .map(|f| (f[0], String::from_utf8_lossy(&f[1..]).into_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_protocol_codes_get_the_answer_postgresql_gives() {
+    let fx = trust().await;
+    let real: SocketAddr = format!("{}:{}", fx.pg.host(), fx.pg.port()).parse().unwrap();
+    let ssl_request = vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let mut cases: Vec<Vec<Vec<u8>>> = [0, 5, 1 << 16, 2 << 16, (2 << 16) | 5, 4 << 16, (1234 << 16) | 5681, u32::MAX]
+        .into_iter()
+        .map(|code| vec![startup(code, &[("user", "pgmux_app")])])
+        .collect();
+    // What follows an unknown code is never read: it need not parse.
+    cases.push(vec![b"\x00\x00\x00\x10GARBAGEGARBAGE!".to_vec()]);
+    // A second SSLRequest after the first was refused is an unknown code too (1234.5679).
+    cases.push(vec![ssl_request.clone(), ssl_request]);
+    for packets in &cases {
+        let (their_bytes, theirs) = answer(real, packets).await;
+        let (our_bytes, ours) = answer(fx.addr(), packets).await;
+        assert_eq!(our_bytes, their_bytes, "SSLRequests answered alike");
+        if theirs.starts_with(b"EFATAL:  ") {
+            // The old format a client of protocol 1 or 2 reads: the same bytes.
+            assert_eq!(String::from_utf8_lossy(&ours), String::from_utf8_lossy(&theirs));
+        } else {
+            // The same fields, less the source file, line and routine PostgreSQL names.
+            let theirs: Vec<_> = fields(&theirs).into_iter().filter(|(code, _)| !b"FLR".contains(code)).collect();
+            assert_eq!(fields(&ours), theirs);
+            assert!(theirs.contains(&(b'C', "0A000".into())), "{theirs:?}");
+        }
+    }
+    // GSSAPI cannot be compared (PostgreSQL offers it): a second GSSENCRequest after pgmux refused the first
+    // is refused as PostgreSQL refuses any request it already answered.
+    let gss = vec![0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30];
+    let mut c = RawClient::open(fx.addr()).await;
+    c.send(&gss).await;
+    assert_eq!(c.byte().await, b'N');
+    c.send(&gss).await;
+    let got = c.until_closed().await;
+    assert_eq!(sqlstate(&got[0].1), "0A000");
+    assert!(String::from_utf8_lossy(&got[0].1).contains("unsupported frontend protocol 1234.5680"), "{got:?}");
+    // pgmux goes on serving.
+    let mut c = RawClient::connect(fx.addr()).await;
+    c.send_query("select 1").await;
+    assert_eq!(tags(&c.until_ready().await), "TDCZ");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_and_oversized_input_get_08p01_and_pgmux_keeps_serving() {
     let fx = trust().await;
-    // Random bytes instead of a start-up packet.
+    // A start-up packet that does not parse.
     let mut c = RawClient::open(fx.addr()).await;
-    c.send(b"\x00\x00\x00\x10GARBAGEGARBAGE!").await;
+    c.send(&[&16u32.to_be_bytes()[..], &V3_0.to_be_bytes(), b"GARBAGE!"].concat()).await;
     let got = c.until_closed().await;
     assert_eq!(tags(&got), "E");
     assert_eq!(sqlstate(&got[0].1), "08P01");

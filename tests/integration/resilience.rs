@@ -95,6 +95,12 @@ async fn a_writer_turned_read_only_gets_no_more_writes_and_the_write_waits_for_a
     // A blue/green-like switch: the node stays up but refuses writes; later it takes them again.
     oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
     oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    // pg_reload_conf only asks the postmaster: once a new backend starts read-only, the postmaster has
+    // signalled the existing ones too, and pgmux's server connection applies it before its next command.
+    let reloaded = common::eventually(Duration::from_secs(5), || async {
+        scalar(&common::direct(&fx.pg).await, "show default_transaction_read_only").await == "on"
+    });
+    assert!(reloaded.await, "the server never turned read-only");
     let writer = tokio::spawn(async move {
         let answer = c.batch_execute("insert into ledger values (2)").await;
         (answer, c)

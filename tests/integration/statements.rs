@@ -212,6 +212,110 @@ async fn a_stale_plan_after_ddl_is_re_prepared() {
     assert_eq!(row.1[..2], [0, 2], "the new plan has both columns");
 }
 
+/// tokio-postgres's answer to using a prepared statement: its column count, or the SQLSTATE and message.
+async fn run(c: &tokio_postgres::Client, stmt: &tokio_postgres::Statement) -> Result<usize, (String, String)> {
+    match c.query_one(stmt, &[]).await {
+        Ok(row) => Ok(row.len()),
+        Err(e) => Err((common::code(&e), common::message(&e))),
+    }
+}
+
+fn stale() -> Result<usize, (String, String)> {
+    Err(("0A000".into(), "cached plan must not change result type".into()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_alter_table_each_client_gets_0a000_on_whichever_server_and_its_driver_recovers() {
+    // What PostgreSQL says to a client on its own connection after ALTER TABLE changes a prepared SELECT *:
+    // 0A000 on each use, until the client prepares it again. Through pgmux, on a server that had the
+    // statement (PostgreSQL says it), and on one that had not (pgmux prepares it there anew and must say it).
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle
+        .batch_execute("create table shape (a int); insert into shape values (1); alter table shape owner to pgmux_app")
+        .await
+        .unwrap();
+    let (a, b) = (fx.client().await, fx.client().await);
+    let sql = "select * from shape";
+    let sa = a.prepare(sql).await.unwrap();
+    assert_eq!(run(&a, &sa).await, Ok(1));
+    let sb = b.prepare(sql).await.unwrap();
+    assert_eq!(run(&b, &sb).await, Ok(1));
+    assert_eq!(common::pgmux_backends(&oracle).await, 1, "one server connection had it all");
+    let had = scalar(&a, "select pg_backend_pid()").await;
+
+    oracle.batch_execute("alter table shape add column b int default 2").await.unwrap();
+    // A, on the server that had the statement: PostgreSQL's own error.
+    assert_eq!(run(&a, &sa).await, stale());
+    // B, on a server that never had it (A holds the first in a transaction): pgmux prepares it there, sees
+    // that it now returns two columns, and answers as PostgreSQL would have.
+    a.batch_execute("begin").await.unwrap();
+    assert_eq!(scalar(&a, "select pg_backend_pid()").await, had);
+    assert_eq!(run(&b, &sb).await, stale());
+    assert_ne!(scalar(&b, "select pg_backend_pid()").await, had, "B was on the other server");
+    // Each use fails until the client prepares again; inside A's transaction, the transaction fails with it.
+    assert_eq!(run(&b, &sb).await, stale());
+    assert_eq!(run(&a, &sa).await, stale());
+    let aborted = a.simple_query("select 1").await.unwrap_err();
+    assert_eq!(common::code(&aborted), "25P02", "the transaction failed, as in PostgreSQL");
+    a.batch_execute("rollback").await.unwrap();
+    // The drivers prepare again and see the new column, on either server.
+    for c in [&a, &b] {
+        let again = c.prepare(sql).await.unwrap();
+        assert_eq!(again.columns().len(), 2);
+        for _ in 0..3 {
+            let row = c.query_one(&again, &[]).await.unwrap();
+            assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (1, 2));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_prepared_anew_after_ddl_is_refused_before_it_runs() {
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (id int); alter table ledger owner to pgmux_app").await.unwrap();
+    let (a, b) = (fx.client().await, fx.client().await);
+    let insert = "insert into ledger (id) values ($1) returning *";
+    let ia = a.prepare(insert).await.unwrap();
+    a.query_one(&ia, &[&1i32]).await.unwrap();
+    let ib = b.prepare(insert).await.unwrap();
+    b.query_one(&ib, &[&2i32]).await.unwrap();
+    assert_eq!(common::pgmux_backends(&oracle).await, 1);
+
+    oracle.batch_execute("alter table ledger add column note text default 'x'").await.unwrap();
+    // B lands on a server that never had the statement: it must be refused without the row being written.
+    a.batch_execute("begin").await.unwrap();
+    let err = b.query_one(&ib, &[&3i32]).await.unwrap_err();
+    assert_eq!((common::code(&err), common::message(&err)), (stale().unwrap_err()));
+    a.batch_execute("commit").await.unwrap();
+    let ids: Vec<i32> =
+        oracle.query("select id from ledger order by id", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids, [1, 2], "the refused insert did not run");
+    // Prepared again, it writes and returns the new column.
+    let again = b.prepare(insert).await.unwrap();
+    let row = b.query_one(&again, &[&3i32]).await.unwrap();
+    assert_eq!(row.get::<_, String>(1), "x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_text_over_each_sessions_own_temporary_table_is_never_refused() {
+    // Two pinned clients, each with a temporary table of another shape under one name: one text, two
+    // shapes, both right. pgmux must not take one for the other's stale plan.
+    let fx = common::start("pool_max = 2").await;
+    let (a, b) = (fx.client().await, fx.client().await);
+    a.batch_execute("create temp table scratch (x int); insert into scratch values (1)").await.unwrap();
+    b.batch_execute("create temp table scratch (x int, y int); insert into scratch values (1, 2)").await.unwrap();
+    let sa = a.prepare("select * from scratch").await.unwrap();
+    let sb = b.prepare("select * from scratch").await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(run(&a, &sa).await, Ok(1));
+        assert_eq!(run(&b, &sb).await, Ok(2));
+    }
+    let again = a.prepare("select * from scratch").await.unwrap();
+    assert_eq!((run(&a, &again).await, run(&b, &sb).await, run(&a, &sa).await), (Ok(1), Ok(2), Ok(1)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_keep_at_most_max_prepared_statements() {
     let fx = trust("pool_max = 1\nmax_prepared_statements = 3").await;

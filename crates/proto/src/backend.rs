@@ -181,6 +181,36 @@ pub fn data_row(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ParseError> {
     Ok(out)
 }
 
+/// One column of a `RowDescription`, as PostgreSQL compares result types (the table and column number it
+/// came from, its type's length and the format code are left out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResultColumn<'a> {
+    /// The column's name.
+    pub name: &'a str,
+    /// The OID of its type.
+    pub type_oid: i32,
+    /// Its type modifier (`-1` for none).
+    pub type_modifier: i32,
+}
+
+/// The columns of a `RowDescription` body, in order.
+pub fn row_description(body: &[u8]) -> Result<Vec<ResultColumn<'_>>, ParseError> {
+    let mut c = Cursor::new(body, "RowDescription");
+    let n = c.i16()?;
+    let mut out = Vec::with_capacity(n.clamp(0, 1600) as usize);
+    for _ in 0..n {
+        let name = c.cstr()?;
+        let _table_and_column = c.bytes(6)?;
+        let type_oid = c.i32()?;
+        let _type_length = c.i16()?;
+        let type_modifier = c.i32()?;
+        let _format = c.i16()?;
+        out.push(ResultColumn { name, type_oid, type_modifier });
+    }
+    c.finish()?;
+    Ok(out)
+}
+
 /// The command tag of a `CommandComplete` body, without its terminator.
 pub fn command_tag(body: &[u8]) -> Result<&str, ParseError> {
     let mut c = Cursor::new(body, "CommandComplete");
@@ -191,6 +221,24 @@ pub fn command_tag(body: &[u8]) -> Result<&str, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_description_keeps_what_result_types_are_compared_on() {
+        // Two columns: a int4 from table 16384 column 1 in text, b varchar(10) (typmod 14) in binary.
+        let body = b"\0\x02a\0\0\0\x40\0\0\x01\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0\
+b\0\0\0\0\0\0\0\0\0\x04\x13\xff\xff\0\0\0\x0e\0\x01";
+        let columns = row_description(body).unwrap();
+        assert_eq!(
+            columns,
+            [
+                ResultColumn { name: "a", type_oid: 23, type_modifier: -1 },
+                ResultColumn { name: "b", type_oid: 1043, type_modifier: 14 },
+            ]
+        );
+        assert!(row_description(&body[..body.len() - 1]).is_err(), "truncated");
+        assert!(row_description(b"\0\0\0").is_err(), "trailing bytes");
+        assert_eq!(row_description(b"\0\0").unwrap(), [], "no columns");
+    }
 
     #[test]
     fn error_fields_prefer_the_non_localised_severity() {

@@ -193,6 +193,25 @@ pub fn negotiate_protocol_version(buf: &mut BytesMut, newest_minor: i32, unrecog
     });
 }
 
+/// PostgreSQL's words for a start-up packet whose code it does not speak: a protocol version other than 3.x,
+/// or an encryption request it already answered.
+pub fn unsupported_protocol_text(code: u32) -> String {
+    format!("unsupported frontend protocol {}.{}: server supports 3.0 to 3.0", code >> 16, code & 0xffff)
+}
+
+/// PostgreSQL's refusal of such a packet, FATAL 0A000, in the format the client asked for: a client that
+/// named protocol 1 or 2 (any code below 3.0 but 0) gets the old format it can read (the tag, then
+/// `FATAL:  <text>\n` NUL-terminated, without a length word); every other one gets an ErrorResponse.
+pub fn unsupported_protocol(buf: &mut BytesMut, code: u32) {
+    let text = unsupported_protocol_text(code);
+    if code >> 16 >= 3 || code == 0 {
+        ErrorMessage::fatal(crate::sqlstate::FEATURE_NOT_SUPPORTED, text).encode(buf);
+    } else {
+        buf.put_u8(b'E');
+        cstr(buf, &format!("FATAL:  {text}\n"));
+    }
+}
+
 /// `ParseComplete`.
 pub fn parse_complete(buf: &mut BytesMut) {
     message(buf, b'1', |_| {});
@@ -370,6 +389,30 @@ mod tests {
         assert_eq!(bytes(|b| query(b, "select 1")), b"Q\0\0\0\x0dselect 1\0");
         assert_eq!(bytes(|b| backend_key_data(b, 1, 2)), b"K\0\0\0\x0c\0\0\0\x01\0\0\0\x02");
         assert_eq!(bytes(|b| parameter_status(b, "a", "b")), b"S\0\0\0\x08a\0b\0", "name and value are NUL-terminated");
+    }
+
+    #[test]
+    fn golden_unsupported_protocol_in_the_format_the_client_asked_for() {
+        // The bytes PostgreSQL 15 sends, without the source file, line and routine fields it adds.
+        assert_eq!(
+            bytes(|b| unsupported_protocol(b, 4 << 16)),
+            b"E\0\0\0\x59SFATAL\0VFATAL\0C0A000\0Munsupported frontend protocol 4.0: server supports 3.0 to 3.0\0\0"
+                .to_vec()
+        );
+        assert_eq!(
+            bytes(|b| unsupported_protocol(b, (1234 << 16) | 5679)),
+            b"E\0\0\0\x5fSFATAL\0VFATAL\0C0A000\0Munsupported frontend protocol 1234.5679: server supports 3.0 to 3.0\0\0"
+                .to_vec()
+        );
+        assert_eq!(
+            bytes(|b| unsupported_protocol(b, 2 << 16)),
+            b"EFATAL:  unsupported frontend protocol 2.0: server supports 3.0 to 3.0\n\0".to_vec()
+        );
+        assert_eq!(
+            bytes(|b| unsupported_protocol(b, 5)),
+            b"EFATAL:  unsupported frontend protocol 0.5: server supports 3.0 to 3.0\n\0".to_vec()
+        );
+        assert_eq!(bytes(|b| unsupported_protocol(b, 0))[..5], *b"E\0\0\0\x59", "0.0 gets the new format");
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub enum StartupRequest {
     },
     /// StartupMessage.
     Startup(StartupMessage),
+    /// A code that is neither a request above nor protocol 3.x: the protocol version (or request) the
+    /// client asked for, as it came. PostgreSQL refuses it before it reads anything after the code.
+    Unsupported(u32),
 }
 
 /// A StartupMessage: protocol version and parameters.
@@ -98,6 +101,7 @@ fn parse_startup(packet: &[u8]) -> Result<StartupRequest, ParseError> {
             }
             Ok(StartupRequest::Cancel { pid, secret })
         }
+        version if version >> 16 != 3 => Ok(StartupRequest::Unsupported(version as u32)),
         version => {
             let major = (version >> 16) as u16;
             let minor = (version & 0xffff) as u16;
@@ -224,6 +228,17 @@ mod tests {
         assert!(split_startup(&packet(PROTOCOL_3_0, b"user\0app")).is_err());
         // Trailing bytes after an SSLRequest.
         assert!(split_startup(&packet(SSL_REQUEST_CODE, b"x")).is_err());
+    }
+
+    #[test]
+    fn other_protocol_codes_are_unsupported_whatever_follows_them() {
+        // Read before the parameters, as PostgreSQL does: what follows an unknown code need not parse.
+        for code in [0, 2 << 16, (2 << 16) | 5, 4 << 16, 0x4741_5242, -1, (1234 << 16) | 5681] {
+            let got = split_startup(&packet(code, b"no terminator")).unwrap().unwrap();
+            assert_eq!(got.0, StartupRequest::Unsupported(code as u32), "{code:#x}");
+        }
+        let newer = split_startup(&packet(PROTOCOL_3_0 | 2, b"user\0app\0\0")).unwrap().unwrap().0;
+        assert!(matches!(newer, StartupRequest::Startup(StartupMessage { major: 3, minor: 2, .. })));
     }
 
     #[test]

@@ -130,6 +130,7 @@ fn parse_everything(input: &[u8], secret: &ScramSecret) {
         let _ = backend::backend_key_data(b);
         let _ = backend::auth_request(b);
         let _ = backend::data_row(b);
+        let _ = backend::row_description(b);
         let _ = backend::command_tag(b);
         let mut server = ScramServer::new(secret.clone());
         if server.client_first(b).is_ok() {

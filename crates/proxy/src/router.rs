@@ -11,20 +11,24 @@
 //! Statement names: drivers name statements per connection (`s0`, `S_1`, `__asyncpg_stmt_1__`), names
 //! collide across clients and outlive transactions, and the next transaction may land on another server.
 //! So a named statement is keyed by what it is ([`Registry`]), prepared under pgmux's own name on each
-//! server that needs it, and a client's Close or `DEALLOCATE` only drops the client's name.
+//! server that needs it, and a client's Close or `DEALLOCATE` only drops the client's name. A statement
+//! prepared anew for a client that knows what it returns is checked first ([`Mode::Checking`], `check`).
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use pgmux_proto::backend::{self, ErrorFields};
 use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{TxStatus, frontend, sqlstate};
 
 use crate::io::WriteQueue;
-use crate::server::{ServerError, ServerFailure};
 use crate::sql::{self, PinReason};
-use crate::statements::{ClientStatements, Registry, ServerStatements, Statement, Undo, server_name};
-use crate::tracker::{Fate, Reply, Route, TxTracker};
+use crate::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
+use crate::tracker::{Fate, Reply, TxTracker};
+
+mod check;
+mod replies;
+
+use check::{Check, Use};
 
 /// What becomes of client messages until the next Sync. Exclusive: one mode at a time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +44,10 @@ pub(crate) enum Mode {
     DiscardToSync,
     /// The server was lost while the client sat idle inside a transaction: its next unit gets the error.
     LostTransaction,
+    /// pgmux asked the linked server what a statement it prepared anew returns, and the client's next
+    /// messages wait for the answer ([`Router::holding`]). Then the client's Bind goes on, or the client
+    /// gets `cached plan must not change result type` as PostgreSQL would have answered it.
+    Checking,
 }
 
 /// What to do with a message that begins a unit while no server is linked.
@@ -84,6 +92,24 @@ impl ServerView<'_> {
     fn answer(&mut self, reply: Reply, bytes: Bytes, note: Option<Undo>) {
         self.tracker.owe(reply, Fate::Answer(bytes), note);
     }
+
+    /// Queues a Flush, so that the server sends what it owes without waiting for a Sync. pgmux flushes only
+    /// inside a client's unit, which the tracker notes as open.
+    fn flush(&mut self) {
+        self.tracker.client_message(b'H');
+        self.out.push(Bytes::from_static(b"H\0\0\0\x04"));
+    }
+
+    /// Queues a Parse that cannot succeed and whose error the client never sees: the server then fails the
+    /// transaction and skips to the Sync, as it would have for the client message pgmux refused itself. Its
+    /// text is what the server's log shows after the syntax error.
+    fn fail(&mut self) {
+        const QUERY: &[u8] = b"pgmux: cached plan must not change result type\0\0\0";
+        let mut parse = BytesMut::with_capacity(QUERY.len() + 20);
+        encode::parse_with_name(&mut parse, "pgmux_failed", QUERY);
+        self.tracker.owe(Reply::Parse, Fate::Fail, None);
+        self.out.push(parse.freeze());
+    }
 }
 
 /// One client's statements, session state and mode.
@@ -107,6 +133,8 @@ pub(crate) struct Router {
     /// Whether the client's unnamed statement may commit, outside and inside a transaction block (worked
     /// out at its Parse, not at each Bind).
     unnamed_may_commit: [bool; 2],
+    /// What [`Mode::Checking`] waits for. Boxed: every byte here is paid by each idle client.
+    check: Option<Box<Check>>,
 }
 
 fn parse_complete() -> Bytes {
@@ -144,11 +172,6 @@ fn deallocated(status: TxStatus) -> Bytes {
     b.freeze()
 }
 
-/// Whether an error is PostgreSQL's "the prepared statement's result changed under it" (after DDL).
-fn is_stale_plan(f: &ErrorFields<'_>) -> bool {
-    f.code == sqlstate::FEATURE_NOT_SUPPORTED && f.message.contains("cached plan must not change result type")
-}
-
 impl Router {
     pub(crate) fn new(client_id: u64, tracking: bool) -> Self {
         Router {
@@ -161,6 +184,7 @@ impl Router {
             settings_dirty: false,
             commit_in_flight: false,
             unnamed_may_commit: [true; 2],
+            check: None,
         }
     }
 
@@ -187,6 +211,12 @@ impl Router {
     /// Whether the client changed settings that were not read back yet.
     pub(crate) fn settings_dirty(&self) -> bool {
         self.settings_dirty
+    }
+
+    /// Whether the router waits for the linked server before it can take the client's next message: the
+    /// session hands it none (and reads nothing more from the client) until this is false again.
+    pub(crate) fn holding(&self) -> bool {
+        self.mode == Mode::Checking
     }
 
     /// Whether a client message can go to the linked server untouched, without the router: the fast path.
@@ -225,7 +255,8 @@ impl Router {
                 .to_bytes();
                 return self.answer_unit(tag, err);
             }
-            Mode::LostTransaction | Mode::Normal => {}
+            // A check needs a linked server, and losing it ends the check.
+            Mode::LostTransaction | Mode::Normal | Mode::Checking => {}
         }
         match tag {
             // COPY messages after a COPY that already failed: PostgreSQL ignores them too.
@@ -290,10 +321,11 @@ impl Router {
     /// A whole client message for the linked server: queued as it is, rewritten, preceded by what the
     /// server lacks, or answered here in its turn.
     pub(crate) fn linked(&mut self, tag: u8, msg: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
+        debug_assert_ne!(self.mode, Mode::Checking, "the session hands the router nothing while it holds");
         match self.mode {
             Mode::DiscardToSync | Mode::SkipToSync if tag != b'S' => return,
             Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => self.mode = Mode::Normal,
-            Mode::Normal => {}
+            Mode::Normal | Mode::Checking => {}
         }
         match tag {
             b'Q' => self.route_query(msg, server),
@@ -361,35 +393,41 @@ impl Router {
         }
         let name = name.to_owned();
         let stmt = registry.intern(key);
-        self.names.named.insert(name.clone(), Arc::clone(&stmt));
+        self.names.named.insert(name.clone(), Named::new(Arc::clone(&stmt)));
         if server.statements.has(stmt.id) {
             server.statements.cache_hit();
+            // What the copy returns is what the client would see.
+            if let (Some(named), Some(shape)) = (self.names.named.get_mut(&name), server.statements.shape(stmt.id)) {
+                named.shape = Some(shape.clone());
+            }
             let note = Undo::Parse { client_name: name, on_server: None };
             return server.answer(Reply::Parse, parse_complete(), Some(note));
         }
         make_room_for(server, stmt.id);
-        let note = Undo::Parse { client_name: name, on_server: Some(stmt.id) };
+        let note = Undo::Parse { client_name: name.clone(), on_server: Some(stmt.id) };
         server.send(stmt.parse.clone(), Reply::Parse, Fate::Forward, Some(note));
+        if stmt.shape().is_some() {
+            // What this new copy returns is what the client saw, and tells whether the tables changed since
+            // pgmux first saw the statement. No waiting: the client's own Parse decides what it gets.
+            if let Some(named) = self.names.named.get_mut(&name) {
+                named.describing = true;
+            }
+            let describe = describe_statement(&stmt.name);
+            server.send(
+                describe,
+                Reply::DescribeStatement,
+                Fate::Swallow,
+                Some(Undo::Described { client_name: name, stmt }),
+            );
+        }
     }
 
-    /// The statement a client name stands for, renewed if its plan went stale, and prepared on this server
-    /// if it lacks it.
-    fn prepared(
-        &mut self,
-        client_name: &str,
-        server: &mut ServerView<'_>,
-        registry: &Registry,
-    ) -> Option<Arc<Statement>> {
-        let mut stmt = Arc::clone(self.names.named.get(client_name)?);
-        if stmt.is_invalid() {
-            stmt = registry.renew(&stmt);
-            self.names.named.insert(client_name.to_owned(), Arc::clone(&stmt));
-        }
+    /// Prepares `stmt` on the server if it lacks it (the client does not see the ParseComplete).
+    fn prepare_on(server: &mut ServerView<'_>, stmt: &Statement) {
         if !server.statements.has(stmt.id) {
             make_room_for(server, stmt.id);
             server.send(stmt.parse.clone(), Reply::Parse, Fate::Swallow, Some(Undo::Injected(stmt.id)));
         }
-        Some(stmt)
     }
 
     /// Replays the client's last `Parse('')` if the server's unnamed statement is not that one.
@@ -412,18 +450,33 @@ impl Router {
         }
         let name = name.to_owned();
         // A name the client never parsed goes through as it is: the server says it does not exist.
-        let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', msg) };
-        self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
-        let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
-        encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
-        server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
+        let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', msg) };
+        match found {
+            Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
+                self.refuse_stale(&stmt, Reply::Bind, server);
+            }
+            // In a failed transaction PostgreSQL refuses the Bind for that (25P02) before it looks at the
+            // plan: the server says so.
+            Use::Ready(stmt) | Use::Stale(stmt, _) => {
+                Self::prepare_on(server, &stmt);
+                self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
+                let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
+                encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
+                server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
+            }
+            Use::Check(stmt, expected) => {
+                Self::prepare_on(server, &stmt);
+                self.start_check(Some(msg), &stmt, expected, server);
+            }
+        }
     }
 
     /// The first piece of a Bind too large to hold whole: `head` holds its header and at least its two
     /// names; the rest follows unread. Renamed like any Bind, with the length it declares adjusted.
     pub(crate) fn linked_bind_head(&mut self, head: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
+        debug_assert_ne!(self.mode, Mode::Checking, "the session hands the router nothing while it holds");
         match self.mode {
-            Mode::Normal => {}
+            Mode::Normal | Mode::Checking => {}
             // Dropped, and so is the rest (it streams only in Normal mode).
             Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => return,
         }
@@ -433,11 +486,23 @@ impl Router {
             if self.tracking {
                 self.ensure_unnamed(server);
             }
-            self.commit_in_flight |= server.tracker.status() == TxStatus::Idle;
+            let in_transaction = server.tracker.status() != TxStatus::Idle;
+            self.commit_in_flight |= !self.tracking && !in_transaction
+                || self.tracking && self.unnamed_may_commit[usize::from(in_transaction)];
             return server.forward(b'B', head);
         }
         let name = name.to_owned();
-        let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', head) };
+        let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', head) };
+        let stmt = match found {
+            Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
+                // The rest is dropped with the unit (it streams only in Normal mode).
+                return self.refuse_stale(&stmt, Reply::Bind, server);
+            }
+            // A Bind too large to hold cannot wait for a check: it goes on, and the server judges it by
+            // the copy pgmux prepares (docs/architecture.md, step 5).
+            Use::Ready(stmt) | Use::Stale(stmt, _) | Use::Check(stmt, _) => stmt,
+        };
+        Self::prepare_on(server, &stmt);
         self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
         let renamed_len = declared as usize - range.len() + stmt.name.len() + 1;
         let mut renamed = BytesMut::with_capacity(head.len() + stmt.name.len());
@@ -458,10 +523,25 @@ impl Router {
         if self.tracking && statement {
             if name.is_empty() {
                 self.ensure_unnamed(server);
-            } else if let Some(stmt) = self.prepared(name, server, registry) {
-                let mut describe = BytesMut::with_capacity(stmt.name.len() + 7);
-                encode::describe_or_close(&mut describe, b'D', b'S', &stmt.name);
-                return server.send(describe.freeze(), Reply::DescribeStatement, Fate::Forward, Some(Undo::Used(stmt)));
+            } else if let Some(found) = self.statement_for_use(name, server, registry) {
+                return match found {
+                    Use::Ready(stmt) => {
+                        Self::prepare_on(server, &stmt);
+                        let note = Undo::Described { client_name: name.to_owned(), stmt: Arc::clone(&stmt) };
+                        server.send(
+                            describe_statement(&stmt.name),
+                            Reply::DescribeStatement,
+                            Fate::Forward,
+                            Some(note),
+                        );
+                    }
+                    // The client's own Describe asks the question, and its reply (or PostgreSQL's error) is
+                    // the answer.
+                    Use::Check(stmt, expected) | Use::Stale(stmt, expected) => {
+                        Self::prepare_on(server, &stmt);
+                        self.start_check(None, &stmt, expected, server);
+                    }
+                };
             }
         }
         server.forward_describe(statement, msg);
@@ -481,184 +561,15 @@ impl Router {
         }
         // Statements are shared: a client's Close only drops its name; the server keeps the statement for
         // others until it is evicted.
-        let note = self.names.named.remove(name).map(|stmt| Undo::ClientClose(name.to_owned(), stmt));
+        let note = self.names.named.remove(name).map(|named| Undo::ClientClose(name.to_owned(), named));
         server.answer(Reply::Close, close_complete(), note);
     }
+}
 
-    /// Routes one server message other than ParameterStatus (which the session reads itself): whether the
-    /// client sees it, and what it changes. An error means the server connection is lost.
-    #[inline]
-    pub(crate) fn server_message(
-        &mut self,
-        tag: u8,
-        body: &[u8],
-        tracker: &mut TxTracker<Undo>,
-        statements: &mut ServerStatements,
-        registry: &Registry,
-    ) -> Result<Route, ServerFailure> {
-        let mut stale_plan = false;
-        let route = match tag {
-            b'Z' => {
-                let status = backend::ready_for_query(body)?;
-                let route = tracker
-                    .server_ready(status, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?;
-                self.commit_in_flight &= tracker.pending() > 0;
-                route
-            }
-            b'E' => {
-                let f = ErrorFields::parse(body)?;
-                if f.is_fatal() {
-                    return Err(ServerFailure::Fatal(Box::new(ServerError::from_fields(&f))));
-                }
-                stale_plan = is_stale_plan(&f);
-                tracker
-                    .server_message(tag, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?
-            }
-            _ => tracker
-                .server_message(tag, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?,
-        };
-        if tag == b'C'
-            && let Ok(command) = backend::command_tag(body)
-        {
-            self.command_completed(command, statements);
-        }
-        Ok(route)
-    }
-
-    /// Learns from a CommandComplete tag what the statement did to the session.
-    fn command_completed(&mut self, tag: &str, server: &mut ServerStatements) {
-        if let Some(reason) = PinReason::from_tag(tag) {
-            self.pin.get_or_insert(reason);
-        }
-        match tag {
-            "SET" | "RESET" => self.settings_dirty = true,
-            "DEALLOCATE ALL" => {
-                self.names.named.clear();
-                server.clear();
-            }
-            "DISCARD ALL" => {
-                // Every statement, setting, listener, lock and temporary table of the session is gone.
-                self.names = ClientStatements::default();
-                server.clear();
-                self.pin = None;
-                self.pin_reported = false;
-                self.settings_dirty = true;
-            }
-            _ => {}
-        }
-    }
-
-    /// Undoes the bookkeeping of a message that failed or was skipped; the first statement used after
-    /// `cached plan must not change result type` is invalidated everywhere.
-    fn undo(&mut self, note: Undo, server: Option<&mut ServerStatements>, registry: &Registry, stale_plan: &mut bool) {
-        match note {
-            Undo::Parse { client_name, on_server } => {
-                self.names.named.remove(&client_name);
-                if let (Some(id), Some(server)) = (on_server, server) {
-                    server.remove(id);
-                }
-            }
-            Undo::Injected(id) => {
-                if let Some(server) = server {
-                    server.remove(id);
-                }
-            }
-            Undo::Evicted(id) => {
-                if let Some(server) = server {
-                    server.restore(id);
-                }
-            }
-            Undo::ClientClose(name, stmt) => {
-                self.names.named.insert(name, stmt);
-            }
-            Undo::Used(stmt) => {
-                if std::mem::take(stale_plan) {
-                    tracing::info!(statement = stmt.query(), "plan went stale after DDL; re-preparing it");
-                    registry.invalidate(&stmt);
-                    if let Some(server) = server {
-                        server.remove(stmt.id);
-                    }
-                }
-            }
-        }
-    }
-
-    /// The link is dropped to run the transaction again elsewhere (it never ran here): undoes what was asked
-    /// of this server, as if the messages had not come yet.
-    pub(crate) fn rewind(&mut self, mut tracker: TxTracker<Undo>, registry: &Registry) {
-        for note in tracker.abandon() {
-            self.undo(note, None, registry, &mut false);
-        }
-        self.mode = Mode::Normal;
-        self.commit_in_flight = false;
-    }
-
-    /// The linked server is gone (`failure` says why): undoes what it was asked, forgets the session state it
-    /// held, and returns what the client is told in place of the replies it was owed: one error per unit,
-    /// 08007 if a commit was in flight (it may have happened), else 08006 (the transaction was rolled back).
-    pub(crate) fn server_lost(&mut self, tracker: TxTracker<Undo>, failure: &str, registry: &Registry) -> Bytes {
-        let unknown =
-            tracker.pending() > 0 && (self.commit_in_flight || (!self.tracking && tracker.status() == TxStatus::Idle));
-        let error = if unknown {
-            ErrorMessage::error(
-                sqlstate::TRANSACTION_RESOLUTION_UNKNOWN,
-                format!("server connection lost while a commit was in flight: {failure}"),
-            )
-            .with_detail("The transaction may or may not have committed.")
-            .with_hint("Check whether its changes are there before retrying. The connection to pgmux is still usable.")
-        } else {
-            ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {failure}"))
-                .with_detail("The current transaction, if any, was rolled back.")
-                .with_hint("The connection to pgmux is still usable; retry the transaction.")
-        };
-        self.unlink_with(tracker, &error.to_bytes(), registry)
-    }
-
-    /// `query_timeout` passed: the query was cancelled and its server connection given up. Like
-    /// [`server_lost`](Self::server_lost), with PostgreSQL's code for a cancelled statement and a message
-    /// that names the setting.
-    pub(crate) fn query_timed_out(
-        &mut self,
-        tracker: TxTracker<Undo>,
-        after: std::time::Duration,
-        registry: &Registry,
-    ) -> Bytes {
-        let detail = if self.commit_in_flight {
-            "A commit was in flight: it may have happened before the cancel."
-        } else {
-            "The current transaction, if any, was rolled back."
-        };
-        let error = ErrorMessage::error(
-            sqlstate::QUERY_CANCELED,
-            format!("canceling statement due to query_timeout ({}s)", after.as_secs_f32()),
-        )
-        .with_detail(detail)
-        .with_hint("The connection to pgmux is still usable.");
-        self.unlink_with(tracker, &error.to_bytes(), registry)
-    }
-
-    /// The link is gone: undoes its bookkeeping and answers each unit it owed with `error`.
-    fn unlink_with(&mut self, mut tracker: TxTracker<Undo>, error: &Bytes, registry: &Registry) -> Bytes {
-        let pending = tracker.pending();
-        for note in tracker.abandon() {
-            self.undo(note, None, registry, &mut false);
-        }
-        self.pin = None;
-        self.pin_reported = false;
-        self.commit_in_flight = false;
-        let mut reply = BytesMut::new();
-        for _ in 0..pending {
-            reply.extend_from_slice(error);
-            reply.extend_from_slice(&ready_for_query(TxStatus::Idle));
-        }
-        if tracker.unit_open() {
-            reply.extend_from_slice(error);
-            self.mode = Mode::SkipToSync;
-        } else if pending == 0 && tracker.status() != TxStatus::Idle {
-            self.mode = Mode::LostTransaction;
-        }
-        reply.freeze()
-    }
+fn describe_statement(name: &str) -> Bytes {
+    let mut describe = BytesMut::with_capacity(name.len() + 7);
+    encode::describe_or_close(&mut describe, b'D', b'S', name);
+    describe.freeze()
 }
 
 /// Records `id` as prepared on the server, closing the least recently used statement if that makes too many

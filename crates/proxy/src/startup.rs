@@ -4,7 +4,7 @@
 
 use bytes::BytesMut;
 use pgmux_proto::encode::ErrorMessage;
-use pgmux_proto::frontend::{StartupMessage, StartupRequest, split_startup};
+use pgmux_proto::frontend::{GSSENC_REQUEST_CODE, SSL_REQUEST_CODE, StartupMessage, StartupRequest, split_startup};
 use pgmux_proto::{encode, sqlstate};
 
 use tokio_rustls::TlsAcceptor;
@@ -23,7 +23,7 @@ pub(crate) enum Opening {
 /// Why the opening failed.
 #[derive(Debug)]
 pub(crate) enum OpeningError {
-    /// The client went away or the socket failed; nothing to tell it.
+    /// Nothing (more) to tell the client: it went away, its socket failed, or it was told already.
     Gone,
     /// The client sent something unusable; tell it this, then close.
     Refused(ErrorMessage),
@@ -35,13 +35,14 @@ impl From<std::io::Error> for OpeningError {
     }
 }
 
-/// Encryption requests a client may send before its start-up message (libpq tries GSS, then TLS).
-const MAX_ENCRYPTION_REQUESTS: usize = 2;
-
 /// Reads packets until a start-up message or a cancel request arrives, answering encryption requests and
 /// protocol versions newer than 3.0 (with NegotiateProtocolVersion).
+///
+/// Encryption requests follow PostgreSQL's rules: one SSLRequest, and one GSSENCRequest (refused here, as
+/// pgmux has no GSSAPI) that may come before or after it; once TLS is on, neither again. A request that
+/// comes when it may not is refused as PostgreSQL refuses it, as an unsupported protocol code.
 pub(crate) async fn read_opening(conn: &mut Conn, tls: Option<&TlsAcceptor>) -> Result<Opening, OpeningError> {
-    let mut requests = 0;
+    let (mut ssl_done, mut gss_done) = (false, false);
     loop {
         let parsed = split_startup(&conn.rbuf)
             .map_err(|e| OpeningError::Refused(ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string())))?;
@@ -53,23 +54,11 @@ pub(crate) async fn read_opening(conn: &mut Conn, tls: Option<&TlsAcceptor>) -> 
         };
         let _ = conn.rbuf.split_to(used);
         match request {
-            request @ (StartupRequest::Ssl | StartupRequest::GssEnc) => {
-                requests += 1;
-                if requests > MAX_ENCRYPTION_REQUESTS {
-                    return Err(OpeningError::Refused(ErrorMessage::fatal(
-                        sqlstate::PROTOCOL_VIOLATION,
-                        "too many encryption requests",
-                    )));
-                }
-                if !conn.rbuf.is_empty() {
-                    // Bytes after an encryption request would be a TLS handshake sent blind: refuse.
-                    return Err(OpeningError::Refused(ErrorMessage::fatal(
-                        sqlstate::PROTOCOL_VIOLATION,
-                        "received unencrypted data after an encryption request",
-                    )));
-                }
-                match (request, tls) {
-                    (StartupRequest::Ssl, Some(acceptor)) if matches!(conn.stream, Stream::Tcp(_)) => {
+            StartupRequest::Ssl if !ssl_done => {
+                refuse_data_after_request(conn)?;
+                ssl_done = true;
+                match tls {
+                    Some(acceptor) if matches!(conn.stream, Stream::Tcp(_)) => {
                         conn.send(bytes::Bytes::from_static(b"S")).await?;
                         let tcp = conn.take_tcp().ok_or(OpeningError::Gone)?;
                         let tls_stream = acceptor.accept(tcp).await.map_err(|e| {
@@ -77,32 +66,54 @@ pub(crate) async fn read_opening(conn: &mut Conn, tls: Option<&TlsAcceptor>) -> 
                             OpeningError::Gone
                         })?;
                         conn.stream = Stream::TlsFromClient(Box::new(tls_stream));
+                        gss_done = true;
                     }
-                    _ => conn.send(bytes::Bytes::from_static(b"N")).await?,
+                    // PostgreSQL lets a client refused TLS ask for GSSAPI next.
+                    _ => {
+                        conn.send(bytes::Bytes::from_static(b"N")).await?;
+                        gss_done = false;
+                    }
                 }
             }
+            StartupRequest::GssEnc if !gss_done => {
+                refuse_data_after_request(conn)?;
+                conn.send(bytes::Bytes::from_static(b"N")).await?;
+                // And a client refused GSSAPI may ask for TLS next.
+                (gss_done, ssl_done) = (true, false);
+            }
+            StartupRequest::Ssl => return Err(unsupported(conn, SSL_REQUEST_CODE as u32).await),
+            StartupRequest::GssEnc => return Err(unsupported(conn, GSSENC_REQUEST_CODE as u32).await),
+            StartupRequest::Unsupported(code) => return Err(unsupported(conn, code).await),
             StartupRequest::Cancel { pid, secret } => return Ok(Opening::Cancel { pid, secret }),
             StartupRequest::Startup(msg) => {
-                if msg.major != 3 {
-                    // Versions 1 and 2 existed; anything else is not a start-up packet at all.
-                    let code = if matches!(msg.major, 1 | 2) {
-                        sqlstate::FEATURE_NOT_SUPPORTED
-                    } else {
-                        sqlstate::PROTOCOL_VIOLATION
-                    };
-                    return Err(OpeningError::Refused(ErrorMessage::fatal(
-                        code,
-                        format!(
-                            "unsupported frontend protocol {}.{}: server supports 3.0 to 3.0",
-                            msg.major, msg.minor
-                        ),
-                    )));
-                }
                 negotiate(conn, &msg);
                 return Ok(Opening::Session(msg));
             }
         }
     }
+}
+
+/// Bytes after an encryption request would be a TLS handshake sent blind, or injected: refused.
+fn refuse_data_after_request(conn: &Conn) -> Result<(), OpeningError> {
+    if conn.rbuf.is_empty() {
+        return Ok(());
+    }
+    Err(OpeningError::Refused(ErrorMessage::fatal(
+        sqlstate::PROTOCOL_VIOLATION,
+        "received unencrypted data after an encryption request",
+    )))
+}
+
+/// Refuses a start-up packet whose code pgmux does not speak with PostgreSQL's own answer, written here
+/// because a client that asked for protocol 1 or 2 gets it in the old format.
+async fn unsupported(conn: &mut Conn, code: u32) -> OpeningError {
+    tracing::info!(code = sqlstate::FEATURE_NOT_SUPPORTED, message = %encode::unsupported_protocol_text(code),
+        "client login refused");
+    let mut buf = BytesMut::new();
+    encode::unsupported_protocol(&mut buf, code);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(buf.freeze())).await;
+    // Told already: nothing more to send.
+    OpeningError::Gone
 }
 
 /// Tells a client that asked for a newer minor version or for `_pq_.` options what pgmux speaks: 3.0 and

@@ -10,13 +10,55 @@
 //!
 //! The unnamed statement is tracked too: a client's last `Parse('')` is remembered, and replayed when its
 //! `Bind('')` lands on a server whose unnamed statement is someone else's (or gone).
+//!
+//! DDL can change what a statement returns (`ALTER TABLE … ADD COLUMN` under `SELECT *`). PostgreSQL then
+//! refuses the old prepared statement with `cached plan must not change result type` until the client
+//! prepares it again, but a copy pgmux prepares afresh on another server would quietly return the new
+//! columns. So each client name remembers the [`Shape`] its client saw, each server what its copies return,
+//! each statement the first shape pgmux saw for it (for clients that saw none themselves), and the router
+//! compares them before a client uses a copy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use bytes::{Bytes, BytesMut};
-use pgmux_proto::encode;
+use bytes::{BufMut, Bytes, BytesMut};
+use pgmux_proto::{ParseError, backend, encode};
+
+/// What a statement returns, as PostgreSQL compares it before it runs a prepared statement again: each
+/// column's name, type and type modifier, in order, or no rows at all (NoData). Where a value comes from
+/// and the format it is sent in do not count, as they do not for PostgreSQL.
+#[derive(Clone, Debug, Eq)]
+pub(crate) struct Shape(Bytes);
+
+impl PartialEq for Shape {
+    /// Shapes are compared on every Bind of a statement whose shape is known; most share one buffer.
+    fn eq(&self, other: &Shape) -> bool {
+        (self.0.as_ptr() == other.0.as_ptr() && self.0.len() == other.0.len()) || self.0 == other.0
+    }
+}
+
+impl Shape {
+    /// A statement that returns no rows.
+    pub(crate) fn no_data() -> Shape {
+        Shape(Bytes::new())
+    }
+
+    /// The shape a RowDescription body describes.
+    pub(crate) fn of_rows(body: &[u8]) -> Result<Shape, ParseError> {
+        let columns = backend::row_description(body)?;
+        // The column count first, so that no columns at all differs from NoData.
+        let mut b = BytesMut::with_capacity(2 + columns.iter().map(|c| c.name.len() + 9).sum::<usize>());
+        b.put_u16(columns.len() as u16);
+        for c in &columns {
+            b.put_slice(c.name.as_bytes());
+            b.put_u8(0);
+            b.put_i32(c.type_oid);
+            b.put_i32(c.type_modifier);
+        }
+        Ok(Shape(b.freeze()))
+    }
+}
 
 /// One statement as the servers know it.
 #[derive(Debug)]
@@ -28,15 +70,28 @@ pub(crate) struct Statement {
     pub(crate) parse: Bytes,
     /// Query text and parameter types: what makes two statements the same.
     key: Bytes,
-    /// A server said its plan no longer fits (`cached plan must not change result type`): the next use
-    /// makes a fresh statement instead.
+    /// A server said its plan no longer fits (`cached plan must not change result type`), or a copy of it
+    /// returned something else than the first: the next use makes a fresh statement instead.
     invalid: AtomicBool,
     /// Whether running it may commit: outside a transaction block, inside one (see `sql::may_commit`),
     /// worked out once rather than at every Bind.
     may_commit: [bool; 2],
+    /// The first shape pgmux saw it return, on any server.
+    first_seen: OnceLock<Shape>,
 }
 
 impl Statement {
+    /// The first shape pgmux saw it return, if it has seen one.
+    pub(crate) fn shape(&self) -> Option<&Shape> {
+        self.first_seen.get()
+    }
+
+    /// Notes what a server's copy of it returns. False if that is not what pgmux saw first: the tables
+    /// under it changed between the two prepares.
+    pub(crate) fn saw(&self, shape: &Shape) -> bool {
+        self.first_seen.get_or_init(|| shape.clone()) == shape
+    }
+
     pub(crate) fn is_invalid(&self) -> bool {
         self.invalid.load(Ordering::Relaxed)
     }
@@ -89,6 +144,7 @@ impl Registry {
             key: key.clone(),
             invalid: AtomicBool::new(false),
             may_commit,
+            first_seen: OnceLock::new(),
         });
         map.insert(key, Arc::downgrade(&stmt));
         stmt
@@ -119,26 +175,66 @@ pub(crate) struct ClientStatements {
     pub(crate) unnamed_generation: u64,
 }
 
+/// What a client's statement name stands for.
+#[derive(Clone, Debug)]
+pub(crate) struct Named {
+    pub(crate) stmt: Arc<Statement>,
+    /// What the client saw it return: its own Describe, pgmux's right after the client's Parse, or what the
+    /// copy its Parse found on the server returns.
+    pub(crate) shape: Option<Shape>,
+    /// The client's Parse went to the server and pgmux described the copy it made: until that answer, the
+    /// client expects whatever that copy returns, as it would from its own Parse.
+    pub(crate) describing: bool,
+}
+
+impl Named {
+    pub(crate) fn new(stmt: Arc<Statement>) -> Self {
+        Named { stmt, shape: None, describing: false }
+    }
+
+    /// What the client expects the statement to return: what it saw, else the first shape pgmux saw for the
+    /// statement. `None` if nobody has seen it yet, or while the copy its own Parse made is being described.
+    pub(crate) fn expected(&self) -> Option<&Shape> {
+        if self.describing {
+            return self.shape.as_ref();
+        }
+        self.shape.as_ref().or_else(|| self.stmt.shape())
+    }
+
+    /// Notes what the client saw the statement return, the first time (sharing the statement's buffer when
+    /// it is the same).
+    pub(crate) fn saw(&mut self, shape: Shape) {
+        self.describing = false;
+        if self.shape.is_none() {
+            self.shape = Some(self.stmt.shape().filter(|first| **first == shape).cloned().unwrap_or(shape));
+        }
+    }
+}
+
 /// A client's statement names. Empty until its first named Parse, and then boxed: most clients never name
 /// a statement, and every byte here is paid by each idle client.
 #[derive(Debug, Default)]
 #[allow(clippy::box_collection, reason = "the box is what keeps an unused map to one pointer")]
-pub(crate) struct Names(Option<Box<HashMap<String, Arc<Statement>>>>);
+pub(crate) struct Names(Option<Box<HashMap<String, Named>>>);
 
 impl Names {
-    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Statement>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Named> {
         self.0.as_ref()?.get(name)
+    }
+
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut Named> {
+        self.0.as_mut()?.get_mut(name)
     }
 
     pub(crate) fn contains_key(&self, name: &str) -> bool {
         self.get(name).is_some()
     }
 
-    pub(crate) fn insert(&mut self, name: String, stmt: Arc<Statement>) -> Option<Arc<Statement>> {
-        self.0.get_or_insert_default().insert(name, stmt)
+    pub(crate) fn insert(&mut self, name: String, named: Named) -> Option<Named> {
+        self.0.get_or_insert_default().insert(name, named)
     }
 
-    pub(crate) fn remove(&mut self, name: &str) -> Option<Arc<Statement>> {
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Named> {
         self.0.as_mut()?.remove(name)
     }
 
@@ -148,11 +244,21 @@ impl Names {
     }
 }
 
+/// One statement as one server connection has it.
+#[derive(Debug)]
+struct Copy {
+    /// When it was last used (a tick of `clock`).
+    used: u64,
+    /// What it returns, once a Describe of it said. A copy is planned when it is prepared, so this holds
+    /// until the server refuses it (`cached plan must not change result type`).
+    shape: Option<Shape>,
+}
+
 /// What one server connection has prepared.
 #[derive(Debug)]
 pub(crate) struct ServerStatements {
-    /// Statement id → when it was last used (a tick of `clock`).
-    prepared: HashMap<u64, u64>,
+    /// Statement id → its copy on this server.
+    prepared: HashMap<u64, Copy>,
     clock: u64,
     capacity: usize,
     /// Whose unnamed statement the server holds: (client session id, that client's generation).
@@ -207,8 +313,8 @@ impl ServerStatements {
     pub(crate) fn has(&mut self, id: u64) -> bool {
         self.clock += 1;
         match self.prepared.get_mut(&id) {
-            Some(used) => {
-                *used = self.clock;
+            Some(copy) => {
+                copy.used = self.clock;
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 true
             }
@@ -216,17 +322,35 @@ impl ServerStatements {
         }
     }
 
+    /// What the server's copy of statement `id` returns, if it has one and a Describe said.
+    pub(crate) fn shape(&self, id: u64) -> Option<&Shape> {
+        self.prepared.get(&id)?.shape.as_ref()
+    }
+
+    /// Whether the server has statement `id` (without marking it used), and what its copy returns if
+    /// anyone described it.
+    pub(crate) fn copy_shape(&self, id: u64) -> Option<Option<&Shape>> {
+        self.prepared.get(&id).map(|copy| copy.shape.as_ref())
+    }
+
+    /// Notes what the server's copy of statement `id` returns.
+    pub(crate) fn set_shape(&mut self, id: u64, shape: Shape) {
+        if let Some(copy) = self.prepared.get_mut(&id) {
+            copy.shape = Some(shape);
+        }
+    }
+
     /// Records statement `id` as prepared; returns the least recently used one to close if that makes too
     /// many.
     pub(crate) fn add(&mut self, id: u64) -> Option<u64> {
         self.clock += 1;
-        self.prepared.insert(id, self.clock);
+        self.prepared.insert(id, Copy { used: self.clock, shape: None });
         self.stats.parses.fetch_add(1, Ordering::Relaxed);
         if self.prepared.len() <= self.capacity {
             self.publish_len();
             return None;
         }
-        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, used)| **used)?;
+        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, copy)| copy.used)?;
         self.prepared.remove(&oldest);
         self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         self.publish_len();
@@ -236,7 +360,7 @@ impl ServerStatements {
     /// Puts back a statement whose eviction Close did not run.
     pub(crate) fn restore(&mut self, id: u64) {
         self.clock += 1;
-        self.prepared.insert(id, self.clock);
+        self.prepared.insert(id, Copy { used: self.clock, shape: None });
         self.publish_len();
     }
 
@@ -268,10 +392,15 @@ pub(crate) enum Undo {
     /// pgmux's own Close of an evicted statement: if it did not run, the statement is still there.
     Evicted(u64),
     /// A client Close pgmux answered: the name comes back.
-    ClientClose(String, Arc<Statement>),
-    /// A Bind or Describe used this statement (kept to invalidate it on `cached plan must not change result
-    /// type`).
+    ClientClose(String, Named),
+    /// A Bind used this statement (kept to invalidate it on `cached plan must not change result type`).
     Used(Arc<Statement>),
+    /// A Describe of the statement a client name stands for: the client's own, or pgmux's after the
+    /// client's Parse. Its reply is what the client saw; if it fails, it is undone as [`Undo::Used`].
+    Described { client_name: String, stmt: Arc<Statement> },
+    /// The Describe the router waits on before it lets a client use a statement prepared anew (see
+    /// `router::Mode::Checking`); if it fails, the check is over, and it is undone as [`Undo::Used`].
+    Check(Arc<Statement>),
 }
 
 #[cfg(test)]
@@ -315,6 +444,74 @@ mod tests {
         assert_ne!(a.id, b.id);
         assert!(!b.is_invalid());
         assert!(Arc::ptr_eq(&b, &r.intern(&key("select * from t"))));
+    }
+
+    fn row_description(columns: &[(&str, i32, i32)]) -> Vec<u8> {
+        let mut b = (columns.len() as u16).to_be_bytes().to_vec();
+        for (i, (name, oid, typmod)) in columns.iter().enumerate() {
+            b.extend_from_slice(name.as_bytes());
+            b.push(0);
+            b.extend_from_slice(&(16384 + i as i32).to_be_bytes());
+            b.extend_from_slice(&(i as i16 + 1).to_be_bytes());
+            b.extend_from_slice(&oid.to_be_bytes());
+            b.extend_from_slice(&4i16.to_be_bytes());
+            b.extend_from_slice(&typmod.to_be_bytes());
+            b.extend_from_slice(&(i as i16 % 2).to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn shapes_differ_in_names_types_and_modifiers_only() {
+        let one = Shape::of_rows(&row_description(&[("a", 23, -1)])).unwrap();
+        let mut moved = row_description(&[("a", 23, -1)]);
+        moved[4..8].copy_from_slice(&99i32.to_be_bytes()); // another table, as after CREATE OR REPLACE VIEW
+        moved[14..16].copy_from_slice(&1i16.to_be_bytes()); // and binary
+        assert_eq!(Shape::of_rows(&moved).unwrap(), one);
+        for other in [
+            row_description(&[("a", 23, -1), ("b", 23, -1)]),
+            row_description(&[("b", 23, -1)]),
+            row_description(&[("a", 20, -1)]),
+            row_description(&[("a", 23, 14)]),
+            row_description(&[]),
+        ] {
+            assert_ne!(Shape::of_rows(&other).unwrap(), one);
+        }
+        assert_ne!(Shape::of_rows(&row_description(&[])).unwrap(), Shape::no_data(), "no columns is not NoData");
+        assert!(Shape::of_rows(b"\0\x01a").is_err());
+    }
+
+    #[test]
+    fn a_statement_keeps_the_first_shape_seen_and_a_name_expects_its_own_or_that() {
+        let r = Registry::default();
+        let stmt = r.intern(&key("select * from t"));
+        let old = Shape::of_rows(&row_description(&[("a", 23, -1)])).unwrap();
+        let new = Shape::of_rows(&row_description(&[("a", 23, -1), ("b", 23, -1)])).unwrap();
+        let mut named = Named::new(Arc::clone(&stmt));
+        assert_eq!(named.expected(), None);
+        assert!(stmt.saw(&old) && stmt.saw(&old));
+        assert_eq!(named.expected(), Some(&old), "the first shape pgmux saw");
+        assert!(!stmt.saw(&new), "a copy that returns something else");
+        assert_eq!(stmt.shape(), Some(&old), "the first stays");
+        named.saw(new.clone());
+        assert_eq!(named.expected(), Some(&new), "what the client saw itself comes first");
+        named.saw(old);
+        assert_eq!(named.expected(), Some(&new), "and stays");
+    }
+
+    #[test]
+    fn a_server_knows_what_its_copies_return_until_they_go() {
+        let shape = Shape::of_rows(&row_description(&[("a", 23, -1)])).unwrap();
+        let mut s = ServerStatements::new(1);
+        s.set_shape(1, shape.clone());
+        assert_eq!(s.shape(1), None, "no copy, nothing to note");
+        s.add(1);
+        assert_eq!(s.shape(1), None, "not described yet");
+        s.set_shape(1, shape.clone());
+        assert_eq!(s.shape(1), Some(&shape));
+        assert_eq!(s.add(2), Some(1));
+        s.restore(1);
+        assert_eq!(s.shape(1), None, "evicted and put back: described again when it matters");
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! from the messages alone.
 //!
 //! Every message that gets a reply puts an entry in a queue: the client's own (forwarded), pgmux's own
-//! (an injected Parse whose ParseComplete the client must not see), or ones pgmux answers itself (a Parse
-//! of a statement the server already has, a Close of a client's statement name), whose answer goes out
-//! exactly when its turn comes. Server messages pop the entries they complete; an ErrorResponse in the
+//! (an injected Parse whose ParseComplete the client must not see, or one sent to fail), or ones pgmux
+//! answers itself (a Parse of a statement the server already has, a Close of a client's statement name),
+//! whose answer goes out exactly when its turn comes. Server messages pop the entries they complete; an ErrorResponse in the
 //! extended protocol also drops every entry up to the next Sync, as the server skips those messages.
 //!
 //! A server connection may go back to the pool only when the server has said `ReadyForQuery('I')`, nothing
@@ -92,6 +92,16 @@ pub enum Fate {
     Swallow,
     /// The server was never asked: pgmux answers with these bytes when the reply's turn comes.
     Answer(Bytes),
+    /// pgmux asked for an error on purpose (so that the server fails the transaction and skips to the Sync, as
+    /// it would have for a client message pgmux answered with an error itself): nothing reaches the client.
+    Fail,
+}
+
+impl Fate {
+    /// Whether pgmux sent the message on its own account (the client did not ask for its reply).
+    fn pgmux_own(&self) -> bool {
+        matches!(self, Fate::Swallow | Fate::Fail)
+    }
 }
 
 /// What to do with one server message.
@@ -165,10 +175,10 @@ impl<N> TxTracker<N> {
     pub fn owe(&mut self, reply: Reply, fate: Fate, note: Option<N>) {
         if reply.ends_unit() {
             self.syncs += 1;
-            if fate != Fate::Swallow {
+            if !fate.pgmux_own() {
                 self.open_unit = false;
             }
-        } else if fate != Fate::Swallow {
+        } else if !fate.pgmux_own() {
             self.open_unit = true;
         }
         self.owed.push_back(Owed { reply, fate, note });
@@ -201,7 +211,11 @@ impl<N> TxTracker<N> {
             return Ok(Route::Forward);
         }
         let head = self.owed.front().ok_or(Unexpected(tag))?;
-        let route = if head.fate == Fate::Swallow && tag != b'E' { Route::Swallow } else { Route::Forward };
+        let route = match head.fate {
+            Fate::Fail => Route::Swallow,
+            Fate::Swallow if tag != b'E' => Route::Swallow,
+            _ => Route::Forward,
+        };
         match tag {
             b'E' => {
                 self.copy_in = false;
@@ -233,6 +247,14 @@ impl<N> TxTracker<N> {
             _ => {}
         }
         Ok(route)
+    }
+
+    /// Takes the note out of the entry at the head if `tag` completes it: a Describe's note says what to learn
+    /// from its reply. Call before [`server_message`](Self::server_message) routes `tag`; the entry completes
+    /// with it, so nothing of it can be undone any more.
+    pub fn take_completed_note(&mut self, tag: u8) -> Option<N> {
+        let head = self.owed.front_mut()?;
+        if head.reply.completed_by(tag) && !head.reply.ends_unit() { head.note.take() } else { None }
     }
 
     /// Drops the entries before the next one a ReadyForQuery answers, handing back their notes: after an

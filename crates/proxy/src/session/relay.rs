@@ -57,7 +57,10 @@ impl Session {
             }
         }
         let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
+        // While the router holds, what the client sends waits unread in its buffer, up to a bound (reading
+        // still notices a client that leaves).
         if server_backlog < MAX_QUEUED
+            && (!self.router.holding() || self.client.rbuf.len() < MAX_QUEUED)
             && let Poll::Ready(r) = self.client.poll_read_compact(cx)
         {
             return Poll::Ready(Event::Client(r));
@@ -115,7 +118,8 @@ impl Session {
     pub(super) async fn relay_client(&mut self) -> Result<(), End> {
         // Bytes at the front of the read buffer already judged "forward as they are", not yet moved.
         let mut run = 0;
-        loop {
+        // While the router waits for the server (a check), the client's next messages stay unread.
+        while !self.router.holding() {
             let step = self.client.framer.step(&self.client.rbuf[run..]);
             let (tag, len) = match step {
                 Err(e) => {
@@ -289,7 +293,8 @@ impl Session {
                 }
                 Ok(Route::Forward)
             } else {
-                self.router.server_message(tag, body, &mut server.tracker, &mut server.statements, registry)
+                let (tracker, statements, out) = (&mut server.tracker, &mut server.statements, &mut server.io.out);
+                self.router.server_message(tag, body, &mut ServerView { tracker, statements, out }, registry)
             };
             match routed {
                 Err(failure) => break ServerProgress::Lost(failure),

@@ -219,3 +219,30 @@ fn abandoning_returns_every_note() {
     assert_eq!(t.abandon(), vec!["a", "b"]);
     assert_eq!(t.pending(), 0);
 }
+
+#[test]
+fn a_message_pgmux_sent_to_fail_is_never_seen_not_even_its_error() {
+    let mut t = T::default();
+    feed(&mut t, b"P");
+    t.owe(Reply::Bind, Fate::Answer(Bytes::from_static(b"E")), None);
+    t.owe(Reply::Parse, Fate::Fail, Some("failing"));
+    feed(&mut t, b"S");
+    let (seen, undone) = serve(&mut t, b"1EZ");
+    assert_eq!(seen, "1[E]Z", "the answer in the Bind's turn; the failing Parse's error swallowed");
+    assert_eq!(undone, vec!["failing"]);
+    assert!(t.may_release());
+}
+
+#[test]
+fn the_note_of_a_completed_describe_is_taken_out_and_no_other() {
+    let mut t = T::default();
+    t.owe(Reply::Parse, Fate::Swallow, Some("parse"));
+    t.owe(Reply::DescribeStatement, Fate::Swallow, Some("describe"));
+    assert_eq!(t.take_completed_note(b'T'), None, "the head is the Parse");
+    serve(&mut t, b"1");
+    assert_eq!(t.take_completed_note(b't'), None, "ParameterDescription does not complete it");
+    assert_eq!(t.take_completed_note(b'T'), Some("describe"));
+    let (_, undone) = serve(&mut t, b"T");
+    assert!(undone.is_empty());
+    assert!(t.nothing_owed());
+}
