@@ -27,6 +27,7 @@ mod psql;
 mod server;
 mod sys;
 mod template;
+pub mod toxiproxy;
 pub mod wire;
 
 #[cfg(test)]
@@ -34,7 +35,7 @@ mod tests;
 
 pub use bins::pg_bin_dir;
 pub use server::PgServer;
-pub use sys::{die_with_parent, give_to_postgres, run_as_postgres};
+pub use sys::{die_with_parent, give_to_postgres, run_as_postgres, send_signal};
 
 /// The test database, owned by [`APP_USER`]; every role may connect to it and create objects in `public`.
 pub const DATABASE: &str = "pgmux";

@@ -106,7 +106,7 @@ pub fn die_with_parent(cmd: &mut Command) {
 }
 
 /// Send `signal` to `pid`; false if the process does not exist.
-pub(crate) fn send_signal(pid: u32, signal: libc::c_int) -> bool {
+pub fn send_signal(pid: u32, signal: libc::c_int) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -131,4 +131,20 @@ pub(crate) fn available_bytes(path: &Path) -> Option<u64> {
     }
     #[allow(clippy::unnecessary_cast)] // the field types differ between targets
     Some(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+/// Block until this process holds an exclusive `flock` on `file`; released when the file is closed. Used to
+/// serialise tool builds between test processes.
+pub(crate) fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a descriptor we own for the duration of the call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
