@@ -11,3 +11,4 @@ mod protocol;
 mod sizing;
 mod statements;
 mod tls;
+mod unix;

@@ -25,6 +25,7 @@ mod stop;
 mod testing;
 pub mod tls;
 pub mod tracker;
+mod unix_socket;
 
 pub use config::Config;
 pub use listener::{Listener, ListenerHandle, ServerAccess, SetupError};

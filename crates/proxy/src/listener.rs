@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,18 +18,22 @@ use tokio_util::task::TaskTracker;
 use crate::budget::Report;
 use crate::config::Config;
 use crate::credentials::{Credentials, StaticCredentials};
+use crate::io::Stream;
 use crate::pool::ServerPool;
 use crate::session;
 use crate::shared::Shared;
 use crate::sizing;
 use crate::stop::{Level, Stop};
 use crate::tls::{self, ServerTls, TlsSetupError};
+use crate::unix_socket::{self, UnixSocket};
 
 /// A pooler bound to its listen address, not yet accepting.
 #[derive(Debug)]
 pub struct Listener {
     shared: Arc<Shared>,
     socket: TcpListener,
+    /// `unix_socket_dir`'s socket, if set.
+    unix: Option<UnixSocket>,
     stop: Stop,
     /// No database I/O of pgmux's own (sizing, warm connections) until this fires.
     gate: Option<oneshot::Receiver<()>>,
@@ -55,6 +60,14 @@ pub enum SetupError {
         /// The OS error.
         source: io::Error,
     },
+    /// The Unix-domain socket could not be bound.
+    #[error("cannot listen on the Unix socket {path}: {source}")]
+    BindUnix {
+        /// The socket file's path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
     /// TLS could not be set up.
     #[error("invalid TLS setting {0}")]
     Tls(#[from] TlsSetupError),
@@ -68,6 +81,8 @@ pub enum SetupError {
 pub struct ListenerHandle {
     /// The address clients connect to.
     pub addr: SocketAddr,
+    /// The Unix-domain socket clients may connect to instead, if `unix_socket_dir` is set.
+    pub unix_socket: Option<PathBuf>,
     stop: Stop,
     done: JoinHandle<()>,
 }
@@ -95,7 +110,17 @@ impl Listener {
     pub async fn bind_with(config: Config, access: ServerAccess) -> Result<Listener, SetupError> {
         let (shared, listen) = Self::prepare(config, access)?;
         let socket = TcpListener::bind(listen).await.map_err(|source| SetupError::Bind { addr: listen, source })?;
-        Ok(Listener { shared, socket, stop: Stop::new(), gate: None })
+        let unix = match &shared.config.unix_socket_dir {
+            Some(dir) => {
+                // Named after the port actually bound, which differs from listen's when that is 0.
+                let port = socket.local_addr().map_err(|source| SetupError::Bind { addr: listen, source })?.port();
+                let bound = UnixSocket::bind(dir, port)
+                    .map_err(|source| SetupError::BindUnix { path: unix_socket::socket_path(dir, port), source })?;
+                Some(bound)
+            }
+            None => None,
+        };
+        Ok(Listener { shared, socket, unix, stop: Stop::new(), gate: None })
     }
 
     /// Everything but the listener.
@@ -137,6 +162,11 @@ impl Listener {
         self.socket.local_addr()
     }
 
+    /// The Unix-domain socket's path, if `unix_socket_dir` is set.
+    pub fn unix_socket_path(&self) -> Option<&Path> {
+        self.unix.as_ref().map(UnixSocket::path)
+    }
+
     /// The signal that stops this pooler: `begin_graceful` shuts it down.
     pub fn stop(&self) -> Stop {
         self.stop.clone()
@@ -153,14 +183,16 @@ impl Listener {
         let addr =
             proxy.local_addr().map_err(|source| SetupError::Bind { addr: proxy.shared.config.listen, source })?;
         let stop = proxy.stop();
+        let unix_socket = proxy.unix_socket_path().map(Path::to_owned);
         let done = tokio::spawn(proxy.run());
-        Ok(ListenerHandle { addr, stop, done })
+        Ok(ListenerHandle { addr, unix_socket, stop, done })
     }
 
     /// Serves clients until a graceful shutdown begins, then shuts down.
     pub async fn run(self) {
-        let Listener { shared, socket, stop, gate } = self;
+        let Listener { shared, socket, unix, stop, gate } = self;
         tracing::info!(listen = %socket.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            unix_socket = ?unix.as_ref().map(UnixSocket::path),
             database = %shared.config.database_url, pool_max = ?shared.config.pool_max,
             max_connections_percent = shared.config.max_connections_percent, "pgmux is ready");
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
@@ -172,17 +204,24 @@ impl Listener {
                 accepted = socket.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
-                        shared.tasks.spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
+                        let _ = stream.set_nodelay(true);
+                        let serve = session::serve(Arc::clone(&shared), Stream::Tcp(stream), peer, id, stop.clone());
+                        shared.tasks.spawn(serve);
                     }
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(e) => accept_failed(e).await,
+                },
+                accepted = accept_unix(unix.as_ref()) => match accepted {
+                    Ok(stream) => {
+                        let id = next_id.fetch_add(1, Ordering::Relaxed);
+                        let serve = session::serve(Arc::clone(&shared), Stream::Unix(stream), "unix", id, stop.clone());
+                        shared.tasks.spawn(serve);
                     }
+                    Err(e) => accept_failed(e).await,
                 },
             }
         }
         drop(socket);
+        drop(unix);
         tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
         shared.pool.close();
         shared.tasks.close();
@@ -199,6 +238,20 @@ impl Listener {
         let count = servers.len();
         futures_join_all(servers.into_iter().map(|s| s.terminate())).await;
         tracing::info!(servers = count, "pgmux stopped");
+    }
+}
+
+/// Out of file descriptors and the like: back off instead of spinning.
+async fn accept_failed(e: io::Error) {
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// The next client of the Unix socket; never, without one.
+async fn accept_unix(unix: Option<&UnixSocket>) -> io::Result<tokio::net::UnixStream> {
+    match unix {
+        Some(socket) => socket.accept().await,
+        None => std::future::pending().await,
     }
 }
 

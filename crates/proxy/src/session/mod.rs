@@ -10,7 +10,6 @@ mod login;
 mod relay;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,11 +18,10 @@ use std::task::Poll;
 use crate::pool::ServerLease;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Sender, sqlstate};
-use tokio::net::TcpStream;
 use tracing::Instrument;
 
 use crate::cancel::Registration;
-use crate::io::Conn;
+use crate::io::{Conn, Stream};
 use crate::params::ClientParams;
 use crate::router::Router;
 use crate::server::ServerConn;
@@ -117,14 +115,13 @@ struct Session {
 /// arguments go into that box rather than staying in the future as an async fn's parameters would.
 pub(crate) fn serve(
     shared: Arc<Shared>,
-    stream: TcpStream,
-    peer: SocketAddr,
+    stream: Stream,
+    peer: impl std::fmt::Display,
     client_id: u64,
     stop: Stop,
 ) -> impl Future<Output = ()> + Send {
     let span = tracing::info_span!("client", client_id, %peer);
-    let _ = stream.set_nodelay(true);
-    let conn = Conn::new(stream, Sender::Frontend);
+    let conn = Conn::with_stream(stream, Sender::Frontend);
     live(Box::pin(login::login(shared, conn, stop, client_id))).instrument(span)
 }
 
