@@ -18,7 +18,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 /**
  * S16, the Unix socket. pgjdbc opens its sockets through a {@code socketFactory}; junixsocket's
  * {@code AFUNIXSocketFactory$FactoryArg} gives it one on the file named by {@code socketFactoryArg},
- * {@code <MATRIX_SOCKET_DIR>/.s.PGSQL.<port>}, which is how a JDBC application reaches a local socket. Four
+ * {@code <MATRIX_SOCKET_DIR>/.s.PGSQL.<port>}, for the host {@code localhost}, which is how a JDBC application
+ * reaches a local socket. Four
  * clients run 25 transactions each; the server must have seen the pooler's TCP connection (directly: a
  * Unix client), on at most MATRIX_POOL_MAX backends.
  */
@@ -40,7 +41,9 @@ final class Sockets {
                 props.setProperty("socketFactory", "org.newsclub.net.unix.AFUNIXSocketFactory$FactoryArg");
                 props.setProperty("socketFactoryArg", path);
                 int done = 0;
-                try (Connection conn = r.connect(props); Statement st = conn.createStatement()) {
+                // junixsocket maps only the name localhost to the socket file (an address it would refuse).
+                String url = "jdbc:postgresql://localhost:" + r.env.port() + "/" + r.env.database();
+                try (Connection conn = r.connect(url, props); Statement st = conn.createStatement()) {
                     conn.setAutoCommit(false);
                     for (int n = 0; n < TXNS; n++) {
                         try (ResultSet rs = st.executeQuery("SELECT pg_backend_pid(), inet_client_addr() IS NULL")) {
