@@ -109,6 +109,7 @@ metrics! {
     NetBurstErrors => ("W5 Lambda burst: failed invocations", "W5n", Count, false),
     ConnectP50 => ("W8 connect, `select 1`, disconnect: p50 (ms)", "W8", Millis, false),
     ConnectP99 => ("W8 connect, `select 1`, disconnect: p99 (ms)", "W8", Millis, false),
+    ConnectLoginP50 => ("W8 of which connect and log in: p50 (ms)", "W8", Millis, false),
     FleetServerPeak => ("W9 fleet: peak server connections of the application role", "W9", Count, false),
     FleetErrors => ("W9 fleet: failed transactions and connects", "W9", Count, false),
     FleetTps => ("W9 fleet: transactions per second", "W9", Count, false),
@@ -173,7 +174,7 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 40);
+        assert_eq!(Metric::ALL.len(), 41);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));
