@@ -8,6 +8,7 @@ mod failures;
 mod params;
 mod pooling;
 mod protocol;
+mod resilience;
 mod sizing;
 mod statements;
 mod tls;

@@ -15,8 +15,9 @@ use crate::common;
 /// pgmux with sizing on (the defaults but a quick refresh) and `extra` settings. Clients are trusted: a
 /// hundred SCRAM logins in a debug build would keep the test's runtime busy for seconds.
 fn sizing_config(pg: &PgServer, extra: &str) -> Config {
+    let interval = if extra.contains("pool_sizing_interval") { "" } else { "pool_sizing_interval = \"200ms\"\n" };
     let text = format!(
-        "listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\nclient_auth = \"trust\"\npool_sizing_interval = \"200ms\"\n{extra}\n",
+        "listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\nclient_auth = \"trust\"\n{interval}{extra}\n",
         pg.url(&APP_USER)
     );
     Config::from_toml_str(&text).expect("test config is valid")
@@ -148,13 +149,39 @@ async fn pgmux_stays_within_what_another_client_leaves() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_right_after_another_client_took_most_slots_reads_the_database_again_before_growing() {
+    // Budget 33. A slow refresh, so that the reading is stale when the burst comes, and growth at once (no
+    // lazy growth), so that the burst would take every slot before the next tick of the sizing loop.
+    let pg = start_pg(40).await;
+    let oracle = common::direct(&pg).await;
+    let config = sizing_config(&pg, "pool_sizing_interval = \"60s\"\npool_grow_after = \"0s\"");
+    let proxy = Listener::start(config).await.expect("start pgmux");
+    await_fleet(&oracle, "the first reading", |f| f.len() == 1 && f[0].limit > 20).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Another client takes 25 slots; then a burst through pgmux.
+    let _other = hold(&pg, 25).await;
+    let sampler = Sampler::start(common::direct(&pg).await);
+    let errors = load(&[&proxy], 100, 2, 0.3).await;
+    assert!(errors.is_empty(), "{} of 100 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    // Outsiders now: 25, the oracle and the sampler. 33 - 27 leaves 6, one for the control connection.
+    let peak = sampler.peak();
+    assert!(peak <= 6 + 1, "pgmux held {peak} connections on a reading from before the others came (want <= 6)");
+    // Without reading again, the burst opens connections into the slots the others left until the database
+    // refuses them (checked: this assertion fails with the re-read switched off).
+    let log = pg.log_tail(2000);
+    assert!(!log.contains("remaining connection slots are reserved"), "pgmux drove the database to refuse logins");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_database_makes_clients_wait_not_fail() {
     // Sizing off and pool_max 20, so pgmux asks for more than the database has left: the superuser's 31
     // connections leave pgmux's role 37 - 31 = 6, and the 7th login is refused with SQLSTATE 53300.
     let pg = start_pg(40).await;
     let _other = hold(&pg, 30).await;
     let sampler = Sampler::start(common::direct(&pg).await);
-    let config = sizing_config(&pg, "max_connections_percent = 0\npool_max = 20");
+    // Growth at once, so that the load asks for more than 6 however slowly a busy machine runs its clients.
+    let config = sizing_config(&pg, "max_connections_percent = 0\npool_max = 20\npool_grow_after = \"0s\"");
     let proxy = Listener::start(config).await.expect("start pgmux");
     let errors = load(&[&proxy], 60, 1, 0.1).await;
     assert!(errors.is_empty(), "{} of 60 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);

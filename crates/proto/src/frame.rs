@@ -5,10 +5,10 @@
 //! decides what to do with them (forward, inspect, drop) and advances its own buffer. Nothing here owns a
 //! socket or awaits, so every decision is testable with byte fixtures.
 //!
-//! Two kinds of message may be larger than anyone wants to hold in memory: `DataRow` / `CopyData` from the
-//! server and `CopyData` from the client. Those are *streamed*: once their header is in, their bytes are
-//! handed on as they arrive and never buffered whole. Every other message is bounded by a per-tag limit
-//! before any allocation is made for it.
+//! Some messages may be larger than anyone wants to hold in memory: `DataRow` / `CopyData` from the server,
+//! `CopyData` and `Bind` from the client. Those are *streamed*: once their header (and, for a Bind, its two
+//! names) is in, their bytes are handed on as they arrive and never buffered whole. Every other message is
+//! bounded by a per-tag limit before any allocation is made for it.
 
 use thiserror::Error;
 
@@ -97,6 +97,8 @@ pub enum Step {
 #[derive(Clone, Debug)]
 pub struct Framer {
     sender: Sender,
+    /// The largest body accepted for a message that may carry data (at most [`LARGE_MESSAGE_LIMIT`]).
+    large_limit: usize,
     /// Bytes of the current streamed message not yet passed on; zero between messages.
     streaming: usize,
     streaming_tag: u8,
@@ -105,7 +107,13 @@ pub struct Framer {
 impl Framer {
     /// A framer for messages sent by `sender`.
     pub fn new(sender: Sender) -> Self {
-        Framer { sender, streaming: 0, streaming_tag: 0 }
+        Framer::with_limit(sender, LARGE_MESSAGE_LIMIT)
+    }
+
+    /// A framer that refuses data-carrying messages larger than `large_limit` (PostgreSQL's own 1 GiB at
+    /// most): a pooler may hold a client's Query, Parse or Bind whole, so it bounds them tighter.
+    pub fn with_limit(sender: Sender, large_limit: usize) -> Self {
+        Framer { sender, large_limit: large_limit.min(LARGE_MESSAGE_LIMIT), streaming: 0, streaming_tag: 0 }
     }
 
     /// True while a streamed message has been started but not finished.
@@ -129,7 +137,7 @@ impl Framer {
         };
         let tag = header[0];
         let raw = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let limit = limit_for(self.sender, tag)?;
+        let limit = limit_for(self.sender, tag)?.min(self.large_limit.max(SMALL_MESSAGE_LIMIT));
         if raw < 4 {
             return Err(FrameError::BadLength { tag, len: raw });
         }
@@ -141,6 +149,10 @@ impl Framer {
             return Ok(Step::Message { tag, len });
         }
         if len > STREAM_THRESHOLD && streamable(self.sender, tag) {
+            // A Bind is streamed once its portal and statement names are in: a pooler renames the statement.
+            if tag == b'B' && !has_two_names(&buf[HEADER_LEN..]) {
+                return Ok(Step::NeedMore { want: (buf.len() + 1).min(len) });
+            }
             self.streaming = len - buf.len();
             self.streaming_tag = tag;
             return Ok(Step::Stream { tag, take: buf.len(), start: true });
@@ -149,9 +161,15 @@ impl Framer {
     }
 }
 
+/// Whether a Bind body's start holds both its names (two NUL-terminated strings).
+fn has_two_names(body: &[u8]) -> bool {
+    body.iter().filter(|&&b| b == 0).nth(1).is_some()
+}
+
 fn streamable(sender: Sender, tag: u8) -> bool {
     match sender {
-        Sender::Frontend => tag == b'd',
+        // A large Bind (a bulk insert's parameters) is passed on as it arrives, like COPY data.
+        Sender::Frontend => tag == b'd' || tag == b'B',
         Sender::Backend => tag == b'D' || tag == b'd',
     }
 }
@@ -185,6 +203,43 @@ mod tests {
         v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
         v.extend_from_slice(body);
         v
+    }
+
+    #[test]
+    fn a_large_bind_streams_once_its_names_are_in() {
+        let mut body = b"portal\0stmt".to_vec();
+        let mut bind = msg(b'B', &{
+            let mut full = body.clone();
+            full.push(0);
+            full.extend(vec![7u8; 40_000]);
+            full
+        });
+        let mut f = Framer::new(Sender::Frontend);
+        // Header and part of the statement name: wait for the name to end.
+        assert_eq!(f.step(&bind[..5 + 9]), Ok(Step::NeedMore { want: 5 + 9 + 1 }));
+        body.push(0);
+        let head = 5 + body.len() + 100;
+        assert_eq!(f.step(&bind[..head]), Ok(Step::Stream { tag: b'B', take: head, start: true }));
+        assert!(f.mid_message());
+        let rest = bind.split_off(head);
+        assert_eq!(f.step(&rest), Ok(Step::Stream { tag: b'B', take: rest.len(), start: false }));
+        assert!(!f.mid_message());
+        // A small Bind is whole, as before.
+        assert!(matches!(
+            Framer::new(Sender::Frontend).step(&msg(b'B', b"\0s\0\0\0\0\0\0\0")),
+            Ok(Step::Message { .. })
+        ));
+    }
+
+    #[test]
+    fn a_tighter_limit_refuses_large_messages_but_not_small_ones() {
+        let mut f = Framer::with_limit(Sender::Frontend, 100_000);
+        let big = [b'Q', 0, 1, 0x86, 0xa1]; // 100,001 bytes
+        assert_eq!(f.step(&big), Err(FrameError::TooLong { tag: b'Q', len: 100_001, limit: 100_000 }));
+        assert!(matches!(f.step(&msg(b'S', b"")), Ok(Step::Message { .. })));
+        // A limit below PostgreSQL's small-message limit does not shrink that one.
+        let mut tiny = Framer::with_limit(Sender::Frontend, 10);
+        assert!(matches!(tiny.step(&msg(b'Q', &[b'x'; 50])), Ok(Step::Message { .. })));
     }
 
     #[test]

@@ -43,3 +43,7 @@ pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const INVALID_PARAMETER_VALUE: &str = "22023";
 /// `55000`: the object (a setting, a pool) is not in a state that allows the command.
 pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+/// `25P03`: a client idle inside a transaction too long.
+pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
+/// `57P05`: a client idle between transactions too long.
+pub const IDLE_SESSION_TIMEOUT: &str = "57P05";

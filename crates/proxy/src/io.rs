@@ -122,6 +122,11 @@ impl WriteQueue {
         self.sent
     }
 
+    /// Bytes ever queued: written or waiting.
+    pub(crate) fn queued_total(&self) -> u64 {
+        self.sent + self.len as u64
+    }
+
     pub(crate) fn push(&mut self, bytes: Bytes) {
         if bytes.is_empty() {
             return;

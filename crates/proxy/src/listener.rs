@@ -108,7 +108,8 @@ impl Listener {
 
     /// Like [`bind`](Self::bind), with credentials and CAs from the binary.
     pub async fn bind_with(config: Config, access: ServerAccess) -> Result<Listener, SetupError> {
-        let (shared, listen) = Self::prepare(config, access)?;
+        let stop = Stop::new();
+        let (shared, listen) = Self::prepare(config, access, &stop)?;
         let socket = TcpListener::bind(listen).await.map_err(|source| SetupError::Bind { addr: listen, source })?;
         let unix = match &shared.config.unix_socket_dir {
             Some(dir) => {
@@ -120,11 +121,11 @@ impl Listener {
             }
             None => None,
         };
-        Ok(Listener { shared, socket, unix, stop: Stop::new(), gate: None })
+        Ok(Listener { shared, socket, unix, stop, gate: None })
     }
 
     /// Everything but the listener.
-    fn prepare(config: Config, access: ServerAccess) -> Result<(Arc<Shared>, SocketAddr), SetupError> {
+    fn prepare(config: Config, access: ServerAccess, stop: &Stop) -> Result<(Arc<Shared>, SocketAddr), SetupError> {
         let mut roots = access.extra_root_certs;
         if let Some(path) = &config.ssl_root_cert {
             roots.extend(tls::certs_from_pem_file("ssl_root_cert", path)?);
@@ -138,7 +139,7 @@ impl Listener {
         let listen = config.listen;
         let config = Arc::new(config);
         let tasks = TaskTracker::new();
-        let pool = Arc::new(ServerPool::new(Arc::clone(&config), credentials, server_tls, tasks.clone()));
+        let pool = Arc::new(ServerPool::new(Arc::clone(&config), credentials, server_tls, tasks.clone(), stop.clone()));
         let shared = Arc::new(Shared::new(config, pool, tasks, client_tls));
         Ok((shared, listen))
     }
@@ -146,7 +147,7 @@ impl Listener {
     /// `pgmux check`: connects as the configuration says, reads what sizing reads, and works out the
     /// limit this instance would take. Listens on nothing.
     pub async fn check(config: Config, access: ServerAccess) -> Result<Report, SetupError> {
-        let (shared, _) = Self::prepare(config, access)?;
+        let (shared, _) = Self::prepare(config, access, &Stop::new())?;
         sizing::check(&shared.pool).await.map_err(|e| SetupError::Check(e.to_string()))
     }
 
@@ -264,14 +265,19 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     while set.join_next().await.is_some() {}
 }
 
-/// Closes idle and old server connections on a timer until shutdown.
+/// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
-            _ = tick.tick() => shared.pool.evict_idle(),
+            _ = tick.tick() => {}
+        }
+        shared.pool.evict_idle();
+        tokio::select! {
+            _ = stop.reached(Level::Hard) => return,
+            () = shared.pool.probe_liveness() => {}
         }
     }
 }

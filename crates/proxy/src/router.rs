@@ -101,6 +101,9 @@ pub(crate) struct Router {
     pin_reported: bool,
     /// A SET, RESET or set_config ran: read the session's settings back before the server leaves.
     settings_dirty: bool,
+    /// A COMMIT, or a write outside a transaction block, was sent and its unit has not ended: if the server
+    /// is lost now, whether it committed is unknown (08007, not 08006).
+    commit_in_flight: bool,
 }
 
 fn parse_complete() -> Bytes {
@@ -153,6 +156,7 @@ impl Router {
             pin: None,
             pin_reported: false,
             settings_dirty: false,
+            commit_in_flight: false,
         }
     }
 
@@ -306,9 +310,15 @@ impl Router {
         self.settings_dirty |= facts.set_config;
     }
 
+    /// Notes a statement about to run: whether it may commit (see [`sql::may_commit`]).
+    fn note_run(&mut self, sql: &str, server: &ServerView<'_>) {
+        self.commit_in_flight |= sql::may_commit(sql, server.tracker.status() != TxStatus::Idle);
+    }
+
     fn route_query(&mut self, msg: Bytes, server: &mut ServerView<'_>) {
         let Ok(sql) = frontend::query(&msg[5..]) else { return server.forward(b'Q', msg) };
         self.note_sql(sql);
+        self.note_run(sql, server);
         if self.tracking
             && server.tracker.nothing_owed()
             && let Some(name) = sql::deallocate_name(sql)
@@ -388,14 +398,52 @@ impl Router {
         let Ok((_, name, range)) = frontend::bind_names(&msg[5..]) else { return server.forward(b'B', msg) };
         if name.is_empty() {
             self.ensure_unnamed(server);
+            let unnamed = self.names.unnamed.clone();
+            match unnamed.as_deref().and_then(|parse| frontend::parse_name(&parse[5..]).ok()) {
+                Some((_, key)) => self.note_run(frontend::parse_query(key).unwrap_or_default(), server),
+                // A statement pgmux never saw parsed: it may write.
+                None => self.commit_in_flight |= server.tracker.status() == TxStatus::Idle,
+            }
             return server.forward(b'B', msg);
         }
         let name = name.to_owned();
         // A name the client never parsed goes through as it is: the server says it does not exist.
         let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', msg) };
+        self.note_run(stmt.query(), server);
         let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
         encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
         server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
+    }
+
+    /// The first piece of a Bind too large to hold whole: `head` holds its header and at least its two
+    /// names; the rest follows unread. Renamed like any Bind, with the length it declares adjusted.
+    pub(crate) fn linked_bind_head(&mut self, head: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
+        match self.mode {
+            Mode::Normal => {}
+            // Dropped, and so is the rest (it streams only in Normal mode).
+            Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => return,
+        }
+        let declared = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+        let Ok((_, name, range)) = frontend::bind_names(&head[5..]) else { return server.forward(b'B', head) };
+        if !self.tracking || name.is_empty() {
+            if self.tracking {
+                self.ensure_unnamed(server);
+            }
+            self.commit_in_flight |= server.tracker.status() == TxStatus::Idle;
+            return server.forward(b'B', head);
+        }
+        let name = name.to_owned();
+        let Some(stmt) = self.prepared(&name, server, registry) else { return server.forward(b'B', head) };
+        self.note_run(stmt.query(), server);
+        let renamed_len = declared as usize - range.len() + stmt.name.len() + 1;
+        let mut renamed = BytesMut::with_capacity(head.len() + stmt.name.len());
+        renamed.extend_from_slice(b"B");
+        renamed.extend_from_slice(&u32::try_from(renamed_len).unwrap_or(u32::MAX).to_be_bytes());
+        renamed.extend_from_slice(&head[5..5 + range.start]);
+        renamed.extend_from_slice(stmt.name.as_bytes());
+        renamed.extend_from_slice(&[0]);
+        renamed.extend_from_slice(&head[5 + range.end..]);
+        server.send(renamed.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
     }
 
     fn route_describe(&mut self, msg: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
@@ -448,8 +496,10 @@ impl Router {
         let route = match tag {
             b'Z' => {
                 let status = backend::ready_for_query(body)?;
-                tracker
-                    .server_ready(status, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?
+                let route = tracker
+                    .server_ready(status, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?;
+                self.commit_in_flight &= tracker.pending() > 0;
+                route
             }
             b'E' => {
                 let f = ErrorFields::parse(body)?;
@@ -529,15 +579,69 @@ impl Router {
         }
     }
 
-    /// The linked server is gone: undoes what it was asked, forgets the session state it held, and returns
-    /// what the client is told in place of the replies it was owed (`error` for each).
-    pub(crate) fn server_lost(&mut self, mut tracker: TxTracker<Undo>, error: &Bytes, registry: &Registry) -> Bytes {
+    /// The link is dropped to run the transaction again elsewhere (it never ran here): undoes what was asked
+    /// of this server, as if the messages had not come yet.
+    pub(crate) fn rewind(&mut self, mut tracker: TxTracker<Undo>, registry: &Registry) {
+        for note in tracker.abandon() {
+            self.undo(note, None, registry, &mut false);
+        }
+        self.mode = Mode::Normal;
+        self.commit_in_flight = false;
+    }
+
+    /// The linked server is gone (`failure` says why): undoes what it was asked, forgets the session state it
+    /// held, and returns what the client is told in place of the replies it was owed: one error per unit,
+    /// 08007 if a commit was in flight (it may have happened), else 08006 (the transaction was rolled back).
+    pub(crate) fn server_lost(&mut self, tracker: TxTracker<Undo>, failure: &str, registry: &Registry) -> Bytes {
+        let unknown =
+            tracker.pending() > 0 && (self.commit_in_flight || (!self.tracking && tracker.status() == TxStatus::Idle));
+        let error = if unknown {
+            ErrorMessage::error(
+                sqlstate::TRANSACTION_RESOLUTION_UNKNOWN,
+                format!("server connection lost while a commit was in flight: {failure}"),
+            )
+            .with_detail("The transaction may or may not have committed.")
+            .with_hint("Check whether its changes are there before retrying. The connection to pgmux is still usable.")
+        } else {
+            ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {failure}"))
+                .with_detail("The current transaction, if any, was rolled back.")
+                .with_hint("The connection to pgmux is still usable; retry the transaction.")
+        };
+        self.unlink_with(tracker, &error.to_bytes(), registry)
+    }
+
+    /// `query_timeout` passed: the query was cancelled and its server connection given up. Like
+    /// [`server_lost`](Self::server_lost), with PostgreSQL's code for a cancelled statement and a message
+    /// that names the setting.
+    pub(crate) fn query_timed_out(
+        &mut self,
+        tracker: TxTracker<Undo>,
+        after: std::time::Duration,
+        registry: &Registry,
+    ) -> Bytes {
+        let detail = if self.commit_in_flight {
+            "A commit was in flight: it may have happened before the cancel."
+        } else {
+            "The current transaction, if any, was rolled back."
+        };
+        let error = ErrorMessage::error(
+            sqlstate::QUERY_CANCELED,
+            format!("canceling statement due to query_timeout ({}s)", after.as_secs_f32()),
+        )
+        .with_detail(detail)
+        .with_hint("The connection to pgmux is still usable.");
+        self.unlink_with(tracker, &error.to_bytes(), registry)
+    }
+
+    /// The link is gone: undoes its bookkeeping and answers each unit it owed with `error`.
+    fn unlink_with(&mut self, mut tracker: TxTracker<Undo>, error: &Bytes, registry: &Registry) -> Bytes {
         let pending = tracker.pending();
         for note in tracker.abandon() {
             self.undo(note, None, registry, &mut false);
         }
         self.pin = None;
         self.pin_reported = false;
+        self.commit_in_flight = false;
         let mut reply = BytesMut::new();
         for _ in 0..pending {
             reply.extend_from_slice(error);

@@ -21,6 +21,9 @@ use crate::stop::{Level, Stop};
 /// How long the limit may stay stale in the fleet's view after this instance's pool changes size.
 const PUBLISH_DEBOUNCE: Duration = Duration::from_secs(1);
 
+/// How often the control connection is probed while clients hold server connections.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
 /// How often the loop looks at the pool.
 const TICK: Duration = Duration::from_millis(250);
 
@@ -55,6 +58,12 @@ pub(crate) trait Gauge: Send {
 
     /// Lets go of what it holds, at shutdown.
     fn close(&mut self) -> BoxFuture<'_, ()>;
+
+    /// Checks that the node still answers, while clients hold server connections (see
+    /// `ServerPool::probe_liveness`); a gauge without a connection of its own does nothing.
+    fn probe<'a>(&'a mut self, _pool: &'a ServerPool) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Readings through the control connection, opened when first needed and again after a failure.
@@ -95,6 +104,19 @@ impl Gauge for ControlConnection {
             }
         })
     }
+
+    fn probe<'a>(&'a mut self, pool: &'a ServerPool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let timeout = pool.config().server_probe_timeout;
+            let Some(conn) = self.conn.as_mut().filter(|_| !timeout.is_zero()) else { return };
+            if let Err(failure) = conn.simple_query("", timeout).await {
+                if matches!(failure, ServerFailure::Timeout(_)) {
+                    pool.distrust(conn.addr, crate::pool::Distrust::Dead, "the control connection's probe timed out");
+                }
+                self.conn = None;
+            }
+        })
+    }
 }
 
 /// Keeps the pool's limit in step with the database until shutdown, and `min_pool_size` connections warm.
@@ -114,11 +136,16 @@ async fn run_with(pool: Arc<ServerPool>, stop: Stop, gate: Option<oneshot::Recei
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let wanted = tokio::select! {
             _ = stop.reached(Level::Graceful) => break,
-            _ = tick.tick() => {}
-        }
+            _ = tick.tick() => false,
+            // The pool is about to grow on an old reading: read now.
+            _ = pool.budget_wanted() => true,
+        };
         if let Some(control) = &mut control {
+            if wanted {
+                control.due = Instant::now();
+            }
             control.step(&pool).await;
         }
         if let Some(limit) = pool.probe() {
@@ -145,6 +172,8 @@ struct Control<G> {
     retry: Duration,
     /// The last reading's plan, to log changes only.
     last: Option<Plan>,
+    /// When the node was last probed for an answer.
+    probed_at: Instant,
 }
 
 impl<G: Gauge> Control<G> {
@@ -153,7 +182,16 @@ impl<G: Gauge> Control<G> {
         tracing::info!(instance = %id, percent = pool.config().max_connections_percent,
             cap = ?pool.config().pool_max, "sizing the pool from the database");
         let now = Instant::now();
-        Control { id, gauge, due: now, published: (0, 0), published_at: now, retry: Duration::ZERO, last: None }
+        Control {
+            id,
+            gauge,
+            due: now,
+            published: (0, 0),
+            published_at: now,
+            retry: Duration::ZERO,
+            last: None,
+            probed_at: now,
+        }
     }
 
     /// Reads again if due, or if the pool changed size since the fleet last saw it (but never sooner than a
@@ -163,6 +201,11 @@ impl<G: Gauge> Control<G> {
         let changed = (pool.status().size, pool.limit()) != self.published;
         let republish = changed && self.retry.is_zero() && now.duration_since(self.published_at) >= PUBLISH_DEBOUNCE;
         if now < self.due && !republish {
+            let status = pool.status();
+            if now.duration_since(self.probed_at) >= PROBE_EVERY && status.size > status.idle + status.opening {
+                self.probed_at = now;
+                self.gauge.probe(pool).await;
+            }
             return;
         }
         match self.refresh(pool).await {
@@ -180,7 +223,9 @@ impl<G: Gauge> Control<G> {
     }
 
     async fn refresh(&mut self, pool: &ServerPool) -> Result<(), SizingError> {
-        let held = pool.status().size;
+        // Connections open, not places reserved for ones being opened: the reading counts only what exists.
+        let status = pool.status();
+        let held = status.size - status.opening;
         let me = Member { id: self.id.clone(), open: held, limit: pool.limit(), cap: pool.cap() };
         let reading = self.gauge.read(pool, &me).await?;
         let plan = plan(&reading, held, pool.config().max_connections_percent, pool.cap());
@@ -202,6 +247,7 @@ impl<G: Gauge> Control<G> {
             );
         }
         pool.plan(plan.limit);
+        pool.budget_read();
         self.published = (held, me.limit);
         self.published_at = Instant::now();
         self.last = Some(plan);

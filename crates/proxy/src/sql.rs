@@ -148,9 +148,119 @@ pub(crate) fn deallocate_name(sql: &str) -> Option<String> {
     (ident && !rest.eq_ignore_ascii_case("all")).then(|| rest.to_ascii_lowercase())
 }
 
+/// The statements of a query string: each one's first keyword (lower case) and the word after it, splitting
+/// at `;` outside quotes, dollar quotes and comments. `None` if the text cannot be followed.
+fn statements(sql: &str) -> Option<Vec<(String, String)>> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        at = skip_blank(b, at)?;
+        if at >= b.len() {
+            return Some(out);
+        }
+        let (first, end) = word_after(b, at);
+        let (second, _) = word_after(b, end);
+        out.push((
+            String::from_utf8_lossy(first).to_ascii_lowercase(),
+            String::from_utf8_lossy(second).to_ascii_lowercase(),
+        ));
+        at = statement_end(b, at)?;
+    }
+}
+
+/// Skips whitespace, `;` and comments from `at`.
+fn skip_blank(b: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        match b.get(at..)? {
+            [c, ..] if c.is_ascii_whitespace() || *c == b';' => at += 1,
+            [b'-', b'-', ..] => at = b[at..].iter().position(|&c| c == b'\n').map_or(b.len(), |p| at + p),
+            [b'/', b'*', ..] => at = at + 2 + find(&b[at + 2..], b"*/")? + 2,
+            _ => return Some(at),
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Where the statement starting at `at` ends: just after its `;`, or the end of the text.
+fn statement_end(b: &[u8], mut at: usize) -> Option<usize> {
+    while at < b.len() {
+        match b[at] {
+            b';' => return Some(at + 1),
+            q @ (b'\'' | b'"') => at = at + 1 + b[at + 1..].iter().position(|&c| c == q)? + 1,
+            b'-' if b.get(at + 1) == Some(&b'-') => at = skip_blank(b, at)?,
+            b'/' if b.get(at + 1) == Some(&b'*') => at = skip_blank(b, at)?,
+            b'$' => {
+                // $tag$ ... $tag$ (a lone $1 parameter has no closing $ before a non-tag byte).
+                let tag_len = b[at + 1..].iter().position(|&c| !(c.is_ascii_alphanumeric() || c == b'_'));
+                match tag_len {
+                    Some(n) if b.get(at + 1 + n) == Some(&b'$') && !b[at + 1].is_ascii_digit() => {
+                        let tag = &b[at..at + n + 2];
+                        at = at + tag.len() + find(&b[at + tag.len()..], tag)? + tag.len();
+                    }
+                    _ => at += 1,
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    Some(at)
+}
+
+/// Whether running `sql` may make a durable change: a COMMIT (or END, `PREPARE TRANSACTION`), or a statement
+/// that writes outside a transaction block (autocommit), given whether the session is in one. Used to tell
+/// a client whose connection was lost mid-flight 08007 ("transaction resolution unknown") rather than 08006.
+/// Reads (SELECT, SHOW, VALUES, ...) and transaction control are not writes; a SELECT that calls a function
+/// which writes counts as a read. Text it cannot follow counts as a write.
+pub(crate) fn may_commit(sql: &str, mut in_transaction: bool) -> bool {
+    let Some(statements) = statements(sql) else { return true };
+    for (first, second) in statements {
+        match first.as_str() {
+            "begin" | "start" => in_transaction = true,
+            "commit" | "end" => return true,
+            "prepare" if second == "transaction" => return true,
+            "rollback" | "abort" if second != "prepared" => in_transaction = false,
+            "explain" if second != "analyze" => {}
+            "select" | "show" | "values" | "table" | "fetch" | "move" | "declare" | "close" | "set" | "reset"
+            | "savepoint" | "release" | "discard" | "deallocate" | "listen" | "unlisten" | "prepare" | "lock" => {}
+            _ if in_transaction => {}
+            _ => return true,
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_may_commit_if_the_connection_is_lost_mid_flight() {
+        for (sql, in_tx, want) in [
+            ("select * from t", false, false),
+            ("insert into t values (1)", false, true),
+            ("insert into t values (1)", true, false),
+            ("commit", true, true),
+            ("END", true, true),
+            ("begin; insert into t values (1); commit", false, true),
+            ("begin; insert into t values (1)", false, false),
+            ("rollback", true, false),
+            ("prepare transaction 'x'", true, true),
+            ("explain select 1", false, false),
+            ("explain analyze delete from t", false, true),
+            ("/* hi */ select 1; -- insert\n", false, false),
+            ("select ';insert'; select $$;insert$$", false, false),
+            ("select 1; update t set v = 2", false, true),
+            ("with x as (insert into t values (1) returning *) select * from x", false, true),
+            ("select 'unterminated", false, true),
+            ("", false, false),
+        ] {
+            assert_eq!(may_commit(sql, in_tx), want, "{sql:?} in a transaction: {in_tx}");
+        }
+    }
 
     fn pin(sql: &str) -> Option<PinReason> {
         scan(sql).pin

@@ -5,7 +5,7 @@
 //! the waker changes); raising the level wakes every registered session. Waiting for a level from places
 //! that wait anyway (the listener, a client queued for a server) uses an ordinary `Notify`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
@@ -43,6 +43,8 @@ pub struct Stop {
 #[derive(Debug, Default)]
 struct Inner {
     level: AtomicU8,
+    /// Bumped by [`Stop::poke`]: every session looks at its state again (a node was declared dead).
+    pokes: AtomicU64,
     /// The waker of every watching session, at the slot its `Watch` holds.
     sessions: Mutex<Slots<Waker>>,
     changed: Notify,
@@ -69,11 +71,23 @@ impl Stop {
         Level::from_u8(self.inner.level.load(Ordering::Acquire))
     }
 
+    /// Wakes every session without changing the level, so that each looks at its state again (the node of
+    /// its server connection may have been declared dead).
+    pub(crate) fn poke(&self) {
+        self.inner.pokes.fetch_add(1, Ordering::AcqRel);
+        self.wake_sessions();
+    }
+
     fn raise(&self, level: Level) {
         let before = self.inner.level.fetch_max(level as u8, Ordering::AcqRel);
         if before >= level as u8 {
             return;
         }
+        self.wake_sessions();
+        self.inner.changed.notify_waiters();
+    }
+
+    fn wake_sessions(&self) {
         let wakers: Vec<Waker> = {
             let sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
             sessions.values().cloned().collect()
@@ -82,7 +96,6 @@ impl Stop {
         for w in wakers {
             w.wake();
         }
-        self.inner.changed.notify_waiters();
     }
 
     /// Waits until the level is at least `level`.
@@ -100,7 +113,13 @@ impl Stop {
 
     /// A per-session watch for the relay loop.
     pub(crate) fn watch(&self) -> Watch {
-        Watch { stop: self.clone(), slot: None, waker: None, seen: Level::Running }
+        Watch {
+            stop: self.clone(),
+            slot: None,
+            waker: None,
+            seen: Level::Running,
+            pokes: self.inner.pokes.load(Ordering::Acquire),
+        }
     }
 }
 
@@ -112,6 +131,8 @@ pub(crate) struct Watch {
     waker: Option<Waker>,
     /// The level when the waker was last registered.
     seen: Level,
+    /// Pokes already seen.
+    pokes: u64,
 }
 
 impl Watch {
@@ -136,6 +157,15 @@ impl Watch {
             return self.stop.level();
         }
         level
+    }
+}
+
+impl Watch {
+    /// Whether the session was poked since the last call (one atomic load; the waker is the one `poll`
+    /// registered).
+    pub(crate) fn poked(&mut self) -> bool {
+        let pokes = self.stop.inner.pokes.load(Ordering::Acquire);
+        pokes != std::mem::replace(&mut self.pokes, pokes)
     }
 }
 
@@ -188,6 +218,22 @@ mod tests {
         assert_eq!(stop.level(), Level::Hard);
         stop.begin_graceful();
         assert_eq!(stop.level(), Level::Hard, "levels only go up");
+    }
+
+    #[tokio::test]
+    async fn a_poke_wakes_a_watching_task_without_changing_the_level() {
+        let stop = Stop::new();
+        let mut watch = stop.watch();
+        let task = tokio::spawn(async move {
+            poll_fn(|cx| {
+                let level = watch.poll(cx);
+                if watch.poked() { Poll::Ready(level) } else { Poll::Pending }
+            })
+            .await
+        });
+        tokio::task::yield_now().await;
+        stop.poke();
+        assert_eq!(task.await.unwrap(), Level::Running);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! A fake PostgreSQL for unit tests of the server pool: it logs anyone in, answers every simple query with
-//! an empty result, counts its connections, and can refuse logins the way a full server does (FATAL 53300).
+//! A fake PostgreSQL for unit tests of the server pool: it logs anyone in (reporting its role as PostgreSQL
+//! 14 and later do), answers every simple query with an empty result, counts its connections, and can refuse
+//! logins the way a full server does (FATAL 53300, or any other code) or pose as a hot standby.
 //! The real server is for the integration tests; this one makes the pool's rules testable in milliseconds.
 
 use std::net::SocketAddr;
@@ -17,6 +18,9 @@ use crate::config::Config;
 #[derive(Debug, Default)]
 struct Counters {
     refuse: AtomicBool,
+    /// Refuse logins with this SQLSTATE instead of 53300 (0: 53300).
+    refuse_code: std::sync::Mutex<Option<&'static str>>,
+    standby: AtomicBool,
     accepted: AtomicUsize,
     open: AtomicUsize,
     queries: AtomicUsize,
@@ -64,6 +68,17 @@ impl FakeServer {
         self.counters.refuse.store(refuse, Ordering::SeqCst);
     }
 
+    /// From now on, refuse every login with FATAL `code` (a fix-needing error such as 3D000, say).
+    pub(crate) fn refuse_logins_with(&self, code: &'static str) {
+        *self.counters.refuse_code.lock().unwrap_or_else(|e| e.into_inner()) = Some(code);
+        self.refuse_logins(true);
+    }
+
+    /// From now on, report itself as a hot standby at login.
+    pub(crate) fn be_standby(&self, standby: bool) {
+        self.counters.standby.store(standby, Ordering::SeqCst);
+    }
+
     /// Connections open now.
     pub(crate) fn open(&self) -> usize {
         self.counters.open.load(Ordering::SeqCst)
@@ -99,7 +114,9 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
     }
     let mut out = BytesMut::new();
     if counters.refuse.load(Ordering::SeqCst) {
-        let refusal = ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, "sorry, too many clients already");
+        let code =
+            counters.refuse_code.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(sqlstate::TOO_MANY_CONNECTIONS);
+        let refusal = ErrorMessage::fatal(code, "refused by the fake server");
         out.extend_from_slice(&refusal.to_bytes());
         let _ = stream.write_all(&out).await;
         return;
@@ -108,6 +125,9 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
     encode::auth_ok(&mut out);
     encode::parameter_status(&mut out, "server_version", "15.0 (fake)");
     encode::parameter_status(&mut out, "TimeZone", "UTC");
+    let standby = if counters.standby.load(Ordering::SeqCst) { "on" } else { "off" };
+    encode::parameter_status(&mut out, "in_hot_standby", standby);
+    encode::parameter_status(&mut out, "default_transaction_read_only", "off");
     encode::backend_key_data(&mut out, 4242, 7);
     encode::ready_for_query(&mut out, TxStatus::Idle);
     if stream.write_all(&out).await.is_err() {

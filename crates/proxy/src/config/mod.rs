@@ -5,6 +5,7 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+mod role;
 mod secret;
 mod url;
 mod value;
@@ -15,7 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use value::{ClientAuth, DatabaseUrl, LogFormat, LoginInfo, Secret, SslMode};
+pub use value::{ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs};
 use value::{ConfigValue, Raw};
 
 /// One configuration key, for `--help` and documentation.
@@ -150,6 +151,38 @@ config_keys! {
     log_level: String = "info";
     /// Log format: `text` or `json`.
     log_format: LogFormat = "text";
+
+    // Riding through failovers, restarts and dead servers (issue 13).
+
+    /// Which database nodes new server connections may use, with libpq's names: any, read-write, read-only,
+    /// primary, standby, prefer-standby. A node whose role does not fit is refused (and pgmux tries again,
+    /// re-resolving the host name, until query_wait_timeout); a node seen changing role is drained.
+    target_session_attrs: TargetSessionAttrs = "read-write";
+    /// TCP keepalive on server sockets, so that a server that vanished is noticed without waiting for a query.
+    tcp_keepalive: bool = "true";
+    /// Idle time before the first keepalive probe on a server socket.
+    tcp_keepidle: Duration = "1s";
+    /// Time between keepalive probes on a server socket.
+    tcp_keepintvl: Duration = "1s";
+    /// Unanswered keepalive probes before a server socket is given up.
+    tcp_keepcnt: usize = "3";
+    /// Longest data sent to a server may stay unacknowledged before the socket is given up (TCP_USER_TIMEOUT;
+    /// 0 = the kernel's default, about 15 minutes).
+    tcp_user_timeout: Duration = "5s";
+    /// A server connection that has not answered pgmux's liveness probe (an empty query on an idle or the
+    /// control connection, once a second while connections are lent) within this long is declared hung: its
+    /// node's connections are closed and their clients told (0 = no probe).
+    server_probe_timeout: Duration = "2s";
+    /// Close a client that stays idle inside a transaction this long while holding a server connection
+    /// (SQLSTATE 25P03; 0 = never).
+    idle_transaction_timeout: Duration = "0";
+    /// Cancel a query that runs longer than this (SQLSTATE 57014 naming the setting; 0 = never).
+    query_timeout: Duration = "0";
+    /// Close a client connection idle this long between transactions (SQLSTATE 57P05; 0 = never).
+    client_idle_timeout: Duration = "0";
+    /// The largest single message a client may send (SQLSTATE 54000, then the connection closes). Large
+    /// enough for real bulk inserts; PostgreSQL's own limit is 1 GiB.
+    max_client_message: usize = "268435456";
 }
 
 /// How pgmux runs; it decides some defaults.
@@ -350,6 +383,12 @@ impl Config {
             && self.min_pool_size > max - usize::from(self.max_connections_percent > 0)
         {
             return Err(invalid("min_pool_size", "must leave room within pool_max (less the control connection)"));
+        }
+        if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
+            return Err(invalid(
+                "max_client_message",
+                "must be between 10000 and 1073741823 bytes (PostgreSQL's own limit)",
+            ));
         }
         if self.max_client_conn == 0 {
             return Err(invalid("max_client_conn", "must be at least 1"));

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use super::role::{NodeRole, TargetSessionAttrs};
 pub use super::secret::Secret;
 pub use super::url::{DatabaseUrl, LoginInfo, SslMode};
 
@@ -108,6 +109,15 @@ impl ConfigValue for SslMode {
     fn parse(raw: &Raw<'_>) -> Result<Self, String> {
         let text = raw.text()?;
         SslMode::parse(text.trim())
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ConfigValue for TargetSessionAttrs {
+    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+        TargetSessionAttrs::parse(raw.text()?.trim())
     }
     fn show(&self) -> String {
         self.to_string()

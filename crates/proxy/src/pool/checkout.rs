@@ -1,7 +1,10 @@
 //! Lending: a client asks for a server connection and gets an idle one that passed its checks, or a new
 //! one, or waits in line up to `query_wait_timeout`. A failed open is not the client's error while there is
 //! hope: the database refusing a new connection (53300) lowers the limit and the client waits for one of the
-//! open connections; any other failed open makes it wait too, as long as some connection is open.
+//! open connections; a database that is away (restarting, failing over, unreachable, in the wrong role) makes
+//! it wait and try again, every 50 ms at first and then every 250 ms, re-resolving the host name each time,
+//! until query_wait_timeout. Only an error that needs a fix (a wrong password, a missing database) with no
+//! connection open reaches the client at once.
 
 use std::time::Duration;
 
@@ -62,13 +65,14 @@ enum Fitness {
     NeedsRoundTrip,
 }
 
-/// Pauses between attempts that failed: 50 ms, then twice the last, at most a second.
+/// Pauses between attempts that failed: 50 ms, then twice the last, at most 250 ms (no lock-out: the next
+/// attempt after an outage ends comes within a quarter of a second).
 #[derive(Debug, Default)]
 pub(super) struct Backoff(Option<Duration>);
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(50);
-    const MOST: Duration = Duration::from_secs(1);
+    const MOST: Duration = Duration::from_millis(250);
 
     /// The next pause.
     pub(super) fn next(&mut self) -> Duration {
@@ -121,14 +125,19 @@ impl ServerPool {
                     tracing::debug!(server_id = lease.id, "idle server connection failed its check; closing it");
                     self.retire(lease.discard());
                 }
-                Grant::Open(slot) => match self.open().await {
-                    Ok(conn) => return Ok(slot.fill(Box::new(conn))),
-                    Err(CheckoutError::Connect(e)) => {
-                        drop(slot);
-                        self.after_failed_open(e, &mut wait).await?;
+                Grant::Open(slot) => {
+                    if !self.room_to_grow().await {
+                        continue;
                     }
-                    Err(e) => return Err(e),
-                },
+                    match self.open().await {
+                        Ok(conn) => return Ok(slot.fill(Box::new(conn))),
+                        Err(CheckoutError::Connect(e)) => {
+                            drop(slot);
+                            self.after_failed_open(e, &mut wait).await?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         }
     }
@@ -171,19 +180,31 @@ impl ServerPool {
             tokio::time::sleep(pause).await;
             return Ok(());
         }
-        // The database is up and busy connections will come back: a failed open (a lost SYN, a slow start
-        // under load, a login refused to new sessions only) makes this client wait for one of them, as long
-        // as query_wait_timeout allows, instead of failing its query. With no connection open at all, the
-        // error goes to the client at once.
+        // The database is away for now (a restart, a failover, a lost SYN), or busy connections will come
+        // back: the client waits, as long as query_wait_timeout allows, instead of failing its query. An
+        // error that needs a fix goes to the client at once when no connection is open to wait for.
         let now = Instant::now();
-        if self.pool.status().size == 0 || now >= until {
+        if (!e.is_transient() && self.pool.status().size == 0) || now >= until {
             return Err(e.into());
         }
         tracing::warn!(error = %e, fault = ?e.fault(), retry_in = ?pause,
-            "could not open a server connection; the client waits for one of the open ones");
+            "could not open a server connection; the client waits and pgmux tries again");
         wait.failed_open = Some(e);
         tokio::time::sleep(pause.min(until - now)).await;
         Ok(())
+    }
+
+    /// Before the pool grows past its first connection on a budget reading older than a second, has sizing
+    /// read the database again, so that connections others opened since are not squeezed out. False if the
+    /// fresh limit leaves no room for the connection about to open (its slot is then given back).
+    async fn room_to_grow(&self) -> bool {
+        if self.config.max_connections_percent == 0 || self.pool.status().size <= 1 {
+            return true;
+        }
+        if !self.budget.refresh_if_older(Duration::from_secs(1), Duration::from_secs(1)).await {
+            return true;
+        }
+        self.pool.status().size <= self.limit.current()
     }
 
     /// The common case of [`checkout`](Self::checkout), without waiting: an idle connection that passes
@@ -211,7 +232,7 @@ impl ServerPool {
         if !lifetime.is_zero() && now.saturating_duration_since(meta.created) >= lifetime {
             return Fitness::Unfit;
         }
-        if !lease.looks_alive() {
+        if !lease.looks_alive() || !self.keeps(lease) {
             return Fitness::Unfit;
         }
         if now.saturating_duration_since(meta.idle_since) < self.config.server_check_delay {
@@ -236,9 +257,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pauses_between_failed_opens_double_up_to_a_second() {
+    fn pauses_between_failed_opens_double_up_to_a_quarter_second() {
         let mut backoff = Backoff::default();
-        let pauses: Vec<u128> = (0..7).map(|_| backoff.next().as_millis()).collect();
-        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000]);
+        let pauses: Vec<u128> = (0..5).map(|_| backoff.next().as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 200, 250, 250]);
     }
 }

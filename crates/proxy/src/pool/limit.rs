@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How often a lowered ceiling is raised by one while no refusal comes.
@@ -81,6 +82,42 @@ impl Limit {
     }
 }
 
+/// When the database's budget was last read (by sizing), and a way for a pool about to grow to ask for a
+/// fresh reading first: connections another application opened since then must not be squeezed out.
+#[derive(Debug, Default)]
+pub(crate) struct BudgetClock {
+    read_at: Mutex<Option<Instant>>,
+    wanted: Notify,
+    read: Notify,
+}
+
+impl BudgetClock {
+    /// A reading was just taken.
+    pub(crate) fn read_now(&self) {
+        *self.read_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.read.notify_waiters();
+    }
+
+    /// Resolves when someone asks for a fresh reading.
+    pub(crate) async fn wanted(&self) {
+        self.wanted.notified().await;
+    }
+
+    /// If there was a reading and it is older than `age`, asks for a new one and waits for it, at most `wait`.
+    /// True if a fresh reading came.
+    pub(crate) async fn refresh_if_older(&self, age: Duration, wait: Duration) -> bool {
+        let stale = self.read_at.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|at| at.elapsed() >= age);
+        if !stale {
+            return false;
+        }
+        let read = self.read.notified();
+        tokio::pin!(read);
+        read.as_mut().enable();
+        self.wanted.notify_one();
+        tokio::time::timeout(wait, read).await.is_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +142,26 @@ mod tests {
             limits.probe();
         }
         assert_eq!(limits.current(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_reading_is_refreshed_on_request_and_a_missing_one_is_not_waited_for() {
+        let clock = std::sync::Arc::new(BudgetClock::default());
+        let (age, wait) = (Duration::from_secs(1), Duration::from_secs(1));
+        assert!(!clock.refresh_if_older(age, wait).await, "no sizing yet: nothing to wait for");
+        clock.read_now();
+        assert!(!clock.refresh_if_older(age, wait).await, "fresh enough");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let reader = tokio::spawn({
+            let clock = std::sync::Arc::clone(&clock);
+            async move {
+                clock.wanted().await;
+                clock.read_now();
+            }
+        });
+        assert!(clock.refresh_if_older(age, wait).await, "asked, and the reading came");
+        reader.await.unwrap();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!clock.refresh_if_older(age, wait).await, "nobody reads: gives up after `wait`");
     }
 }

@@ -11,6 +11,7 @@
 
 mod checkout;
 mod limit;
+mod nodes;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,13 +22,16 @@ use pgmux_pool::{Lease, Pool, PoolConfig, Status};
 use tokio_util::task::TaskTracker;
 
 pub(crate) use checkout::CheckoutError;
-use limit::Limit;
+use limit::{BudgetClock, Limit};
+pub(crate) use nodes::Distrust;
+use nodes::Nodes;
 
 use crate::budget;
 use crate::config::Config;
 use crate::credentials::Credentials;
 use crate::params::Defaults;
-use crate::server::ServerConn;
+use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
+use crate::stop::Stop;
 use crate::tls::ServerTls;
 
 /// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.
@@ -44,6 +48,12 @@ pub(crate) struct ServerPool {
     /// The server's own parameter values, as the newest connection reported them at login.
     defaults: RwLock<Arc<Defaults>>,
     next_id: AtomicU64,
+    /// Nodes seen in the wrong role or not answering.
+    nodes: Nodes,
+    /// Sessions are woken through it when a node is declared dead, to give up its connections.
+    stop: Stop,
+    /// When the database's budget was last read (sizing), and a way to ask for a fresh reading.
+    budget: BudgetClock,
     /// Seeds the per-connection lifetime jitter.
     jitter: std::collections::hash_map::RandomState,
     /// Background work (closing retired connections) that shutdown waits for.
@@ -56,6 +66,7 @@ impl ServerPool {
         credentials: Arc<dyn Credentials>,
         tls: ServerTls,
         tasks: TaskTracker,
+        stop: Stop,
     ) -> Self {
         let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));
         let pool_config = PoolConfig { max_size: limit, grow_after: config.pool_grow_after };
@@ -73,6 +84,9 @@ impl ServerPool {
             tls,
             defaults: RwLock::default(),
             next_id: AtomicU64::new(1),
+            nodes: Nodes::default(),
+            stop,
+            budget: Default::default(),
             jitter: Default::default(),
             tasks,
         }
@@ -130,6 +144,16 @@ impl ServerPool {
         &*self.credentials
     }
 
+    /// Sizing took a reading of the database's budget.
+    pub(crate) fn budget_read(&self) {
+        self.budget.read_now();
+    }
+
+    /// Resolves when the pool, about to grow on an old reading, wants a fresh one.
+    pub(crate) async fn budget_wanted(&self) {
+        self.budget.wanted().await;
+    }
+
     /// The server's own parameter values (empty until the first connection reported them).
     pub(crate) fn defaults(&self) -> Arc<Defaults> {
         Arc::clone(&self.defaults.read().unwrap_or_else(|e| e.into_inner()))
@@ -171,29 +195,115 @@ impl ServerPool {
         Ok(conn)
     }
 
-    /// Opens and logs in a new server connection. A login refused for its password is tried once more
-    /// after the credentials are refreshed: a rotated secret then takes effect without an error.
+    /// Opens and logs in a new server connection, and refuses it if its node's role does not fit
+    /// `target_session_attrs`. A login refused for its password is tried once more after the credentials are
+    /// refreshed: a rotated secret then takes effect without an error.
     async fn connect(
         &self,
         id: u64,
         max_statements: usize,
         application_name: Option<&str>,
     ) -> Result<ServerConn, CheckoutError> {
-        let timeout = self.config.server_connect_timeout;
+        let config = &self.config;
+        let keepalive = config.tcp_keepalive.then(|| {
+            (config.tcp_keepidle, config.tcp_keepintvl, u32::try_from(config.tcp_keepcnt).unwrap_or(u32::MAX))
+        });
+        let options = ConnectOptions {
+            id,
+            timeout: config.server_connect_timeout,
+            max_statements,
+            application_name,
+            socket: SocketOptions { keepalive, user_timeout: config.tcp_user_timeout },
+            need_role: config.target_session_attrs.cares(),
+        };
         let login = self.credentials.login().await?;
-        match ServerConn::connect(&login, &self.tls, id, timeout, max_statements, application_name).await {
+        let mut conn = match ServerConn::connect(&login, &self.tls, options).await {
             Err(e) if e.is_auth_failure() && self.credentials.refresh().await? => {
                 tracing::info!(error = %e, "login refused; retrying with refreshed credentials");
                 let login = self.credentials.login().await?;
-                Ok(ServerConn::connect(&login, &self.tls, id, timeout, max_statements, application_name).await?)
+                ServerConn::connect(&login, &self.tls, options).await?
             }
-            other => Ok(other?),
+            other => other?,
+        };
+        let wanted = config.target_session_attrs;
+        if let Some(role) = conn.role.filter(|_| wanted.cares()) {
+            if !wanted.accepts(role) {
+                self.distrust(conn.addr, Distrust::Stale, "its role does not fit target_session_attrs");
+                self.tasks.spawn(Box::new(conn).terminate());
+                return Err(ConnectError::WrongRole { addr: login.address(), role, wanted }.into());
+            }
+            if self.nodes.clear(conn.addr) {
+                tracing::info!(node = %conn.addr, %role, "node fits target_session_attrs again");
+            }
         }
+        conn.checked_epoch = self.nodes.epoch();
+        Ok(conn)
+    }
+
+    /// Stops trusting a node: idle connections to it close at once; busy ones close when they come back
+    /// (stale) or at once (dead: their sessions are woken to give them up).
+    pub(crate) fn distrust(&self, node: std::net::SocketAddr, why: Distrust, reason: &str) {
+        if !self.nodes.mark(node, why) {
+            return;
+        }
+        tracing::warn!(%node, ?why, reason, "no more server connections to this node");
+        for conn in self.pool.evict_idle(|conn, _| conn.addr == node) {
+            self.retire(conn);
+        }
+        if why == Distrust::Dead {
+            self.stop.poke();
+        }
+    }
+
+    /// Whether a connection's node is still trusted (a cheap check unless some node was marked since the
+    /// connection was last checked), and its role still fits.
+    pub(crate) fn keeps(&self, conn: &mut ServerConn) -> bool {
+        let epoch = self.nodes.epoch();
+        if conn.checked_epoch == epoch {
+            return true;
+        }
+        if self.nodes.verdict(conn.addr).is_some() {
+            return false;
+        }
+        conn.checked_epoch = epoch;
+        true
+    }
+
+    /// Whether a connection's node was declared dead: its session gives it up at once.
+    pub(crate) fn is_dead(&self, conn: &ServerConn) -> bool {
+        conn.checked_epoch != self.nodes.epoch() && self.nodes.verdict(conn.addr) == Some(Distrust::Dead)
+    }
+
+    /// Whether `role` fits `target_session_attrs` (an unknown role fits: the server did not say).
+    pub(crate) fn fits(&self, role: Option<crate::config::NodeRole>) -> bool {
+        let wanted = self.config.target_session_attrs;
+        role.is_none_or(|role| !wanted.cares() || wanted.accepts(role))
     }
 
     /// Closes a connection that leaves the pool, politely and in the background.
     pub(crate) fn retire(&self, conn: Box<ServerConn>) {
         self.tasks.spawn(conn.terminate());
+    }
+
+    /// While clients hold server connections, asks an idle one for a round trip within
+    /// `server_probe_timeout`: a node that accepts packets but answers nothing (a hung server, which
+    /// keepalive cannot see) is declared dead, and the sessions on it give up their connections.
+    pub(crate) async fn probe_liveness(&self) {
+        let timeout = self.config.server_probe_timeout;
+        let status = self.pool.status();
+        if timeout.is_zero() || status.size == status.idle + status.opening {
+            return;
+        }
+        let Ok(Some(pgmux_pool::Grant::Idle(mut lease))) = self.pool.try_acquire() else { return };
+        match lease.simple_query("", timeout).await {
+            Ok(()) => {}
+            Err(failure) => {
+                if matches!(failure, crate::server::ServerFailure::Timeout(_)) {
+                    self.distrust(lease.addr, Distrust::Dead, "it did not answer within server_probe_timeout");
+                }
+                self.retire(lease.discard());
+            }
+        }
     }
 
     /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.

@@ -14,7 +14,7 @@ use crate::testing::FakeServer;
 fn pool_for(config: Config) -> Arc<ServerPool> {
     let credentials = Arc::new(StaticCredentials::from_config(&config));
     let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
-    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new()))
+    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::stop::Stop::new()))
 }
 
 /// Waits up to two seconds for `cond`.
@@ -81,20 +81,62 @@ async fn a_refused_login_lowers_the_limit_and_the_client_waits_then_gets_53300()
 }
 
 #[tokio::test]
-async fn a_failed_open_with_nothing_open_fails_at_once_but_waits_while_others_are_open() {
-    // A port nobody listens on.
+async fn a_database_that_is_away_makes_the_client_wait_and_the_first_open_after_it_returns_serves() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nquery_wait_timeout = \"5s\"")));
+    fake.refuse_logins_with("57P03"); // the database system is starting up
+    let waiting = tokio::spawn({
+        let pool = Arc::clone(&pool);
+        async move { pool.checkout().await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!waiting.is_finished(), "the client waits while the database starts up");
+    fake.refuse_logins(false);
+    let started = tokio::time::Instant::now();
+    waiting.await.unwrap().expect("served once the database is back");
+    assert!(started.elapsed() < Duration::from_millis(1000), "retries come at most 250 ms apart");
+}
+
+#[tokio::test]
+async fn an_error_that_needs_a_fix_reaches_the_client_at_once_and_an_unreachable_one_at_the_timeout() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\nquery_wait_timeout = \"5s\"")));
+    fake.refuse_logins_with("3D000"); // database does not exist
+    let started = tokio::time::Instant::now();
+    let err = pool.checkout().await.expect_err("no such database");
+    assert!(started.elapsed() < Duration::from_secs(2), "with nothing open the error comes at once");
+    assert!(matches!(&err, CheckoutError::Connect(e) if !e.is_transient()), "{err:?}");
+
+    // A port nobody listens on: the database may come back, so the client waits for it.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
     let config = Config::from_toml_str(&format!(
         "database_url = \"postgres://app@{closed}/db?sslmode=disable\"\nclient_auth = \"trust\"\n{FIXED}\n\
-         query_wait_timeout = \"5s\""
+         query_wait_timeout = \"1s\""
     ))
     .unwrap();
-    let pool = pool_for(config);
     let started = tokio::time::Instant::now();
-    let err = pool.checkout().await.expect_err("nothing to connect to");
+    let err = pool_for(config).checkout().await.expect_err("nothing to connect to");
+    assert!(started.elapsed() >= Duration::from_millis(900), "held until query_wait_timeout");
     assert!(matches!(err, CheckoutError::Connect(_)), "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(2), "with nothing open the error comes at once");
     assert_eq!(err.to_client().code, "08001");
+}
+
+#[tokio::test]
+async fn a_node_in_the_wrong_role_is_refused_and_its_connections_are_not_lent_again() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nquery_wait_timeout = \"600ms\"")));
+    let held = pool.checkout().await.expect("a writer");
+    // The name now leads to a standby (a failover under way): new connections are refused, and the client
+    // waits for a writer until query_wait_timeout.
+    fake.be_standby(true);
+    let err = pool.checkout().await.expect_err("a standby does not fit read-write");
+    assert!(err.to_string().contains("hot standby"), "{err}");
+    // The connection opened before is on that node: back in the pool, it is not lent again but closed.
+    drop(held);
+    fake.be_standby(false);
+    let lease = pool.checkout().await.expect("a writer again: a fitting connection clears the mark");
+    assert!(eventually(|| fake.open() == 1).await, "{} open, want only the new one", fake.open());
+    drop(lease);
 }
 
 #[tokio::test]

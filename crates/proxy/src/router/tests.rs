@@ -344,6 +344,38 @@ fn a_simple_query_destroys_the_unnamed_statement_so_the_next_bind_replays_it() {
     assert_eq!(rig.client(&[bind(""), sync()]), strs(&["P ", "B ", "S"]));
 }
 
+#[test]
+fn a_large_bind_is_renamed_from_its_first_piece_with_its_declared_length_adjusted() {
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "s1", "select length($1)");
+    rig.on = 1;
+    // A Bind declaring a 100,000-byte parameter, of which only the first 50 bytes are in.
+    let mut body = cstr("");
+    body.extend(cstr("s1"));
+    body.extend_from_slice(&[0, 0, 0, 1]);
+    body.extend_from_slice(&100_000u32.to_be_bytes());
+    let declared = (body.len() + 100_000 + 2 + 4) as u32;
+    let mut head = vec![b'B'];
+    head.extend_from_slice(&declared.to_be_bytes());
+    head.extend_from_slice(&body);
+    head.extend_from_slice(&[b'x'; 50]);
+    let server = &mut rig.servers[1];
+    let mut view = ServerView {
+        tracker: &mut server.tracker,
+        statements: server.statements.as_mut().unwrap(),
+        out: &mut server.out,
+    };
+    rig.router.linked_bind_head(Bytes::from(head.clone()), &mut view, &rig.registry);
+    let sent = rig.servers[1].out.take_all();
+    let parse_len = u32::from_be_bytes(sent[1..5].try_into().unwrap()) as usize + 1;
+    assert_eq!(tokens(&sent[..parse_len]), strs(&["P pgmux_1"]), "the Parse it lacks, first");
+    let bind = &sent[parse_len..];
+    let renamed = u32::from_be_bytes(bind[1..5].try_into().unwrap());
+    assert_eq!(renamed, declared - 3 + 8, "s1 became pgmux_1: the declared length grows by the difference");
+    assert_eq!(&bind[5..15], b"\0pgmux_1\0\0");
+    assert_eq!(bind.len(), head.len() - 3 + 8, "only the first piece, renamed");
+}
+
 // ---- Describe ----
 
 #[test]
@@ -566,8 +598,7 @@ fn a_server_lost_mid_unit_answers_each_owed_reply_and_skips_the_rest_of_the_unit
     let mut rig = Rig::new(10);
     rig.client(&[query("select 1"), parse("s1", "select 2"), bind("s1")]);
     let tracker = std::mem::take(&mut rig.servers[0].tracker);
-    let err = Bytes::from(error("08006", "lost"));
-    let reply = rig.router.server_lost(tracker, &err, &rig.registry);
+    let reply = rig.router.server_lost(tracker, "lost", &rig.registry);
     assert_eq!(tokens(&reply), strs(&["E 08006", "Z", "E 08006"]), "the Query's reply, then the open unit's error");
     assert_eq!(rig.router.mode(), Mode::SkipToSync);
     assert!(!rig.named("s1"), "the Parse never ran");
@@ -581,12 +612,50 @@ fn a_server_lost_while_the_client_idles_in_a_transaction_fails_its_next_unit_onc
     rig.client(&[query("begin")]);
     rig.serve(&[done("BEGIN"), ready(b'T')]);
     let tracker = std::mem::take(&mut rig.servers[0].tracker);
-    let reply = rig.router.server_lost(tracker, &Bytes::from(error("08006", "lost")), &rig.registry);
+    let reply = rig.router.server_lost(tracker, "lost", &rig.registry);
     assert!(reply.is_empty(), "nothing was owed: the client hears of it at its next unit");
     assert_eq!(rig.router.mode(), Mode::LostTransaction);
     let Verdict::Answer(err) = rig.router.unlinked(b'Q', &query("insert into t values (1)")) else { panic!() };
     assert_eq!(tokens(&err), strs(&["E 08006", "Z"]));
     assert_eq!(rig.router.unlinked(b'Q', &query("select 1")), Verdict::NeedServer, "once");
+}
+
+#[test]
+fn a_server_lost_with_a_commit_or_an_autocommit_write_in_flight_says_the_outcome_is_unknown() {
+    let lose = |rig: &mut Rig| {
+        let tracker = std::mem::take(&mut rig.servers[0].tracker);
+        tokens(&rig.router.server_lost(tracker, "lost", &rig.registry))
+    };
+    let mut rig = Rig::new(10);
+    rig.client(&[query("insert into t values (1)")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08007", "Z"]), "an autocommit write may have committed");
+
+    let mut rig = Rig::new(10);
+    rig.client(&[query("select * from t")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08006", "Z"]), "a read did nothing");
+
+    let mut rig = Rig::new(10);
+    rig.client(&[query("begin; insert into t values (1)")]);
+    rig.serve(&[done("BEGIN"), done("INSERT 0 1"), ready(b'T')]);
+    rig.client(&[query("insert into t values (2)")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08006", "Z"]), "inside a transaction nothing commits before COMMIT");
+
+    let mut rig = Rig::new(10);
+    rig.client(&[query("begin")]);
+    rig.serve(&[done("BEGIN"), ready(b'T')]);
+    rig.client(&[query("commit")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08007", "Z"]));
+
+    // The extended protocol: the statement's text comes from its Parse.
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "ins", "insert into t values ($1)");
+    rig.client(&[bind("ins"), execute(), sync()]);
+    assert_eq!(lose(&mut rig), strs(&["E 08007", "Z"]));
+    // Once its unit has ended, a write is no longer in flight.
+    let mut rig = Rig::new(10);
+    prepared_once(&mut rig, "ins", "insert into t values ($1)");
+    rig.client(&[query("select 1")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08006", "Z"]));
 }
 
 // ---- Session state ----

@@ -10,7 +10,7 @@ use pgmux_proto::backend::ErrorFields;
 use pgmux_proto::encode::{self, Severity};
 use pgmux_proto::{FrameError, ParseError, TxStatus, sqlstate};
 
-use crate::config::SslMode;
+use crate::config::{NodeRole, SslMode, TargetSessionAttrs};
 use crate::tracker::Unexpected;
 
 /// Whose fault a failure was: what an operator looks at first.
@@ -148,6 +148,8 @@ pub(crate) enum ConnectError {
     Tls { addr: String, reason: String },
     #[error("the database at {addr} does not offer TLS, and sslmode={mode} requires it")]
     NoTls { addr: String, mode: SslMode },
+    #[error("the database at {addr} is a {role} node, and target_session_attrs={wanted} needs another")]
+    WrongRole { addr: String, role: NodeRole, wanted: TargetSessionAttrs },
 }
 
 impl ConnectError {
@@ -168,6 +170,29 @@ impl ConnectError {
         }
     }
 
+    /// Whether trying again soon may well work: the database is away (refused, unreachable, starting up or
+    /// shutting down, gone during login) or in the wrong role for now (a failover under way). Anything
+    /// else (a wrong password, a database that does not exist, TLS that cannot be satisfied) needs a fix.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            ConnectError::Io { .. } | ConnectError::Timeout { .. } | ConnectError::WrongRole { .. } => true,
+            ConnectError::Rejected { error, .. } => {
+                error.code.starts_with("57P")
+                    || error.code.starts_with("08")
+                    || error.code == sqlstate::TOO_MANY_CONNECTIONS
+            }
+            ConnectError::Protocol { failure, .. } => {
+                matches!(failure, ServerFailure::Io(_) | ServerFailure::Closed | ServerFailure::Timeout(_))
+                    || failure.reply().is_some_and(|e| e.code.starts_with("57P"))
+            }
+            ConnectError::Unsupported { .. }
+            | ConnectError::NoPassword { .. }
+            | ConnectError::Scram { .. }
+            | ConnectError::Tls { .. }
+            | ConnectError::NoTls { .. } => false,
+        }
+    }
+
     /// Whose fault it was.
     pub(crate) fn fault(&self) -> Fault {
         match self {
@@ -175,7 +200,8 @@ impl ConnectError {
             ConnectError::Rejected { .. }
             | ConnectError::Unsupported { .. }
             | ConnectError::NoTls { .. }
-            | ConnectError::Scram { .. } => Fault::Server,
+            | ConnectError::Scram { .. }
+            | ConnectError::WrongRole { .. } => Fault::Server,
             ConnectError::Protocol { failure, .. } => failure.fault(),
             ConnectError::NoPassword { .. } => Fault::Pgmux,
         }

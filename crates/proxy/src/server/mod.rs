@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 pub(crate) use failure::{ConnectError, ServerError, ServerFailure};
 
-use crate::config::{LoginInfo, Secret, SslMode};
+use crate::config::{LoginInfo, NodeRole, Secret, SslMode};
 use crate::io::{Conn, Stream};
 use crate::params::ServerParams;
 use crate::statements::{ServerStatements, Undo};
@@ -25,12 +25,52 @@ use crate::tracker::TxTracker;
 /// Read buffer growth for server sockets: results can be large, so read in big pieces.
 pub(crate) const SERVER_READ_CHUNK: usize = 32 * 1024;
 
+/// How a server socket behaves: keepalive and TCP_USER_TIMEOUT, so that a server that vanished (a black hole,
+/// a host that died) is noticed in seconds rather than the kernel's hours.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SocketOptions {
+    /// Idle time, interval and count of keepalive probes; `None` leaves keepalive off.
+    pub(crate) keepalive: Option<(Duration, Duration, u32)>,
+    /// TCP_USER_TIMEOUT; zero leaves the kernel's default.
+    pub(crate) user_timeout: Duration,
+}
+
+impl SocketOptions {
+    fn apply(&self, stream: &TcpStream) -> std::io::Result<()> {
+        let socket = socket2::SockRef::from(stream);
+        if let Some((idle, interval, count)) = self.keepalive {
+            let keepalive =
+                socket2::TcpKeepalive::new().with_time(idle).with_interval(interval).with_retries(count.max(1));
+            socket.set_tcp_keepalive(&keepalive)?;
+        }
+        if !self.user_timeout.is_zero() {
+            socket.set_tcp_user_timeout(Some(self.user_timeout))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a new server connection is for, and how to open it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnectOptions<'a> {
+    pub(crate) id: u64,
+    /// Longest to connect and log in (`server_connect_timeout`).
+    pub(crate) timeout: Duration,
+    /// Prepared statements it keeps (0: none tracked).
+    pub(crate) max_statements: usize,
+    /// Sent in the start-up packet: a control connection names itself from its first moment.
+    pub(crate) application_name: Option<&'a str>,
+    pub(crate) socket: SocketOptions,
+    /// Learn the node's role even if the server does not report it at login (one query).
+    pub(crate) need_role: bool,
+}
+
 /// An open, logged-in server connection.
 #[derive(Debug)]
 pub(crate) struct ServerConn {
     pub(crate) id: u64,
     pub(crate) io: Conn,
-    /// The address it is connected to, where cancel requests for it go.
+    /// The address it is connected to, where cancel requests for it go; it names the node.
     pub(crate) addr: SocketAddr,
     /// Its BackendKeyData.
     pub(crate) key: (i32, i32),
@@ -40,38 +80,37 @@ pub(crate) struct ServerConn {
     pub(crate) tracker: TxTracker<Undo>,
     /// Retire it when it is this old (0 = never): `server_lifetime` with jitter.
     pub(crate) lifetime: Duration,
+    /// The node's role, as the server reported it (kept up to date from ParameterStatus), if known.
+    pub(crate) role: Option<NodeRole>,
+    /// The pool's stale-node epoch this connection was last checked against (see `ServerPool`).
+    pub(crate) checked_epoch: u64,
 }
 
 impl ServerConn {
-    /// Connects (with TLS as `tls` says) and logs in as `login` says, with `application_name` in the
-    /// start-up packet if given (a control connection names itself from its first moment).
+    /// Connects (with TLS as `tls` says) and logs in as `login` says.
     pub(crate) async fn connect(
         login: &LoginInfo,
         tls: &ServerTls,
-        id: u64,
-        timeout: Duration,
-        max_statements: usize,
-        application_name: Option<&str>,
+        options: ConnectOptions<'_>,
     ) -> Result<Self, ConnectError> {
         let addr = login.address();
-        let connecting = Self::connect_inner(login, tls, id, max_statements, application_name);
-        match tokio::time::timeout(timeout, connecting).await {
+        match tokio::time::timeout(options.timeout, Self::connect_inner(login, tls, options)).await {
             Ok(result) => result,
-            Err(_) => Err(ConnectError::Timeout { addr, after: timeout }),
+            Err(_) => Err(ConnectError::Timeout { addr, after: options.timeout }),
         }
     }
 
     async fn connect_inner(
         login: &LoginInfo,
         tls: &ServerTls,
-        id: u64,
-        max_statements: usize,
-        application_name: Option<&str>,
+        options: ConnectOptions<'_>,
     ) -> Result<Self, ConnectError> {
         let addr = login.address();
         let io_err = |source| ConnectError::Io { addr: addr.clone(), source };
+        // Resolved anew for every connection: a host name that moved (a failover) is followed at once.
         let mut stream = TcpStream::connect((login.host.as_str(), login.port)).await.map_err(io_err)?;
         stream.set_nodelay(true).map_err(io_err)?;
+        options.socket.apply(&stream).map_err(io_err)?;
         let peer = stream.peer_addr().map_err(io_err)?;
         let stream = match tls.mode() {
             SslMode::Disable => Stream::Tcp(stream),
@@ -88,17 +127,42 @@ impl ServerConn {
             },
         };
         let mut conn = ServerConn {
-            id,
+            id: options.id,
             io: Conn::with_stream(stream, Sender::Backend),
             addr: peer,
             key: (0, 0),
             params: ServerParams::default(),
-            statements: ServerStatements::new(max_statements),
+            statements: ServerStatements::new(options.max_statements),
             tracker: TxTracker::default(),
             lifetime: Duration::ZERO,
+            role: None,
+            checked_epoch: 0,
         };
-        conn.login(login, application_name).await?;
+        conn.login(login, options.application_name).await?;
+        conn.role = conn.reported_role();
+        if conn.role.is_none() && options.need_role {
+            conn.role =
+                Some(conn.ask_role(options.timeout).await.map_err(|failure| ConnectError::Protocol { addr, failure })?);
+        }
         Ok(conn)
+    }
+
+    /// The role the server reported at login or since (`in_hot_standby`, `default_transaction_read_only`).
+    pub(crate) fn reported_role(&self) -> Option<NodeRole> {
+        let value = |name: &str| self.params.reported.get(name).map(|p| p.value.as_str());
+        NodeRole::from_settings(value("in_hot_standby"), value("default_transaction_read_only"))
+    }
+
+    /// Asks a server that does not report `in_hot_standby` (before PostgreSQL 14) for its role.
+    async fn ask_role(&mut self, timeout: Duration) -> Result<NodeRole, ServerFailure> {
+        let sql = "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_setting('transaction_read_only')";
+        let rows = self.query_rows(sql, timeout).await?;
+        let row = rows.first().map(Vec::as_slice).unwrap_or_default();
+        Ok(match row {
+            [Some(recovery), _] if recovery == "t" => NodeRole::Standby,
+            [_, Some(read_only)] if read_only == "on" => NodeRole::ReadOnly,
+            _ => NodeRole::ReadWrite,
+        })
     }
 
     /// Sends the start-up packet and answers authentication requests until the server is ready.
@@ -242,7 +306,15 @@ mod tests {
         let login =
             LoginInfo { host: "127.0.0.1".into(), port, user: "app".into(), password: None, dbname: "db".into() };
         let tls = ServerTls::new(SslMode::Disable, Vec::new()).unwrap();
-        ServerConn::connect(&login, &tls, 0, Duration::from_secs(5), 0, application_name).await.unwrap();
+        let options = ConnectOptions {
+            id: 0,
+            timeout: Duration::from_secs(5),
+            max_statements: 0,
+            application_name,
+            socket: SocketOptions::default(),
+            need_role: false,
+        };
+        ServerConn::connect(&login, &tls, options).await.unwrap();
         server.await.unwrap()
     }
 

@@ -22,6 +22,36 @@ impl Session {
     /// Gets a server connection for the unit that `tag` begins. `Ok(None)`: linked. `Ok(Some(verdict))`:
     /// no server (the verdict answers the unit with the error). `Err`: the session is over.
     pub(super) async fn link(&mut self, tag: u8) -> Result<Option<Verdict>, End> {
+        // A connection that fails while pgmux applies the client's parameters has seen nothing of the
+        // transaction: another one is taken, a few times, before the client hears of it.
+        let mut attempts = 0;
+        let lease = loop {
+            let lease = match self.lend().await? {
+                Ok(lease) => lease,
+                Err(err) => return Ok(Some(self.router.answer_unit(tag, err.to_bytes()))),
+            };
+            match self.sync_params(lease).await {
+                Ok(lease) => break lease,
+                Err(Some(refused)) => return Ok(Some(self.router.answer_unit(tag, refused.to_bytes()))),
+                Err(None) if attempts < 2 => attempts += 1,
+                Err(None) => {
+                    let err = ErrorMessage::error(
+                        sqlstate::CONNECTION_FAILURE,
+                        "server connections kept failing while pgmux applied the session's parameters",
+                    );
+                    return Ok(Some(self.router.answer_unit(tag, err.to_bytes())));
+                }
+            }
+        };
+        self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
+        tracing::trace!(server_id = lease.id, "linked");
+        self.server = Some(Linked::new(lease));
+        self.replay.open(self.client.out.queued_total());
+        Ok(None)
+    }
+
+    /// A server connection from the pool, or the error the client is told instead.
+    async fn lend(&mut self) -> Result<Result<ServerLease, ErrorMessage>, End> {
         let checkout = match self.shared.pool.try_checkout() {
             Some(lease) => Ok(lease),
             None => match self.wait_for_server().await? {
@@ -30,29 +60,21 @@ impl Session {
                     tracing::debug!("query cancelled while waiting for a server connection");
                     let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
                         .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
-                    return Ok(Some(self.router.answer_unit(tag, err.to_bytes())));
+                    return Ok(Err(err));
                 }
             },
         };
-        let lease = match checkout {
-            Ok(lease) => lease,
+        match checkout {
+            Ok(lease) => Ok(Ok(lease)),
             Err(CheckoutError::Closed) => {
                 self.client.out.push(shutting_down().to_bytes());
-                return Err(End::Shutdown);
+                Err(End::Shutdown)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no server connection for client");
-                return Ok(Some(self.router.answer_unit(tag, e.to_client().to_bytes())));
+                Ok(Err(e.to_client()))
             }
-        };
-        let lease = match self.sync_params(lease).await {
-            Ok(lease) => lease,
-            Err(err) => return Ok(Some(self.router.answer_unit(tag, err.to_bytes()))),
-        };
-        self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
-        tracing::trace!(server_id = lease.id, "linked");
-        self.server = Some(Linked::new(lease));
-        Ok(None)
+        }
     }
 
     /// Waits in line for a server connection while watching the client: `None` if the client cancelled
@@ -83,10 +105,10 @@ impl Session {
         Ok(if cancel.wait_end() { None } else { waited })
     }
 
-    /// Applies the client's parameters to a server whose settings differ. The error is what the client is
-    /// told: a value the server refused is the client's own error (the connection goes back to the pool);
-    /// anything else lost the connection (it is closed).
-    async fn sync_params(&self, mut lease: ServerLease) -> Result<ServerLease, ErrorMessage> {
+    /// Applies the client's parameters to a server whose settings differ. `Err(Some(error))`: the server
+    /// refused a value, the client's own error (the connection goes back to the pool); `Err(None)`: the
+    /// connection failed (it is closed).
+    async fn sync_params(&self, mut lease: ServerLease) -> Result<ServerLease, Option<ErrorMessage>> {
         if lease.params.in_sync(&self.params) {
             return Ok(lease);
         }
@@ -101,13 +123,10 @@ impl Session {
         };
         tracing::warn!(error = %failure, fault = ?failure.fault(), "could not apply the client's parameters");
         match failure.reply() {
-            Some(refused) if failure.reusable() => Err(refused.to_client(Severity::Error)),
+            Some(refused) if failure.reusable() => Err(Some(refused.to_client(Severity::Error))),
             _ => {
                 self.shared.pool.retire(lease.discard());
-                Err(ErrorMessage::error(
-                    sqlstate::CONNECTION_FAILURE,
-                    "server connection lost while applying session parameters",
-                ))
+                Err(None)
             }
         }
     }
@@ -133,10 +152,12 @@ impl Session {
             Box::pin(self.cancel.unlink()).await;
         }
         let Some(linked) = self.server.take() else { return };
+        self.replay.finish();
         let mut lease = linked.take();
         let lifetime = self.shared.config.server_lifetime;
         let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
-        if too_old || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
+        let unfit = !self.shared.pool.keeps(&mut lease) || !self.shared.pool.fits(lease.role);
+        if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
             self.shared.pool.retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
@@ -149,6 +170,16 @@ impl Session {
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
         let reached_server = linked.reached_server();
+        // Nothing of the transaction reached the server (a stale connection that failed on the first write):
+        // it runs again on another connection, unseen.
+        let linked = if reached_server {
+            linked
+        } else {
+            match self.try_replay(linked, &failure.to_string()) {
+                Ok(()) => return Ok(()),
+                Err(linked) => linked,
+            }
+        };
         let mut lease = linked.take();
         let mid_message = lease.io.framer.mid_message();
         tracing::warn!(server_id = lease.id, error = %failure, fault = ?failure.fault(), reached_server,
@@ -159,13 +190,9 @@ impl Session {
         if mid_message {
             return Err(End::Unrecoverable);
         }
-        let err = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, format!("server connection lost: {failure}"))
-            .with_detail("The current transaction, if any, was rolled back.")
-            .with_hint("The connection to pgmux is still usable; retry the transaction.")
-            .to_bytes();
-        // What the client asked of the lost server never happened: its statement bookkeeping is undone, and
-        // each reply it was owed becomes the error.
-        let replies = self.router.server_lost(tracker, &err, &self.shared.statements);
+        // What the client asked of the lost server is undone in pgmux's bookkeeping, and each unit it was
+        // owed gets one error.
+        let replies = self.router.server_lost(tracker, &failure.to_string(), &self.shared.statements);
         self.client.out.push(replies);
         Ok(())
     }

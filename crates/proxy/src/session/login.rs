@@ -2,7 +2,6 @@
 //! parameters the client gets to see (real server values, its own settings in their place).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
@@ -39,16 +38,20 @@ fn timed_out() -> OpeningError {
 
 /// Runs the start-up of a new connection. Returns the session, or `None` when the connection is done
 /// (a cancel request, a refusal, a client that went away).
-pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u64) -> Option<Session> {
+pub(super) async fn login(
+    shared: Arc<Shared>,
+    mut conn: Conn,
+    stop: Stop,
+    id: u64,
+    slot: ClientSlot,
+) -> Option<Session> {
     let deadline = Instant::now() + shared.config.client_login_timeout;
     let startup = match opening(&shared, &mut conn, deadline).await {
         Ok(Some(startup)) => startup,
         Ok(None) => return None,
         Err(denied) => return deny(conn, denied).await,
     };
-    let count = shared.clients.fetch_add(1, Ordering::Relaxed) + 1;
-    let slot = ClientSlot(Arc::clone(&shared));
-    let params = match admit(&shared, &stop, &mut conn, &startup, count, deadline).await {
+    let params = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
         Ok(params) => params,
         Err(denied) => return deny(conn, denied).await,
     };
@@ -66,6 +69,8 @@ pub(super) async fn login(shared: Arc<Shared>, mut conn: Conn, stop: Stop, id: u
         server: None,
         params,
         router,
+        replay: Default::default(),
+        timer: Default::default(),
         cancel,
         closing: false,
         _slot: slot,

@@ -8,8 +8,11 @@
 mod link;
 mod login;
 mod relay;
+mod replay;
+mod timers;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,7 +20,7 @@ use std::task::Poll;
 
 use crate::pool::ServerLease;
 use pgmux_proto::encode::ErrorMessage;
-use pgmux_proto::{FrameError, Sender, sqlstate};
+use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
 use tracing::Instrument;
 
 use crate::cancel::Registration;
@@ -40,6 +43,8 @@ enum End {
     Unrecoverable,
     /// pgmux is shutting down and the client was told so.
     Shutdown,
+    /// A timeout closed the session (idle_transaction_timeout, client_idle_timeout): the client is told this.
+    TimedOut(ErrorMessage),
 }
 
 /// A server connection lent to this client. If the session ends without giving it back properly (a panic,
@@ -76,6 +81,14 @@ impl Linked {
         self.lease.as_ref().is_some_and(|lease| lease.io.out.sent() > self.sent_before)
     }
 
+    /// The node the server connection is on.
+    fn addr(&self) -> SocketAddr {
+        match &self.lease {
+            Some(lease) => lease.addr,
+            None => unreachable!("a link holds its lease until taken"),
+        }
+    }
+
     /// A new transaction begins on the same server (a pinned client).
     fn next_transaction(&mut self) {
         if let Some(lease) = &self.lease {
@@ -102,6 +115,10 @@ struct Session {
     params: ClientParams,
     /// Its statements, session state and mode: what each message means.
     router: Router,
+    /// The current transaction's messages, while it could still run again on another server.
+    replay: replay::Replay,
+    /// query_timeout, idle_transaction_timeout, client_idle_timeout.
+    timer: timers::Timer,
     cancel: Registration,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
@@ -121,8 +138,11 @@ pub(crate) fn serve(
     stop: Stop,
 ) -> impl Future<Output = ()> + Send {
     let span = tracing::info_span!("client", client_id, %peer);
-    let conn = Conn::with_stream(stream, Sender::Frontend);
-    live(Box::pin(login::login(shared, conn, stop, client_id))).instrument(span)
+    let mut conn = Conn::with_stream(stream, Sender::Frontend);
+    conn.framer = Framer::with_limit(Sender::Frontend, shared.config.max_client_message);
+    // Counted from the first byte, so that max_client_conn also bounds clients that never finish logging in.
+    let slot = ClientSlot::new(&shared);
+    live(Box::pin(login::login(shared, conn, stop, client_id, slot))).instrument(span)
 }
 
 /// Logs in, relays, cleans up.
@@ -134,8 +154,20 @@ async fn live(login: Pin<Box<impl Future<Output = Option<Session>>>>) {
     Box::pin(session.finish(end)).await;
 }
 
-/// Counts a client session in `Shared::clients` for as long as it lives.
+/// Counts a client connection in `Shared::clients` for as long as it lives.
 struct ClientSlot(Arc<Shared>);
+
+impl ClientSlot {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.clients.fetch_add(1, Ordering::Relaxed);
+        ClientSlot(Arc::clone(shared))
+    }
+
+    /// Client connections now, this one included.
+    fn count(&self) -> usize {
+        self.0.clients.load(Ordering::Relaxed)
+    }
+}
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
@@ -160,14 +192,21 @@ impl Session {
                     return End::Shutdown;
                 }
                 self.client.shrink_if_idle(0);
+                self.timer.release();
             }
+            let deadline = self.deadline();
+            self.timer.set(deadline, false);
             let event = std::future::poll_fn(|cx| match self.watch.poll(cx) {
                 Level::Hard => Poll::Ready(None),
                 Level::Graceful if !self.closing => {
                     self.closing = true;
                     Poll::Ready(Some(Event::Wake))
                 }
-                _ => self.poll_io(cx).map(Some),
+                _ if self.watch.poked() => Poll::Ready(Some(Event::Wake)),
+                _ => match self.timer.poll(cx) {
+                    Poll::Ready(kind) => Poll::Ready(Some(Event::Timeout(kind))),
+                    Poll::Pending => self.poll_io(cx).map(Some),
+                },
             })
             .await;
             let Some(event) = event else {
@@ -185,9 +224,22 @@ impl Session {
         match &end {
             End::Protocol(e) => {
                 tracing::warn!(error = %e, "client broke the protocol; closing it");
-                self.client.out.push(ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string()).to_bytes());
+                let err = match e {
+                    // A data-carrying message over max_client_message; a control message that claims to be
+                    // large is just broken (08P01, as PostgreSQL says).
+                    FrameError::TooLong { tag: b'Q' | b'P' | b'B' | b'F' | b'd', .. } => {
+                        ErrorMessage::fatal(sqlstate::PROGRAM_LIMIT_EXCEEDED, format!("{e} (max_client_message)"))
+                            .with_hint("raise max_client_message, or send the data in smaller pieces (COPY, batches)")
+                    }
+                    _ => ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, e.to_string()),
+                };
+                self.client.out.push(err.to_bytes());
             }
             End::Unrecoverable => tracing::warn!("server connection broke mid-message; closing the client"),
+            End::TimedOut(err) => {
+                tracing::info!(message = %err.message, "closing the client");
+                self.client.out.push(err.to_bytes());
+            }
             End::ClientGone | End::Shutdown => tracing::debug!(?end, "session over"),
         }
         if let Some(linked) = self.server.take() {

@@ -4,10 +4,12 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use pgmux_proto::backend::ErrorFields;
 use pgmux_proto::{Step, backend};
 
 use super::{End, Session};
 use crate::io::{MAX_QUEUED, ReadOutcome};
+use crate::pool::Distrust;
 use crate::router::{Mode, ServerView, Verdict};
 use crate::server::{SERVER_READ_CHUNK, ServerFailure};
 use crate::tracker::Route;
@@ -21,6 +23,8 @@ pub(super) enum Event {
     Server(std::io::Result<ReadOutcome>),
     ClientWriteFailed,
     ServerWriteFailed(std::io::Error),
+    /// A timeout of the session's passed.
+    Timeout(super::timers::Deadline),
 }
 
 /// What the server's messages led to.
@@ -30,6 +34,8 @@ pub(super) enum ServerProgress {
     Release,
     /// The server ended the session or broke the protocol.
     Lost(ServerFailure),
+    /// The server's first reply refused the transaction as read-only: run it elsewhere if it may be.
+    ReadOnly,
 }
 
 impl Session {
@@ -62,21 +68,45 @@ impl Session {
     /// Acts on one socket event.
     pub(super) async fn handle(&mut self, event: Event) -> Result<(), End> {
         match event {
-            Event::Wake | Event::Client(Ok(ReadOutcome::Data)) => Ok(()),
+            Event::Client(Ok(ReadOutcome::Data)) => {
+                // The client spoke: an idle timeout starts again (a running query's does not).
+                if let Some(idle) = self.deadline().filter(|(kind, _)| *kind != super::timers::Deadline::Query) {
+                    self.timer.set(Some(idle), true);
+                }
+                Ok(())
+            }
+            Event::Wake => self.woken(),
+            Event::Timeout(kind) => self.timed_out(kind),
             Event::Client(Ok(ReadOutcome::Eof)) | Event::Client(Err(_)) | Event::ClientWriteFailed => {
                 Err(End::ClientGone)
             }
-            Event::Server(Ok(ReadOutcome::Data)) => match self.relay_server() {
-                ServerProgress::Continue => Ok(()),
-                ServerProgress::Release => {
-                    self.release().await;
-                    Ok(())
+            Event::Server(Ok(ReadOutcome::Data)) => loop {
+                match self.relay_server() {
+                    ServerProgress::Continue => return Ok(()),
+                    ServerProgress::Release => {
+                        self.release().await;
+                        return Ok(());
+                    }
+                    ServerProgress::Lost(failure) => return self.server_lost(failure),
+                    // Replayed (nothing left to relay), or not (relay the refusal as it is).
+                    ServerProgress::ReadOnly => self.refused_read_only()?,
                 }
-                ServerProgress::Lost(failure) => self.server_lost(failure),
+                if self.server.is_none() {
+                    return Ok(());
+                }
             },
             Event::Server(Ok(ReadOutcome::Eof)) => self.server_lost(ServerFailure::Closed),
             Event::Server(Err(e)) | Event::ServerWriteFailed(e) => self.server_lost(ServerFailure::Io(e)),
         }
+    }
+
+    /// Woken without socket events: shutdown began, or the node of the linked server was declared dead.
+    fn woken(&mut self) -> Result<(), End> {
+        let dead = self.server.as_mut().is_some_and(|linked| self.shared.pool.is_dead(linked.conn()));
+        if dead {
+            return self.server_lost(ServerFailure::Timeout(self.shared.config.server_probe_timeout));
+        }
+        Ok(())
     }
 
     /// Handles every whole message the client has sent: forwards, rewrites, drops or answers each, linking
@@ -92,8 +122,19 @@ impl Session {
                     return Err(End::Protocol(e));
                 }
                 Ok(Step::NeedMore { .. }) => break,
+                Ok(Step::Stream { tag: b'B', take, start: true }) => {
+                    // A large Bind: routed by its first piece (its names), the rest passed on as it comes.
+                    self.replay.close();
+                    self.forward_client(run);
+                    run = 0;
+                    let head = self.client.rbuf.split_to(take).freeze();
+                    self.dispatch_bind_head(head).await?;
+                    continue;
+                }
                 Ok(Step::Stream { take, .. }) => {
-                    // Only CopyData streams; without a server (a COPY that failed) it goes nowhere.
+                    // CopyData, or the rest of a large Bind; without a server, or while the router skips (a
+                    // COPY that failed, a Bind it refused), it goes nowhere. Neither is run again elsewhere.
+                    self.replay.close();
                     if self.server.is_some() && self.router.mode() == Mode::Normal {
                         run += take;
                     } else {
@@ -131,8 +172,10 @@ impl Session {
         if n == 0 {
             return;
         }
+        let chunk = self.client.rbuf.split_to(n).freeze();
+        self.replay.record(&chunk);
         match self.server.as_mut() {
-            Some(linked) => self.client.forward(n, &mut linked.conn().io.out),
+            Some(linked) => linked.conn().io.out.push(chunk),
             None => unreachable!("client bytes are judged forward only while a server is linked"),
         }
     }
@@ -160,10 +203,38 @@ impl Session {
             }
         }
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        self.replay.record(&msg);
         let server = linked.conn();
         let mut view =
             ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
         self.router.linked(tag, msg, &mut view, &self.shared.statements);
+        Ok(())
+    }
+
+    /// The first piece of a large Bind: like [`dispatch`](Self::dispatch), but the router sees only the
+    /// message's start (enough for its names) and its declared length.
+    async fn dispatch_bind_head(&mut self, head: Bytes) -> Result<(), End> {
+        if self.server.is_none() {
+            match self.router.unlinked(b'B', &head) {
+                Verdict::Drop => return Ok(()),
+                Verdict::Answer(reply) => {
+                    self.client.out.push(reply);
+                    return Ok(());
+                }
+                Verdict::NeedServer => {
+                    if let Some(Verdict::Answer(reply)) = Box::pin(self.link(b'B')).await? {
+                        self.client.out.push(reply);
+                        return Ok(());
+                    }
+                    self.replay.close();
+                }
+            }
+        }
+        let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        let server = linked.conn();
+        let mut view =
+            ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
+        self.router.linked_bind_head(head, &mut view, &self.shared.statements);
         Ok(())
     }
 
@@ -174,6 +245,15 @@ impl Session {
             return ServerProgress::Continue;
         };
         let server = linked.conn();
+        if self.replay.is_open() {
+            // The transaction's first reply: a refusal as read-only means it never ran; anything else closes
+            // the chance to run it again.
+            match first_reply(&server.io.rbuf) {
+                None => return ServerProgress::Continue,
+                Some(true) => return ServerProgress::ReadOnly,
+                Some(false) => self.replay.close(),
+            }
+        }
         let out = &mut self.client.out;
         let registry = &self.shared.statements;
         let mut run = 0;
@@ -197,6 +277,14 @@ impl Session {
                 if let Ok((name, value)) = backend::parameter_status(body) {
                     server.params.report(name, value);
                     self.params.report(name, value);
+                    if matches!(name, "in_hot_standby" | "default_transaction_read_only") {
+                        // A promotion, or a writer switched to read-only: the node's role is visible now.
+                        server.role = server.reported_role().or(server.role);
+                        if !self.shared.pool.fits(server.role) {
+                            let why = "its role changed and no longer fits target_session_attrs";
+                            self.shared.pool.distrust(server.addr, Distrust::Stale, why);
+                        }
+                    }
                 }
                 Ok(Route::Forward)
             } else {
@@ -221,4 +309,18 @@ impl Session {
         }
         progress
     }
+}
+
+/// Whether the first message in `rbuf` is a refusal as read-only; `None` until it is there whole.
+fn first_reply(rbuf: &[u8]) -> Option<bool> {
+    let header = rbuf.get(..5)?;
+    if header[0] != b'E' {
+        return Some(false);
+    }
+    let raw = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if raw < 4 {
+        return Some(false);
+    }
+    let body = rbuf.get(5..raw + 1)?;
+    Some(ErrorFields::parse(body).is_ok_and(|f| !f.is_fatal() && super::replay::refused_as_read_only(&f)))
 }

@@ -1,0 +1,133 @@
+//! PgBouncer's per-client timeouts, with its names: `query_timeout` (a query that runs too long is cancelled
+//! and its client told, naming the setting), `idle_transaction_timeout` (a client idle inside a transaction
+//! while holding a server connection is closed and the transaction rolled back) and `client_idle_timeout` (a
+//! client idle between transactions is closed). One timer per session, armed only while one of them applies
+//! and is set: with all three off (the default) the relay loop never touches a timer.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::{TxStatus, sqlstate};
+use tokio::time::{Instant, Sleep};
+
+use super::{End, Session};
+use crate::cancel::{self, ServerKey};
+
+/// Which timeout a session's timer stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Deadline {
+    /// A query is running (the server owes replies).
+    Query,
+    /// The client sits inside a transaction, holding a server, sending nothing.
+    IdleInTransaction,
+    /// The client sits between transactions.
+    ClientIdle,
+}
+
+/// The session's one timer.
+#[derive(Debug, Default)]
+pub(super) struct Timer {
+    armed: Option<Deadline>,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Timer {
+    /// Arms the timer for `want` (from now) unless it already stands for it; `restart` starts it again
+    /// (the client did something).
+    pub(super) fn set(&mut self, want: Option<(Deadline, Duration)>, restart: bool) {
+        let Some((kind, after)) = want else {
+            self.armed = None;
+            return;
+        };
+        if self.armed == Some(kind) && !restart {
+            return;
+        }
+        let at = Instant::now() + after;
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().reset(at),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+        self.armed = Some(kind);
+    }
+
+    /// Ready with the deadline that passed.
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Deadline> {
+        let (Some(kind), Some(sleep)) = (self.armed, self.sleep.as_mut()) else { return Poll::Pending };
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.armed = None;
+                Poll::Ready(kind)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Lets go of the timer's memory (an idle client with no timeout keeps none).
+    pub(super) fn release(&mut self) {
+        if self.armed.is_none() {
+            self.sleep = None;
+        }
+    }
+}
+
+impl Session {
+    /// The timeout that applies now, if it is set.
+    pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
+        let config = &self.shared.config;
+        let (kind, after) = match self.server.as_mut() {
+            Some(linked) => {
+                let tracker = &linked.conn().tracker;
+                if tracker.pending() > 0 {
+                    (Deadline::Query, config.query_timeout)
+                } else if tracker.status() != TxStatus::Idle {
+                    (Deadline::IdleInTransaction, config.idle_transaction_timeout)
+                } else {
+                    return None;
+                }
+            }
+            None => (Deadline::ClientIdle, config.client_idle_timeout),
+        };
+        (!after.is_zero()).then_some((kind, after))
+    }
+
+    /// A timeout passed.
+    pub(super) fn timed_out(&mut self, kind: Deadline) -> Result<(), End> {
+        let config = &self.shared.config;
+        match kind {
+            Deadline::Query => {
+                let after = config.query_timeout;
+                let Some(linked) = self.server.take() else { return Ok(()) };
+                let mut lease = linked.take();
+                let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
+                // The server stops the query; the connection is not lent again (the cancel may land late).
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), cancel::forward(key)).await;
+                });
+                let tracker = std::mem::take(&mut lease.tracker);
+                self.shared.pool.retire(lease.discard());
+                self.cancel.clear();
+                self.replay.finish();
+                tracing::info!(?after, "query_timeout: the query was cancelled");
+                let reply = self.router.query_timed_out(tracker, after, &self.shared.statements);
+                self.client.out.push(reply);
+                Ok(())
+            }
+            Deadline::IdleInTransaction => Err(End::TimedOut(ErrorMessage::fatal(
+                sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                format!(
+                    "terminating connection due to idle_transaction_timeout ({}s): the transaction was rolled back",
+                    config.idle_transaction_timeout.as_secs_f32()
+                ),
+            ))),
+            Deadline::ClientIdle => Err(End::TimedOut(ErrorMessage::fatal(
+                sqlstate::IDLE_SESSION_TIMEOUT,
+                format!(
+                    "closing a connection idle longer than client_idle_timeout ({}s)",
+                    config.client_idle_timeout.as_secs_f32()
+                ),
+            ))),
+        }
+    }
+}

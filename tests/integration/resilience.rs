@@ -1,0 +1,231 @@
+//! What the database and the network do, as clients see it through pgmux: a database that is away, a
+//! restart, a backend killed mid-statement, a writer turned read-only, a server that stops answering, and
+//! PgBouncer's timeouts. The chaos suite (tests/chaos) measures the same against failovers and network faults;
+//! these are the short, exact forms.
+
+use std::time::Duration;
+
+use pgmux_testkit::{PgOptions, PgServer};
+use tokio::time::Instant;
+
+use crate::common::{self, scalar};
+
+/// Restarts PostgreSQL (after `stop`, or with a fast shutdown) on the same port.
+fn start_again(pg: &mut PgServer) {
+    tokio::task::block_in_place(|| pg.restart_with(&PgOptions::default()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_that_starts_while_the_database_is_down_waits_and_runs_once_it_is_back() {
+    let mut fx = common::start("query_wait_timeout = \"20s\"").await;
+    let client = fx.client().await;
+    assert_eq!(scalar(&client, "select 1").await, "1");
+    fx.pg.stop();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let answer = client.simple_query("select 'after the outage'").await.map(|_| ());
+        (answer, started.elapsed(), client)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "the transaction must wait for the database, not fail");
+    start_again(&mut fx.pg);
+    let (answer, waited, client) = waiting.await.unwrap();
+    answer.expect("no error: the transaction ran once the database was back");
+    assert!(waited >= Duration::from_millis(1500), "waited {waited:?}");
+    assert_eq!(scalar(&client, "select 'next'").await, "next");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_see_nothing_across_a_restart() {
+    let mut fx = common::start("pool_max = 3").await;
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        let c = fx.client().await;
+        assert_eq!(scalar(&c, "select 1").await, "1");
+        clients.push(c);
+    }
+    // A fast shutdown (every backend is told FATAL 57P01) and a start on the same port.
+    start_again(&mut fx.pg);
+    for (i, c) in clients.iter().enumerate() {
+        let answer = c.simple_query("select 2").await;
+        assert!(answer.is_ok(), "idle client {i} got an error after the restart: {:?}", answer.err());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_killed_mid_statement_gives_one_error_saying_whether_a_commit_may_have_happened() {
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    let kill = |what: &'static str| {
+        let oracle = &oracle;
+        async move {
+            let sql = format!(
+                "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity \
+                 where query like '{what}%' and state = 'active' and pid <> pg_backend_pid()) killed"
+            );
+            assert!(common::eventually(Duration::from_secs(5), || async { scalar(oracle, &sql).await == "1" }).await);
+        }
+    };
+    let c = fx.client().await;
+    // A read: nothing can have happened, 08006.
+    let (answer, ()) = tokio::join!(c.simple_query("select pg_sleep(5)"), kill("select pg_sleep"));
+    assert_eq!(common::code(&answer.unwrap_err()), "08006");
+    // An autocommit write: it may have committed before the server went, 08007.
+    let (answer, ()) =
+        tokio::join!(c.simple_query("insert into ledger select 1 from pg_sleep(5)"), kill("insert into ledger"));
+    let err = answer.unwrap_err();
+    assert_eq!(common::code(&err), "08007", "{}", common::message(&err));
+    // Inside a transaction before COMMIT: rolled back, 08006.
+    c.batch_execute("begin").await.unwrap();
+    let (answer, ()) =
+        tokio::join!(c.simple_query("insert into ledger select 2 from pg_sleep(5)"), kill("insert into ledger"));
+    assert_eq!(common::code(&answer.unwrap_err()), "08006");
+    // The client connection stays usable, and its next transaction works.
+    assert_eq!(scalar(&c, "select count(*) from ledger where v = 2").await, "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_turned_read_only_gets_no_more_writes_and_the_write_waits_for_a_writer() {
+    let fx = common::start("pool_max = 2\nquery_wait_timeout = \"20s\"").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    let c = fx.client().await;
+    c.batch_execute("insert into ledger values (1)").await.expect("a warm connection to the writer");
+    // A blue/green-like switch: the node stays up but refuses writes; later it takes them again.
+    oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    let writer = tokio::spawn(async move {
+        let answer = c.batch_execute("insert into ledger values (2)").await;
+        (answer, c)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!writer.is_finished(), "the write must wait for a node that takes writes");
+    oracle.batch_execute("alter system reset default_transaction_read_only").await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    let (answer, c) = writer.await.unwrap();
+    answer.expect("no 25006 reaches the client: the write ran once a writer was there");
+    assert_eq!(scalar(&oracle, "select string_agg(v::text, ',' order by v) from ledger").await, "1,2");
+    assert_eq!(scalar(&c, "select 'next'").await, "next");
+}
+
+/// Stops (or resumes) a PostgreSQL server and every backend of it, as `kill -STOP` would a hung host.
+fn signal_server(pg: &PgServer, signal: &str) {
+    let pid_file = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).expect("postmaster.pid");
+    let postmaster = pid_file.lines().next().expect("a pid").trim().to_owned();
+    let mut pids = vec![postmaster.clone()];
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // pid (comm) state ppid ...
+        let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if ppid == Some(postmaster.as_str()) {
+            pids.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    for (i, pid) in pids.iter().enumerate() {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("kill");
+        // A backend may have exited since the listing; the postmaster may not.
+        assert!(status.success() || i > 0, "kill -{signal} {pid} (the postmaster)");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_is_found_out_in_seconds_and_its_clients_told() {
+    let fx = common::start("pool_max = 3\nmin_pool_size = 2\nserver_probe_timeout = \"2s\"").await;
+    let c = fx.client().await;
+    assert_eq!(scalar(&c, "select 1").await, "1");
+    // Two warm connections: one for the client, one idle for pgmux's probe.
+    let oracle = common::direct(&fx.pg).await;
+    assert!(common::eventually(Duration::from_secs(5), || async { common::pgmux_backends(&oracle).await == 2 }).await);
+    drop(oracle);
+    signal_server(&fx.pg, "STOP");
+    let started = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(30), c.simple_query("select 'hung'")).await;
+    let waited = started.elapsed();
+    signal_server(&fx.pg, "CONT");
+    let err = answer.expect("pgmux must not wait for a hung server as long as it hangs").unwrap_err();
+    assert_eq!(common::code(&err), "08006", "{}", common::message(&err));
+    assert!(waited < Duration::from_secs(15), "found out after {waited:?}");
+    assert_eq!(scalar(&c, "select 'resumed'").await, "resumed", "the next transaction works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_timeout_cancels_the_query_and_names_the_setting() {
+    let fx = common::start("query_timeout = \"1s\"").await;
+    let c = fx.client().await;
+    let err = c.simple_query("select pg_sleep(10)").await.unwrap_err();
+    assert_eq!(common::code(&err), "57014");
+    assert!(common::message(&err).contains("query_timeout"), "{}", common::message(&err));
+    assert_eq!(scalar(&c, "select 'still here'").await, "still here");
+    let oracle = common::direct(&fx.pg).await;
+    let cancelled = common::eventually(Duration::from_secs(5), || async {
+        scalar(
+            &oracle,
+            "select count(*) from pg_stat_activity where query = 'select pg_sleep(10)' and state = 'active'",
+        )
+        .await
+            == "0"
+    })
+    .await;
+    assert!(cancelled, "the query still runs on the server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_transaction_timeout_and_client_idle_timeout_close_idle_clients_naming_the_setting() {
+    let fx = common::start("idle_transaction_timeout = \"1s\"\nclient_idle_timeout = \"2s\"").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    let c = fx.client().await;
+    c.batch_execute("begin; insert into ledger values (1)").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let err = c.simple_query("commit").await.unwrap_err();
+    assert!(err.to_string().contains("idle_transaction_timeout") || c.is_closed(), "{err}");
+    assert_eq!(scalar(&oracle, "select count(*) from ledger").await, "0", "rolled back");
+    let stuck = "select count(*) from pg_stat_activity where state like 'idle in transaction%'";
+    assert!(common::eventually(Duration::from_secs(5), || async { scalar(&oracle, stuck).await == "0" }).await);
+
+    let idle = fx.client().await;
+    tokio::time::sleep(Duration::from_millis(2800)).await;
+    assert!(idle.simple_query("select 1").await.is_err(), "client_idle_timeout closed it");
+    let busy = fx.client().await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(scalar(&busy, "select 1").await, "1", "a client that keeps talking is not idle");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_max_client_message_gets_54000() {
+    let fx = common::start("max_client_message = 100000").await;
+    let c = fx.client().await;
+    let small = format!("select length('{}')", "x".repeat(50_000));
+    assert_eq!(scalar(&c, &small).await, "50000");
+    let big = format!("select length('{}')", "x".repeat(150_000));
+    let err = c.simple_query(&big).await.unwrap_err();
+    assert_eq!(common::code(&err), "54000", "{err}");
+    assert!(common::message(&err).contains("100000"), "{}", common::message(&err));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_bind_streams_through_to_servers_with_and_without_the_statement() {
+    let fx = common::start("pool_max = 2").await;
+    let (a, b) = (fx.client().await, fx.client().await);
+    let big: String = "y".repeat(3 << 20);
+    // Two clients holding transactions open, so that each statement lands on both server connections.
+    a.batch_execute("begin").await.unwrap();
+    b.batch_execute("begin").await.unwrap();
+    for client in [&a, &b, &a] {
+        let stmt = client.prepare("select length($1::text)").await.unwrap();
+        let n: i32 = client.query_one(&stmt, &[&big]).await.unwrap().get(0);
+        assert_eq!(n, 3 << 20);
+    }
+    a.batch_execute("commit").await.unwrap();
+    b.batch_execute("commit").await.unwrap();
+    let n: i32 = a.query_one("select length($1::text)", &[&big]).await.unwrap().get(0);
+    assert_eq!(n, 3 << 20, "the unnamed statement too");
+}
