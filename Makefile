@@ -49,14 +49,16 @@ chaos: prereqs
 	cargo build --release -p pgmux -p pgmux-chaos
 	target/release/pgmux-chaos --pgmux target/release/pgmux --doc docs/resilience.md
 
-# The full benchmark (several minutes): pgmux vs. PgBouncer vs. PostgreSQL directly, W1-W7, three rounds;
-# rewrites the generated section of docs/benchmarks.md (and writes every figure to target/benchmarks.json).
+# The full benchmark (about 40 minutes): pgmux vs. PgBouncer vs. PostgreSQL directly, three rounds: W1-W7 on
+# loopback, W2/W3 over Unix sockets, and W1-W3, W5, W8, W9 in the network lab the driver builds (a network
+# namespace for the application host, Toxiproxy's delay, TLS and SCRAM; needs root). Rewrites the generated
+# section of docs/benchmarks.md (and writes every figure to target/benchmarks.json).
 bench: prereqs
 	cargo build --release -p pgmux -p pgmux-benches
 	target/release/pgmux-bench --pgmux target/release/pgmux --out docs/benchmarks.md --json target/benchmarks.json
 
-# The same driver in about half a minute, with debug builds, into a scratch file; fails if a figure is
-# missing (a W4 failure through a pooler is an expected, recorded result).
+# The same driver in about a minute and a half, with debug builds, into a scratch file, every workload
+# included; fails if a figure is missing (a W4 failure through a pooler is an expected, recorded result).
 bench-quick: prereqs
 	cargo build -p pgmux -p pgmux-benches
 	target/debug/pgmux-bench --quick --pgmux target/debug/pgmux --out target/bench-quick.md

@@ -40,6 +40,9 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need+=(iproute2)
 command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+# The benchmark's network lab (make bench, make bench-quick) puts the application host in a network
+# namespace of its own with `ip netns`, and starts PgBouncer there as postgres with setpriv (util-linux).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -1,23 +1,26 @@
 //! The benchmark's world: one throwaway PostgreSQL with the pgbench tables, and pgmux and PgBouncer in
-//! front of it, started on demand. A pooler that exits on its own is noted (with its last output) and
-//! started again when next needed, so that a crash costs the figures of one step rather than the run.
+//! front of it, started on demand, reached over 127.0.0.1 or their Unix sockets; and, when a network
+//! workload is planned, the network lab ([`NetLab`]) beside it.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer};
 use tempfile::TempDir;
 
-use crate::child::tail;
+use crate::endpoint::Endpoint;
+use crate::metric::World;
+use crate::netlab::NetLab;
 use crate::pgbench::Pgbench;
-use crate::pgbouncer::{PgBouncerProcess, PgBouncerSettings};
+use crate::pgbouncer::PgBouncerSettings;
 use crate::plan::Plan;
+use crate::poolers::{Poolers, Ports};
 use crate::results::Target;
-use crate::{PgmuxProcess, PgmuxSettings, interrupt, logs};
+use crate::{PgmuxSettings, interrupt, logs};
 
 /// How long `pgbench -i` may take.
-const INIT_LIMIT: Duration = Duration::from_secs(300);
+pub const INIT_LIMIT: Duration = Duration::from_secs(300);
 /// How long the server connections of stopped poolers may take to go away.
 const DRAIN_LIMIT: Duration = Duration::from_secs(15);
 
@@ -25,135 +28,155 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(15);
 /// driver that was killed before it could.
 const SCRATCH_PREFIX: &str = "pgmux-bench-";
 
-/// The programs under test and the client.
+/// The programs under test and the clients.
 #[derive(Clone, Debug)]
 pub struct Tools {
     pub pgmux: PathBuf,
     pub pgbouncer: PathBuf,
     pub pgbench: PathBuf,
+    /// `pgmux-bench-client`, the network lab's clients.
+    pub client: PathBuf,
 }
 
 #[derive(Debug)]
 pub struct Lab {
+    /// The network lab, once asked for: `Err` says why it could not be built.
+    net: Option<Result<NetLab, String>>,
     pub pgbench: Pgbench,
-    pub pgmux_settings: PgmuxSettings,
-    pub bouncer_settings: PgBouncerSettings,
-    pgmux: Option<PgmuxProcess>,
-    bouncer: Option<PgBouncerProcess>,
-    /// What pgmux wrote (warnings and worse at `log_level=warn`), over every instance so far.
-    pgmux_log: Vec<String>,
-    /// PgBouncer's log lines at WARNING or worse, over every instance so far.
-    bouncer_log: Vec<String>,
+    pub poolers: Poolers,
     /// Pooler exits and other surprises, for the report.
     pub notes: Vec<String>,
-    // Dropped in field order: the poolers above are stopped (in Drop) before PostgreSQL and the directory.
+    tools: Tools,
+    // Dropped in field order: the network lab and the poolers (in Drop) before PostgreSQL and the directory.
     pub pg: PgServer,
     pub scratch: TempDir,
 }
 
 impl Lab {
-    /// Start PostgreSQL (trust on 127.0.0.1) and fill it with `pgbench -i -s <scale>`. No pooler runs yet.
+    /// Start PostgreSQL (trust on 127.0.0.1 and its socket) and fill it with `pgbench -i -s <scale>`. No
+    /// pooler runs yet.
     pub fn start(plan: &Plan, tools: &Tools) -> Result<Lab, String> {
         remove_orphans();
         let scratch = tempfile::Builder::new()
             .prefix(&format!("{SCRATCH_PREFIX}{}-", std::process::id()))
             .tempdir()
             .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-        // PgBouncer runs as `postgres` when we are root and writes its log here.
-        pgmux_testkit::give_to_postgres(scratch.path()).map_err(|e| format!("chown of the scratch dir: {e}"))?;
+        // PgBouncer runs as `postgres` when we are root and writes its log and socket here.
+        let sockets = [scratch.path().join("pgmux-socket"), scratch.path().join("pgbouncer-socket")];
+        for dir in [scratch.path()].into_iter().chain(sockets.iter().map(PathBuf::as_path)) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            pgmux_testkit::give_to_postgres(dir).map_err(|e| format!("chown of {}: {e}", dir.display()))?;
+        }
+        let hba = scratch.path().join("pg_hba_trust.conf");
+        std::fs::write(&hba, "local all all trust\nhost all all 127.0.0.1/32 trust\n")
+            .and_then(|()| pgmux_testkit::give_to_postgres(&hba))
+            .map_err(|e| format!("writing {}: {e}", hba.display()))?;
         let pg = PgServer::start_with(&PgOptions {
             max_connections: plan.max_connections,
-            extra_conf: vec![("shared_buffers".into(), plan.shared_buffers.clone())],
-            trust_loopback: true,
+            extra_conf: vec![
+                ("shared_buffers".into(), plan.shared_buffers.clone()),
+                ("hba_file".into(), hba.display().to_string()),
+            ],
+            trust_loopback: false,
         });
         let pgbench = Pgbench {
             program: tools.pgbench.clone(),
             user: APP_USER.user.to_owned(),
             database: DATABASE.to_owned(),
             scratch: scratch.path().to_owned(),
+            netns: None,
         };
         eprintln!("pgmux-bench: PostgreSQL on port {}; pgbench -i -s {}", pg.port(), plan.scale);
-        pgbench.initialise(pg.port(), plan.scale, INIT_LIMIT)?;
+        pgbench.initialise(&Endpoint::tcp("127.0.0.1", pg.port()), plan.scale, INIT_LIMIT)?;
+        let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let pgmux_settings = PgmuxSettings {
             binary: tools.pgmux.clone(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)), // a free port at each start
+            listen: SocketAddr::new(loopback, 0), // a free port at each start
             database_url: pg.url(&APP_USER),
-            pool_max: plan.pool_size,
+            pool_max: Some(plan.pool_size),
             client_auth: "trust".to_owned(),
             log_level: "warn".to_owned(),
             max_client_conn: Some(plan.max_client_conn()),
+            unix_socket_dir: Some(sockets[0].clone()),
+            netns: None,
         };
         let bouncer_settings = PgBouncerSettings {
             binary: tools.pgbouncer.clone(),
             dir: scratch.path().to_owned(),
+            listen_addr: loopback,
+            unix_socket_dir: Some(sockets[1].clone()),
+            server_host: "127.0.0.1".to_owned(),
             server_port: pg.port(),
+            server_ca: None,
             database: DATABASE.to_owned(),
             user: APP_USER.user.to_owned(),
-            pool_size: plan.pool_size,
+            password: String::new(),
+            pool_size: Some(plan.pool_size),
             max_client_conn: plan.max_client_conn(),
+            netns: None,
         };
         Ok(Lab {
+            net: None,
             pgbench,
-            pgmux_settings,
-            bouncer_settings,
-            pgmux: None,
-            bouncer: None,
-            pgmux_log: Vec::new(),
-            bouncer_log: Vec::new(),
+            poolers: Poolers::new(pgmux_settings, bouncer_settings, Ports::Free),
             notes: Vec::new(),
+            tools: tools.clone(),
             pg,
             scratch,
         })
     }
 
-    /// The port `target` listens on, starting the pooler if it is not running.
-    pub fn port(&mut self, target: Target) -> Result<u16, String> {
-        match target {
-            Target::Direct => Ok(self.pg.port()),
-            Target::Pgmux => {
-                if self.pgmux.is_none() {
-                    let mut settings = self.pgmux_settings.clone();
-                    settings.listen.set_port(pgmux_testkit::free_port());
-                    let process = PgmuxProcess::start(&settings).map_err(|e| format!("starting pgmux: {e}"))?;
-                    self.pgmux = Some(process);
-                }
-                Ok(self.pgmux.as_ref().map_or(0, |p| p.listen().port()))
+    /// The network lab, built on first use (and its topology checked); the error if it cannot be.
+    pub fn net(&mut self, plan: &Plan) -> Result<&mut NetLab, String> {
+        if self.net.is_none() {
+            eprintln!("pgmux-bench: building the network lab ({} ms round trip)", plan.rtt_ms);
+            let built = NetLab::start(plan, &self.tools, self.scratch.path());
+            if let Err(e) = &built {
+                eprintln!("pgmux-bench: the network lab could not be built: {e}");
             }
-            Target::PgBouncer => {
-                if self.bouncer.is_none() {
-                    self.bouncer = Some(PgBouncerProcess::start(&self.bouncer_settings)?);
+            self.net = Some(built);
+        }
+        match &mut self.net {
+            Some(Ok(net)) => Ok(net),
+            Some(Err(e)) => Err(format!("no network lab: {e}")),
+            None => unreachable!("built above"),
+        }
+    }
+
+    /// The network lab if it was built.
+    pub fn built_net(&self) -> Option<&NetLab> {
+        self.net.as_ref()?.as_ref().ok()
+    }
+
+    /// Where clients reach `target` in the loopback or Unix setting, starting its pooler if need be.
+    pub fn endpoint(&mut self, world: World, target: Target) -> Result<Endpoint, String> {
+        let unix = world == World::Unix;
+        match target {
+            Target::Direct if unix => Ok(Endpoint::unix(self.pg_socket_dir(), self.pg.port())),
+            Target::Direct => Ok(Endpoint::tcp("127.0.0.1", self.pg.port())),
+            _ => {
+                let addr = self.poolers.addr(target)?;
+                let dir = match target {
+                    Target::Pgmux => self.poolers.pgmux_settings.unix_socket_dir.clone(),
+                    _ => self.poolers.bouncer_settings.unix_socket_dir.clone(),
+                };
+                match dir {
+                    Some(dir) if unix => Ok(Endpoint::unix(dir, addr.port())),
+                    _ => Ok(Endpoint::tcp(addr.ip(), addr.port())),
                 }
-                Ok(self.bouncer.as_ref().map_or(0, PgBouncerProcess::port))
             }
         }
     }
 
-    /// The pooler's pid; `None` for direct or a pooler not running.
-    pub fn pid(&self, target: Target) -> Option<u32> {
-        match target {
-            Target::Pgmux => self.pgmux.as_ref()?.pid(),
-            Target::PgBouncer => self.bouncer.as_ref()?.pid(),
-            Target::Direct => None,
-        }
+    /// PostgreSQL's socket directory (the harness puts it beside the data directory).
+    fn pg_socket_dir(&self) -> &Path {
+        self.pg.data_dir().parent().unwrap_or(Path::new("/tmp"))
     }
 
-    /// Whether `target`'s pooler exited on its own (during `step`): if so, note it with its last output,
-    /// forget it (the next [`Lab::port`] starts a new one) and return the note.
+    /// Whether `target`'s pooler exited on its own (during `step`): if so, note it with its last output and
+    /// return the note.
     pub fn check(&mut self, target: Target, step: &str) -> Option<String> {
-        let exit = match target {
-            Target::Pgmux => {
-                let exit = self.pgmux.as_mut()?.exited()?;
-                let output = self.pgmux.as_ref().map(PgmuxProcess::output).unwrap_or_default();
-                self.forget_pgmux();
-                format!("{exit}; its output ends: {}", tail(&output, 5).replace('\n', " / "))
-            }
-            Target::PgBouncer => {
-                let exit = self.bouncer.as_mut()?.exited()?;
-                self.bouncer = None;
-                exit.replace('\n', " / ")
-            }
-            Target::Direct => return None,
-        };
+        let exit = self.poolers.exited(target)?;
         let note = format!("{} exited during {step}: {exit}", target.label());
         eprintln!("pgmux-bench: {note}");
         self.notes.push(note.clone());
@@ -163,65 +186,63 @@ impl Lab {
     /// Stop both poolers, wait until PostgreSQL has no connections of the application user left, and start
     /// `target` (nothing for direct): so that W5 counts only `target`'s server connections and W6 measures a
     /// pooler that carries nothing from the steps before.
-    pub fn fresh(&mut self, target: Target) -> Result<u16, String> {
-        self.stop_poolers();
-        self.wait_for_drain();
-        self.port(target)
+    pub fn fresh(&mut self, target: Target) -> Result<Endpoint, String> {
+        self.poolers.stop();
+        if let Some(note) = wait_for_drain(&self.pg) {
+            eprintln!("pgmux-bench: {note}");
+            self.notes.push(note);
+        }
+        self.endpoint(World::Loopback, target)
     }
 
+    /// Stop every pooler, the network lab's too.
     pub fn stop_poolers(&mut self) {
-        if let Some(mut bouncer) = self.bouncer.take() {
-            self.bouncer_warnings(&bouncer);
-            bouncer.stop();
+        self.poolers.stop();
+        if let Some(Ok(net)) = &mut self.net {
+            net.poolers.stop();
         }
-        self.forget_pgmux();
     }
 
     /// The notes, and what the poolers logged, condensed: pgmux's output (at `log_level=warn`, anything it
     /// writes is worth a look) and PgBouncer's warnings. Call after [`Lab::stop_poolers`] to have it all.
     pub fn notes_and_logs(&self) -> Vec<String> {
         let mut notes = self.notes.clone();
-        let sources = [("pgmux", "output lines", &self.pgmux_log), ("PgBouncer", "warnings", &self.bouncer_log)];
-        for (name, what, lines) in sources {
-            if !lines.is_empty() {
-                let condensed = logs::condense(lines, 5).join(" ¶ ");
-                notes.push(format!("{name} wrote {} {what}; most frequent: {condensed}", lines.len()));
+        let mut sets = vec![("", &self.poolers)];
+        if let Some(Ok(net)) = &self.net {
+            notes.extend(net.notes.iter().cloned());
+            sets.push((" in the network lab", &net.poolers));
+        }
+        for (place, poolers) in sets {
+            for (name, what, lines) in poolers.logs() {
+                if !lines.is_empty() {
+                    let condensed = logs::condense(lines, 5).join(" ¶ ");
+                    notes.push(format!("{name}{place} wrote {} {what}; most frequent: {condensed}", lines.len()));
+                }
             }
         }
         notes
     }
+}
 
-    fn forget_pgmux(&mut self) {
-        if let Some(mut pgmux) = self.pgmux.take() {
-            pgmux.stop();
-            self.pgmux_log.extend(pgmux.output().lines().filter(|l| !l.trim().is_empty()).map(str::to_owned));
+/// Wait until `pg` has no client backends of the application user; a note if some are still there after
+/// the limit.
+pub fn wait_for_drain(pg: &PgServer) -> Option<String> {
+    let sql = format!(
+        "select count(*) from pg_stat_activity where usename = '{}' and backend_type = 'client backend'",
+        APP_USER.user
+    );
+    let started = Instant::now();
+    loop {
+        let left = pg.try_psql(&sql).unwrap_or_else(|e| e);
+        if left == "0" || interrupt::requested() {
+            return None;
         }
-    }
-
-    fn bouncer_warnings(&mut self, bouncer: &PgBouncerProcess) {
-        self.bouncer_log.extend(bouncer.warnings());
-    }
-
-    fn wait_for_drain(&mut self) {
-        let sql = format!(
-            "select count(*) from pg_stat_activity where usename = '{}' and backend_type = 'client backend'",
-            APP_USER.user
-        );
-        let started = Instant::now();
-        loop {
-            let left = self.pg.try_psql(&sql).unwrap_or_else(|e| e);
-            if left == "0" || interrupt::requested() {
-                return;
-            }
-            if started.elapsed() > DRAIN_LIMIT {
-                let note =
-                    format!("{left} server connections were still open {DRAIN_LIMIT:?} after the poolers stopped");
-                eprintln!("pgmux-bench: {note}");
-                self.notes.push(note);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if started.elapsed() > DRAIN_LIMIT {
+            return Some(format!(
+                "{left} server connections were still open {DRAIN_LIMIT:?} after the poolers stopped"
+            ));
         }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -1,31 +1,43 @@
 //! The pieces the demo (`pgmux-demo`) and the benchmark driver (`pgmux-bench`) share: the Lambda-style
-//! [`workload`], the pgmux child process ([`pooler`]), latency summaries ([`stats`]) and the demo's
-//! side-by-side [`report`]; and the driver's own parts: PgBouncer ([`pgbouncer`]) and pgbench ([`pgbench`])
-//! as children ([`child`]), the throwaway world they run in ([`lab`]), the workloads W1–W7 ([`suite`], with
-//! [`idle_clients`] and [`startup`]), what is measured from `/proc` ([`os`]), the figures ([`results`]) and
-//! docs/benchmarks.md ([`markdown`]).
+//! [`workload`], the pgmux child process ([`pooler`]), latency summaries ([`stats`]), where clients connect
+//! ([`endpoint`]) and the demo's side-by-side [`report`]; and the driver's own parts: PgBouncer
+//! ([`pgbouncer`]) and pgbench ([`pgbench`]) as children ([`child`]), both poolers of a setting
+//! ([`poolers`]), the throwaway world they run in ([`lab`]) and the network lab beside it ([`netlab`]: an
+//! application host in a namespace of its own ([`netns`]), certificates ([`pki`]), TLS for the driver's own
+//! clients ([`pgtls`]), and those clients as jobs ([`jobs`]) for `pgmux-bench-client`); the workloads
+//! ([`suite`], [`suite_net`], with [`idle_clients`] and [`startup`]), what is measured from `/proc` ([`os`]),
+//! the figures ([`metric`], [`results`]) and docs/benchmarks.md ([`markdown`]).
 //!
 //! Build in release mode for meaningful figures: the demo's clients derive SCRAM keys (4096 rounds of
 //! PBKDF2) on every connect, which is slow in a debug build; and the poolers under test should be optimised.
 
 pub mod args;
 pub mod child;
+pub mod endpoint;
 pub mod idle_clients;
 pub mod interrupt;
+pub mod jobs;
 pub mod lab;
 pub mod logs;
 pub mod machine;
 pub mod markdown;
+pub mod metric;
+pub mod netlab;
+pub mod netns;
 pub mod os;
 pub mod pgbench;
 pub mod pgbouncer;
+pub mod pgtls;
+pub mod pki;
 pub mod plan;
 pub mod pooler;
+pub mod poolers;
 pub mod report;
 pub mod results;
 pub mod startup;
 pub mod stats;
 pub mod suite;
+pub mod suite_net;
 pub mod workload;
 
 pub use pooler::{PgmuxProcess, PgmuxSettings};

@@ -9,6 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::child::{Supervised, Waited, tail};
+use crate::endpoint::Endpoint;
+use crate::netns;
 
 /// Where pgbench is: `explicit` if given, else beside the PostgreSQL server binaries (Debian keeps it in
 /// `/usr/lib/postgresql/<v>/bin`, and `/usr/bin/pgbench` is only a wrapper that needs a cluster), else PATH.
@@ -34,7 +36,8 @@ pub fn find(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .to_owned())
 }
 
-/// pgbench against one address, as one user, on one database; `PGSSLMODE=disable`, no password (trust).
+/// pgbench as one user, on one database, against whatever [`Endpoint`] it is given (with its TLS mode and
+/// password); run on the machine, or on the network lab's application host.
 #[derive(Clone, Debug)]
 pub struct Pgbench {
     pub program: PathBuf,
@@ -42,22 +45,29 @@ pub struct Pgbench {
     pub database: String,
     /// Where each run's output goes (overwritten per run).
     pub scratch: PathBuf,
+    /// The network namespace to run in (`ip netns exec`); `None`: this one.
+    pub netns: Option<String>,
 }
 
 /// What one run gave.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PgbenchOutcome {
-    Done { tps: f64, transactions: u64 },
+    /// `latency_ms` is pgbench's "latency average" (clients / tps, connection time included with `-C`).
+    Done {
+        tps: f64,
+        transactions: u64,
+        latency_ms: Option<f64>,
+    },
     Failed(String),
 }
 
 impl Pgbench {
-    /// `pgbench <args> -h 127.0.0.1 -p <port> -U <user> <database>`, killed after `limit` or on Ctrl-C.
+    /// `pgbench <args> -U <user> <database>` against `endpoint`, killed after `limit` or on Ctrl-C.
     /// `clients` is only for the failure message ("12 of 50 clients aborted").
-    pub fn run(&self, port: u16, args: &[String], clients: u32, limit: Duration) -> PgbenchOutcome {
+    pub fn run(&self, endpoint: &Endpoint, args: &[String], clients: u32, limit: Duration) -> PgbenchOutcome {
         let output = self.scratch.join("pgbench.out");
         let _ = std::fs::remove_file(&output);
-        let mut cmd = self.command(port);
+        let mut cmd = self.command(endpoint);
         cmd.args(args).arg(&self.database);
         let mut child = match Supervised::spawn("pgbench", cmd, &output) {
             Ok(child) => child,
@@ -74,9 +84,9 @@ impl Pgbench {
     }
 
     /// `pgbench -i -s <scale>` (run once, directly against PostgreSQL).
-    pub fn initialise(&self, port: u16, scale: u32, limit: Duration) -> Result<(), String> {
+    pub fn initialise(&self, endpoint: &Endpoint, scale: u32, limit: Duration) -> Result<(), String> {
         let output = self.scratch.join("pgbench-init.out");
-        let mut cmd = self.command(port);
+        let mut cmd = self.command(endpoint);
         cmd.args(["-i", "-s", &scale.to_string(), "-q"]).arg(&self.database);
         let mut child = Supervised::spawn("pgbench -i", cmd, &output).map_err(|e| e.to_string())?;
         match child.wait(limit) {
@@ -87,13 +97,16 @@ impl Pgbench {
         }
     }
 
-    fn command(&self, port: u16) -> Command {
-        let mut cmd = Command::new(&self.program);
-        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", &self.user])
-            .env("PGSSLMODE", "disable")
-            .env_remove("PGPASSWORD")
-            .env_remove("PGOPTIONS")
-            .env_remove("PGSERVICE");
+    fn command(&self, endpoint: &Endpoint) -> Command {
+        let mut cmd = match &self.netns {
+            Some(name) => netns::exec_in(name, &self.program),
+            None => Command::new(&self.program),
+        };
+        cmd.args(["-U", &self.user]);
+        for var in ["PGPASSWORD", "PGOPTIONS", "PGSERVICE", "PGSSLROOTCERT", "PGHOSTADDR"] {
+            cmd.env_remove(var);
+        }
+        cmd.envs(endpoint.libpq_env());
         cmd
     }
 }
@@ -103,8 +116,11 @@ pub fn parse(output: &str, exited_ok: bool, clients: u32) -> PgbenchOutcome {
     let tps = field(output, "tps = ");
     let transactions = field(output, "number of transactions actually processed: ");
     let failed = field(output, "number of failed transactions: ").unwrap_or(0.0);
+    let latency_ms = field(output, "latency average = ");
     match (exited_ok, tps, transactions) {
-        (true, Some(tps), Some(n)) if n > 0.0 && failed == 0.0 => PgbenchOutcome::Done { tps, transactions: n as u64 },
+        (true, Some(tps), Some(n)) if n > 0.0 && failed == 0.0 => {
+            PgbenchOutcome::Done { tps, transactions: n as u64, latency_ms }
+        }
         (true, Some(_), Some(n)) if n > 0.0 => PgbenchOutcome::Failed(format!("{failed} failed transactions")),
         (true, _, Some(_)) => {
             let connecting = field(output, "initial connection time = ")
@@ -165,11 +181,13 @@ tps = 26991.057286 (without initial connection time)
 
     #[test]
     fn a_good_run() {
-        assert_eq!(parse(REPORT, true, 50), PgbenchOutcome::Done { tps: 26991.057286, transactions: 53845 });
+        let done = PgbenchOutcome::Done { tps: 26991.057286, transactions: 53845, latency_ms: Some(1.853) };
+        assert_eq!(parse(REPORT, true, 50), done);
         let reconnecting = REPORT
             .replace("initial connection time = 20.112 ms", "average connection time = 0.281 ms")
             .replace("26991.057286 (without initial connection time)", "6387.275827 (including reconnection times)");
-        assert_eq!(parse(&reconnecting, true, 50), PgbenchOutcome::Done { tps: 6387.275827, transactions: 53845 });
+        let done = PgbenchOutcome::Done { tps: 6387.275827, transactions: 53845, latency_ms: Some(1.853) };
+        assert_eq!(parse(&reconnecting, true, 50), done);
     }
 
     #[test]

@@ -5,16 +5,19 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::metric::{World, world_of};
 use crate::results::Metric;
 
-/// Every workload, in the order a round runs them.
-pub const STEPS: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7"];
+/// Every workload, in the order a round runs them: on loopback, over Unix sockets (`u`), in the network lab
+/// (`n`, W8, W9).
+pub const STEPS: [&str; 15] =
+    ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W2u", "W3u", "W1n", "W2n", "W3n", "W5n", "W8", "W9"];
 
 /// The knobs of one run. Both poolers and the direct runs see the same figures.
 #[derive(Clone, Debug, Serialize)]
 pub struct Plan {
     pub quick: bool,
-    /// The workloads to run, `W1`…`W7` (all of them unless `--only` says otherwise).
+    /// The workloads to run, of [`STEPS`] (all of them unless `--only` says otherwise).
     pub steps: Vec<String>,
     pub rounds: usize,
     /// Length of each pgbench run (W1–W4).
@@ -37,6 +40,19 @@ pub struct Plan {
     /// PostgreSQL's `max_connections` and `shared_buffers`.
     pub max_connections: u32,
     pub shared_buffers: String,
+    /// The network lab's added round trip, in whole milliseconds (Toxiproxy's latency toxic).
+    pub rtt_ms: u64,
+    /// W8: sequential connects per target and round.
+    pub connects: usize,
+    /// W9: pgmux or PgBouncer instances (one per simulated execution environment), clients per instance,
+    /// how long they run, their pause between transactions, PostgreSQL's `max_connections` meanwhile, and
+    /// the connections another role holds.
+    pub fleet_instances: usize,
+    pub fleet_clients: usize,
+    pub fleet_secs: f64,
+    pub fleet_think_secs: f64,
+    pub fleet_max_connections: u32,
+    pub fleet_held: usize,
 }
 
 impl Plan {
@@ -59,6 +75,14 @@ impl Plan {
             starts: 20,
             max_connections: 200,
             shared_buffers: "256MB".to_owned(),
+            rtt_ms: 1,
+            connects: 200,
+            fleet_instances: 8,
+            fleet_clients: 32,
+            fleet_secs: 15.0,
+            fleet_think_secs: 0.01,
+            fleet_max_connections: 50,
+            fleet_held: 10,
         }
     }
 
@@ -75,6 +99,10 @@ impl Plan {
             burst_think_secs: 0.2,
             idle_clients: 200,
             starts: 3,
+            connects: 20,
+            fleet_instances: 2,
+            fleet_clients: 8,
+            fleet_secs: 1.5,
             ..Plan::full()
         }
     }
@@ -93,7 +121,12 @@ impl Plan {
 
     /// The rows this run fills: those of its steps.
     pub fn metrics(&self) -> Vec<Metric> {
-        Metric::ALL.into_iter().filter(|m| self.steps.iter().any(|s| s == m.step())).collect()
+        Metric::ALL.iter().copied().filter(|m| self.steps.iter().any(|s| s == m.step())).collect()
+    }
+
+    /// Whether any step runs in `world`.
+    pub fn runs_in(&self, world: World) -> bool {
+        self.steps.iter().any(|s| world_of(s) == world)
     }
 
     pub fn pgbench_duration(&self) -> Duration {
@@ -138,10 +171,53 @@ impl Plan {
             ),
             format!(
                 "PostgreSQL: `max_connections={}`, `shared_buffers={}`, `fsync=off`, `synchronous_commit=off`, \
-                 trust on 127.0.0.1; everything on one machine.",
+                 trust on 127.0.0.1 and its Unix socket; everything on one machine.",
                 self.max_connections, self.shared_buffers
             ),
+            "Unix sockets (W2u, W3u): the loopback setting with pgbench on each pooler's own Unix socket \
+             (pgmux `unix_socket_dir`, PgBouncer `unix_socket_dir`) and, for direct, PostgreSQL's; the \
+             poolers still reach PostgreSQL over 127.0.0.1."
+                .to_owned(),
+            format!(
+                "Network (W1n–W3n, W5n, W8, W9): the topology below, {} ms added round trip; W1n–W3n and W5n as on \
+                 loopback; latency per transaction is pgbench's average.",
+                self.rtt_ms
+            ),
+            format!(
+                "W8: {} sequential connects per target and round, each `select 1` then a clean close, timed \
+                 together; the pooler freshly started, so its first connect opens a server connection.",
+                self.connects
+            ),
+            format!(
+                "W9: {} instances of the pooler, each with {} clients running `BEGIN`, `SELECT 1`, `COMMIT` (three \
+                 round trips) with {} ms between transactions for {} s; a client that fails waits 100 ms and \
+                 reconnects. PostgreSQL `max_connections={}` while another role holds {} connections: \
+                 {} − 3 reserved − {} = {} for the application role. pgmux with its defaults (sized from the \
+                 database, no `pool_max`); PgBouncer with its default `default_pool_size` (20); direct: {} × {} \
+                 clients with a connection each, as classic Lambda has. Server connections sampled every 50 ms.",
+                self.fleet_instances,
+                self.fleet_clients,
+                self.fleet_think_secs * 1e3,
+                self.fleet_secs,
+                self.fleet_max_connections,
+                self.fleet_held,
+                self.fleet_max_connections,
+                self.fleet_held,
+                self.fleet_budget(),
+                self.fleet_instances,
+                self.fleet_clients,
+            ),
         ]
+    }
+
+    /// W9's budget for the application role: `max_connections` less the superuser's reserved slots (3, the
+    /// default) and the other role's connections.
+    pub fn fleet_budget(&self) -> usize {
+        (self.fleet_max_connections as usize).saturating_sub(3 + self.fleet_held)
+    }
+
+    pub fn fleet_duration(&self) -> Duration {
+        Duration::from_secs_f64(self.fleet_secs)
     }
 }
 
@@ -158,6 +234,10 @@ mod tests {
         assert!(full.max_client_conn() >= 10_100);
         assert!(full.describe().iter().any(|line| line.contains("-T 15`")));
         assert_eq!(full.metrics(), Metric::ALL);
+        assert_eq!(full.fleet_budget(), 37);
+        assert!(full.runs_in(World::Network) && quick.runs_in(World::Unix));
+        let loopback = Plan { steps: vec!["W2".into()], ..Plan::full() };
+        assert!(!loopback.runs_in(World::Network));
         let w7 = Plan { steps: vec!["W7".into()], ..Plan::full() };
         assert_eq!(w7.metrics(), [Metric::StartupMs]);
     }

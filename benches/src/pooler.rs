@@ -26,29 +26,42 @@ pub struct PgmuxSettings {
     pub listen: SocketAddr,
     /// `PGMUX_DATABASE_URL`: the server, and the user and password that clients also log in with.
     pub database_url: String,
-    /// `PGMUX_POOL_MAX`.
-    pub pool_max: u32,
+    /// `PGMUX_POOL_MAX`; `None` leaves it unset (the database decides).
+    pub pool_max: Option<u32>,
     /// `PGMUX_CLIENT_AUTH` (`scram-sha-256` in the demo).
     pub client_auth: String,
     /// `PGMUX_LOG_LEVEL`.
     pub log_level: String,
     /// `PGMUX_MAX_CLIENT_CONN`; `None` keeps pgmux's default.
     pub max_client_conn: Option<u32>,
+    /// `PGMUX_UNIX_SOCKET_DIR`; `None`: TCP only.
+    pub unix_socket_dir: Option<PathBuf>,
+    /// The network namespace to run in (the lab's application host); `None`: this one.
+    pub netns: Option<String>,
 }
 
 impl PgmuxSettings {
     /// The command that runs pgmux with these settings (and nothing inherited that could change them).
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = match &self.netns {
+            Some(ns) => crate::netns::exec_in(ns, &self.binary),
+            None => Command::new(&self.binary),
+        };
         cmd.env("PGMUX_LISTEN", self.listen.to_string())
             .env("PGMUX_DATABASE_URL", &self.database_url)
-            .env("PGMUX_POOL_MAX", self.pool_max.to_string())
             .env("PGMUX_CLIENT_AUTH", &self.client_auth)
             .env("PGMUX_LOG_LEVEL", &self.log_level)
-            .env_remove("PGMUX_MAX_CLIENT_CONN")
             .env_remove("AWS_LAMBDA_RUNTIME_API"); // sidecar mode, whatever the caller's environment
-        if let Some(max) = self.max_client_conn {
-            cmd.env("PGMUX_MAX_CLIENT_CONN", max.to_string());
+        let optional = [
+            ("PGMUX_POOL_MAX", self.pool_max.map(|n| n.to_string())),
+            ("PGMUX_MAX_CLIENT_CONN", self.max_client_conn.map(|n| n.to_string())),
+            ("PGMUX_UNIX_SOCKET_DIR", self.unix_socket_dir.as_ref().map(|d| d.display().to_string())),
+        ];
+        for (var, value) in optional {
+            match value {
+                Some(value) => cmd.env(var, value),
+                None => cmd.env_remove(var),
+            };
         }
         cmd
     }

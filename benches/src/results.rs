@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+pub use crate::metric::{Metric, World};
+
 /// What a workload runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Target {
@@ -30,121 +32,6 @@ impl Target {
         let mut order = Target::ALL;
         order.rotate_left(round % Target::ALL.len());
         order
-    }
-}
-
-/// One row of the results table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Metric {
-    ReconnectTps,
-    SimpleTps,
-    ExtendedTps,
-    PreparedTps,
-    BurstServerPeak,
-    BurstQueryP50,
-    BurstQueryP99,
-    BurstErrors,
-    IdleRssBefore,
-    IdleRssWith,
-    IdlePerClient,
-    StartupMs,
-    CpuSimple,
-    CpuExtended,
-    MachineCpuSimple,
-    MachineCpuExtended,
-}
-
-impl Metric {
-    pub const ALL: [Metric; 16] = [
-        Metric::ReconnectTps,
-        Metric::SimpleTps,
-        Metric::ExtendedTps,
-        Metric::PreparedTps,
-        Metric::BurstServerPeak,
-        Metric::BurstQueryP50,
-        Metric::BurstQueryP99,
-        Metric::BurstErrors,
-        Metric::IdleRssBefore,
-        Metric::IdleRssWith,
-        Metric::IdlePerClient,
-        Metric::StartupMs,
-        Metric::CpuSimple,
-        Metric::CpuExtended,
-        Metric::MachineCpuSimple,
-        Metric::MachineCpuExtended,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Metric::ReconnectTps => "W1 reconnect per transaction, `-S -C` (tps)",
-            Metric::SimpleTps => "W2 select-only, `-M simple` (tps)",
-            Metric::ExtendedTps => "W3 select-only, `-M extended` (tps)",
-            Metric::PreparedTps => "W4 select-only, `-M prepared` (tps)",
-            Metric::BurstServerPeak => "W5 Lambda burst: peak server connections",
-            Metric::BurstQueryP50 => "W5 Lambda burst: query p50 (ms)",
-            Metric::BurstQueryP99 => "W5 Lambda burst: query p99 (ms)",
-            Metric::BurstErrors => "W5 Lambda burst: failed invocations",
-            Metric::IdleRssBefore => "W6 RSS before the clients (MiB)",
-            Metric::IdleRssWith => "W6 RSS with the idle clients (MiB)",
-            Metric::IdlePerClient => "W6 memory per idle client (KiB)",
-            Metric::StartupMs => "W7 start-up to first accepted connection (ms)",
-            Metric::CpuSimple => "CPU per transaction in W2 (µs)",
-            Metric::CpuExtended => "CPU per transaction in W3 (µs)",
-            Metric::MachineCpuSimple => "whole machine's CPU per transaction in W2 (µs)",
-            Metric::MachineCpuExtended => "whole machine's CPU per transaction in W3 (µs)",
-        }
-    }
-
-    /// The workload that measures it, `W1`…`W7` (the CPU rows come from the W2 and W3 runs).
-    pub fn step(self) -> &'static str {
-        match self {
-            Metric::ReconnectTps => "W1",
-            Metric::SimpleTps | Metric::CpuSimple | Metric::MachineCpuSimple => "W2",
-            Metric::ExtendedTps | Metric::CpuExtended | Metric::MachineCpuExtended => "W3",
-            Metric::PreparedTps => "W4",
-            Metric::BurstServerPeak | Metric::BurstQueryP50 | Metric::BurstQueryP99 | Metric::BurstErrors => "W5",
-            Metric::IdleRssBefore | Metric::IdleRssWith | Metric::IdlePerClient => "W6",
-            Metric::StartupMs => "W7",
-        }
-    }
-
-    /// Whether the figure exists for `target` (a process of its own to measure, for the pooler-only rows).
-    pub fn applies_to(self, target: Target) -> bool {
-        let pooler_only = matches!(
-            self,
-            Metric::IdleRssBefore
-                | Metric::IdleRssWith
-                | Metric::IdlePerClient
-                | Metric::StartupMs
-                | Metric::CpuSimple
-                | Metric::CpuExtended
-        );
-        !(pooler_only && target == Target::Direct)
-    }
-
-    /// Whether a failure is an expected result: named prepared statements across transactions through a
-    /// transaction pooler that does not track them (PgBouncer 1.18, pgmux so far).
-    pub fn may_fail(self, target: Target) -> bool {
-        self == Metric::PreparedTps && target != Target::Direct
-    }
-
-    /// A figure as the table shows it.
-    pub fn format(self, value: f64) -> String {
-        match self {
-            Metric::ReconnectTps | Metric::SimpleTps | Metric::ExtendedTps | Metric::PreparedTps => {
-                thousands(value.round() as u64)
-            }
-            Metric::BurstServerPeak | Metric::BurstErrors => thousands(value.round() as u64),
-            Metric::IdleRssBefore
-            | Metric::IdleRssWith
-            | Metric::IdlePerClient
-            | Metric::CpuSimple
-            | Metric::CpuExtended
-            | Metric::MachineCpuSimple
-            | Metric::MachineCpuExtended => format!("{value:.1}"),
-            Metric::BurstQueryP50 | Metric::BurstQueryP99 | Metric::StartupMs if value < 10.0 => format!("{value:.2}"),
-            Metric::BurstQueryP50 | Metric::BurstQueryP99 | Metric::StartupMs => format!("{value:.1}"),
-        }
     }
 }
 
@@ -178,10 +65,20 @@ pub struct Record {
     pub outcome: Outcome,
 }
 
+/// A breakdown behind one figure (W9's failures by SQLSTATE), for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Detail {
+    pub metric: Metric,
+    pub target: Target,
+    pub round: usize,
+    pub text: String,
+}
+
 /// Every figure of a run, in the order measured.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Results {
     pub records: Vec<Record>,
+    pub details: Vec<Detail>,
 }
 
 /// What the table shows for one metric and target.
@@ -201,6 +98,10 @@ pub enum Summary {
 impl Results {
     pub fn record(&mut self, metric: Metric, target: Target, round: usize, outcome: Outcome) {
         self.records.push(Record { metric, target, round, outcome });
+    }
+
+    pub fn detail(&mut self, metric: Metric, target: Target, round: usize, text: String) {
+        self.details.push(Detail { metric, target, round, text });
     }
 
     /// The outcomes of one cell, by round.
@@ -234,7 +135,7 @@ impl Results {
         for &metric in metrics {
             for target in Target::ALL.into_iter().filter(|&t| metric.applies_to(t)) {
                 let outcomes = self.outcomes(metric, target);
-                let where_ = format!("{} / {}", metric.label(), target.label());
+                let where_ = format!("{} {} / {}", metric.step(), metric.label(), target.label());
                 if outcomes.len() < rounds {
                     problems.push(format!("{where_}: {} of {rounds} rounds measured", outcomes.len()));
                 }
@@ -328,22 +229,22 @@ mod tests {
     #[test]
     fn problems_name_missing_and_unexpected_failures_only() {
         let mut r = Results::default();
-        for metric in Metric::ALL {
+        for &metric in Metric::ALL {
             for target in Target::ALL.into_iter().filter(|&t| metric.applies_to(t)) {
                 r.record(metric, target, 0, Outcome::Value(1.0));
             }
         }
-        assert_eq!(r.problems(&Metric::ALL, 1), Vec::<String>::new());
+        assert_eq!(r.problems(Metric::ALL, 1), Vec::<String>::new());
         r.records.retain(|rec| !(rec.metric == Metric::PreparedTps && rec.target != Target::Direct));
         r.record(Metric::PreparedTps, Target::Pgmux, 0, Outcome::Failed("expected".into()));
         r.record(Metric::PreparedTps, Target::PgBouncer, 0, Outcome::Failed("expected".into()));
-        assert_eq!(r.problems(&Metric::ALL, 1), Vec::<String>::new());
+        assert_eq!(r.problems(Metric::ALL, 1), Vec::<String>::new());
         r.records.retain(|rec| rec.metric != Metric::StartupMs || rec.target != Target::Pgmux);
         r.record(Metric::SimpleTps, Target::Direct, 1, Outcome::Failed("server closed the connection".into()));
-        let problems = r.problems(&Metric::ALL, 1);
+        let problems = r.problems(Metric::ALL, 1);
         assert_eq!(problems.len(), 2, "{problems:#?}");
         assert_eq!(r.problems(&[Metric::SimpleTps], 1).len(), 1);
-        assert!(problems[0].starts_with("W2 select-only, `-M simple` (tps) / direct: fails: server closed"));
+        assert!(problems[0].starts_with("W2 W2 select-only, `-M simple` (tps) / direct: fails: server closed"));
         assert!(problems[1].contains("W7") && problems[1].contains("0 of 1 rounds measured"));
     }
 
@@ -358,7 +259,5 @@ mod tests {
         );
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert_eq!(median(Vec::new()), None);
-        assert_eq!(Metric::BurstQueryP99.format(0.3123), "0.31");
-        assert_eq!(Metric::BurstQueryP99.format(12.345), "12.3");
     }
 }

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// p50 / p99 / max of a set of samples, in milliseconds (nearest-rank percentiles; `None` without samples).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     pub count: usize,
     pub p50_ms: Option<f64>,

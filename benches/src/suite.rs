@@ -1,5 +1,6 @@
-//! The workloads W1–W7 and the CPU figures, each run against pgmux, PgBouncer and PostgreSQL directly,
-//! round by round. A step that fails records the failure as its figure and the run goes on.
+//! The workloads and the CPU figures, each run against pgmux, PgBouncer and PostgreSQL directly, round by
+//! round: W1–W7 on loopback and W2u/W3u over Unix sockets here, the network lab's in [`crate::suite_net`].
+//! A step that fails records the failure as its figure and the run goes on.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -9,15 +10,16 @@ use pgmux_testkit::{APP_USER, DATABASE, SUPERUSER};
 use tokio::runtime::Runtime;
 use tokio_postgres::Config;
 
+use crate::endpoint::Endpoint;
 use crate::idle_clients::IdleClients;
 use crate::lab::Lab;
-use crate::pgbench::PgbenchOutcome;
+use crate::pgbench::{Pgbench, PgbenchOutcome};
 use crate::plan::Plan;
-use crate::results::{Metric, Outcome, Results, Target, median};
+use crate::results::{Metric, Outcome, Results, Target, World, median};
 use crate::{ServerMonitor, Workload, interrupt, os, startup};
 
 /// Extra time a step may take beyond its planned length before it is abandoned.
-const SLACK: Duration = Duration::from_secs(60);
+pub(crate) const SLACK: Duration = Duration::from_secs(60);
 /// How long W6's clients sit idle before the pooler's memory is read.
 const IDLE_SETTLE: Duration = Duration::from_secs(1);
 
@@ -27,31 +29,76 @@ pub struct Suite<'a> {
     pub plan: &'a Plan,
     pub runtime: &'a Runtime,
     pub results: Results,
+    /// The round under way (0-based).
+    pub round: usize,
 }
 
 /// The figures of one step against one target.
-type Figures = Vec<(Metric, Outcome)>;
+pub(crate) type Figures = Vec<(Metric, Outcome)>;
+
+/// The rows one pgbench run fills: its tps, and optionally pgbench's average latency, the pooler's CPU
+/// time per transaction and the whole machine's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PgbenchRows {
+    pub tps: Metric,
+    pub latency: Option<Metric>,
+    pub cpu: Option<Metric>,
+    pub machine: Option<Metric>,
+}
+
+impl PgbenchRows {
+    pub(crate) const fn tps(tps: Metric) -> PgbenchRows {
+        PgbenchRows { tps, latency: None, cpu: None, machine: None }
+    }
+
+    const fn cpu(tps: Metric, cpu: Metric, machine: Metric) -> PgbenchRows {
+        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: Some(machine) }
+    }
+}
+
+type Step = fn(&mut Suite<'_>, Target) -> Figures;
+
+const SIMPLE: [&str; 3] = ["-S", "-M", "simple"];
+const EXTENDED: [&str; 3] = ["-S", "-M", "extended"];
+
+/// Every step by name, in the order a round runs them.
+fn steps() -> [(&'static str, Step); 15] {
+    use Metric as M;
+    [
+        ("W1", |s, t| s.pgbench(World::Loopback, t, &["-S", "-C"], PgbenchRows::tps(M::ReconnectTps))),
+        ("W2", |s, t| {
+            s.pgbench(World::Loopback, t, &SIMPLE, PgbenchRows::cpu(M::SimpleTps, M::CpuSimple, M::MachineCpuSimple))
+        }),
+        ("W3", |s, t| {
+            let rows = PgbenchRows::cpu(M::ExtendedTps, M::CpuExtended, M::MachineCpuExtended);
+            s.pgbench(World::Loopback, t, &EXTENDED, rows)
+        }),
+        ("W4", |s, t| s.pgbench(World::Loopback, t, &["-S", "-M", "prepared"], PgbenchRows::tps(M::PreparedTps))),
+        ("W5", |s, t| s.burst(t)),
+        ("W6", |s, t| s.idle(t)),
+        ("W7", |s, t| s.startup(t)),
+        ("W2u", |s, t| {
+            let rows = PgbenchRows::cpu(M::UnixSimpleTps, M::UnixCpuSimple, M::UnixMachineCpuSimple);
+            s.pgbench(World::Unix, t, &SIMPLE, rows)
+        }),
+        ("W3u", |s, t| {
+            let rows = PgbenchRows::cpu(M::UnixExtendedTps, M::UnixCpuExtended, M::UnixMachineCpuExtended);
+            s.pgbench(World::Unix, t, &EXTENDED, rows)
+        }),
+        ("W1n", |s, t| s.net_pgbench(t, &["-S", "-C"], M::NetReconnectTps, M::NetReconnectLatency, M::NetReconnectCpu)),
+        ("W2n", |s, t| s.net_pgbench(t, &SIMPLE, M::NetSimpleTps, M::NetSimpleLatency, M::NetSimpleCpu)),
+        ("W3n", |s, t| s.net_pgbench(t, &EXTENDED, M::NetExtendedTps, M::NetExtendedLatency, M::NetExtendedCpu)),
+        ("W5n", |s, t| s.net_burst(t)),
+        ("W8", |s, t| s.connects(t)),
+        ("W9", |s, t| s.fleet(t)),
+    ]
+}
 
 impl Suite<'_> {
     /// One round: every workload, each against the three targets in this round's order.
     pub fn round(&mut self, round: usize) {
-        type Step = fn(&mut Suite<'_>, Target) -> Figures;
-        let steps: [(&str, Step); 7] = [
-            ("W1", |s, t| s.pgbench(t, &["-S", "-C"], Metric::ReconnectTps, None)),
-            ("W2", |s, t| {
-                let cpu = Some((Metric::CpuSimple, Metric::MachineCpuSimple));
-                s.pgbench(t, &["-S", "-M", "simple"], Metric::SimpleTps, cpu)
-            }),
-            ("W3", |s, t| {
-                let cpu = Some((Metric::CpuExtended, Metric::MachineCpuExtended));
-                s.pgbench(t, &["-S", "-M", "extended"], Metric::ExtendedTps, cpu)
-            }),
-            ("W4", |s, t| s.pgbench(t, &["-S", "-M", "prepared"], Metric::PreparedTps, None)),
-            ("W5", |s, t| s.burst(t)),
-            ("W6", |s, t| s.idle(t)),
-            ("W7", |s, t| s.startup(t)),
-        ];
-        for (name, step) in steps.into_iter().filter(|(name, _)| self.plan.steps.iter().any(|s| s == name)) {
+        self.round = round;
+        for (name, step) in steps().into_iter().filter(|(name, _)| self.plan.steps.iter().any(|s| s == name)) {
             for target in Target::order(round) {
                 let applies = Metric::ALL.iter().any(|m| m.step() == name && m.applies_to(target));
                 if interrupt::requested() || !applies {
@@ -59,7 +106,7 @@ impl Suite<'_> {
                 }
                 eprintln!("pgmux-bench: round {} {name} {}", round + 1, target.label());
                 let mut figures = step(self, target);
-                if let Some(note) = self.lab.check(target, &format!("{name} (round {})", round + 1)) {
+                if let Some(note) = self.check(name, target, &format!("{name} (round {})", round + 1)) {
                     // Whatever the step measured, the pooler did not survive it.
                     for (_, outcome) in &mut figures {
                         *outcome = Outcome::Failed(note.clone());
@@ -75,22 +122,50 @@ impl Suite<'_> {
         }
     }
 
-    /// W1–W4: one pgbench run; with `cpu`, also the CPU time per transaction during it: the pooler's (its
-    /// process) and the whole machine's (busy time in `/proc/stat`, for a pooler's share of the machine).
-    fn pgbench(&mut self, target: Target, mode: &[&str], tps: Metric, cpu: Option<(Metric, Metric)>) -> Figures {
-        let pooler_cpu = cpu.map(|(own, _)| own).filter(|m| m.applies_to(target));
-        let machine_cpu = cpu.map(|(_, machine)| machine);
-        let metrics: Vec<Metric> = std::iter::once(tps).chain(pooler_cpu).chain(machine_cpu).collect();
-        let port = match self.lab.port(target) {
-            Ok(port) => port,
-            Err(e) => return fail_all(&metrics, &e),
-        };
+    /// Whether `target`'s pooler of `step`'s setting exited on its own; the note if so.
+    fn check(&mut self, step: &str, target: Target, when: &str) -> Option<String> {
+        if crate::metric::world_of(step) != World::Network {
+            return self.lab.check(target, when);
+        }
+        let net = self.lab.net(self.plan).ok()?;
+        let exit = net.poolers.exited(target)?;
+        let note = format!("{} in the network lab exited during {when}: {exit}", target.label());
+        net.note(note.clone());
+        Some(note)
+    }
+
+    /// Where `target` is in a loopback or Unix setting, its pooler's pid, and pgbench for it.
+    fn local(&mut self, world: World, target: Target) -> Result<(Endpoint, Option<u32>, Pgbench), String> {
+        let endpoint = self.lab.endpoint(world, target)?;
+        Ok((endpoint, self.lab.poolers.pid(target), self.lab.pgbench.clone()))
+    }
+
+    /// W1–W4, W2u, W3u: one pgbench run and what `rows` asks of it.
+    fn pgbench(&mut self, world: World, target: Target, mode: &[&str], rows: PgbenchRows) -> Figures {
+        match self.local(world, target) {
+            Ok((endpoint, pid, pgbench)) => self.run_pgbench(&pgbench, &endpoint, pid, target, mode, rows),
+            Err(e) => fail_all(&rows_for(rows, target), &e),
+        }
+    }
+
+    /// One pgbench run against `endpoint`; also the CPU time per transaction during it when `rows` asks:
+    /// the pooler's (its process, `pid`) and the whole machine's (busy time in `/proc/stat`, for a pooler's
+    /// share of the machine).
+    pub(crate) fn run_pgbench(
+        &mut self,
+        pgbench: &Pgbench,
+        endpoint: &Endpoint,
+        pid: Option<u32>,
+        target: Target,
+        mode: &[&str],
+        rows: PgbenchRows,
+    ) -> Figures {
+        let pooler_cpu = rows.cpu.filter(|m| m.applies_to(target));
         let plan = self.plan;
         let args = pgbench_args(plan, mode);
-        let pid = self.lab.pid(target);
         let cpu_before = pid.map(os::cpu_seconds);
         let machine_before = os::machine_busy_seconds();
-        let outcome = self.lab.pgbench.run(port, &args, plan.pgbench_clients, plan.pgbench_duration() + SLACK);
+        let outcome = pgbench.run(endpoint, &args, plan.pgbench_clients, plan.pgbench_duration() + SLACK);
         let machine_used = match (os::machine_busy_seconds(), machine_before) {
             (Ok(after), Ok(before)) => Ok(after - before),
             (Err(e), _) | (_, Err(e)) => Err(format!("reading /proc/stat: {e}")),
@@ -101,28 +176,33 @@ impl Suite<'_> {
             _ => Err("no pooler process to measure".to_owned()),
         };
         match outcome {
-            PgbenchOutcome::Done { tps: rate, transactions } => {
+            PgbenchOutcome::Done { tps: rate, transactions, latency_ms } => {
                 let per_tx = |secs: Result<f64, String>| {
                     secs.map(|s| s * 1e6 / transactions as f64).map_or_else(Outcome::Failed, Outcome::Value)
                 };
-                let mut figures = vec![(tps, Outcome::Value(rate))];
+                let mut figures = vec![(rows.tps, Outcome::Value(rate))];
+                if let Some(metric) = rows.latency {
+                    let latency =
+                        latency_ms.map_or_else(|| Outcome::Failed("no latency reported".into()), Outcome::Value);
+                    figures.push((metric, latency));
+                }
                 if let Some(metric) = pooler_cpu {
                     figures.push((metric, per_tx(cpu_used)));
                 }
-                if let Some(metric) = machine_cpu {
+                if let Some(metric) = rows.machine {
                     figures.push((metric, per_tx(machine_used)));
                 }
                 figures
             }
-            PgbenchOutcome::Failed(why) => fail_all(&metrics, &why),
+            PgbenchOutcome::Failed(why) => fail_all(&rows_for(rows, target), &why),
         }
     }
 
     /// W5: the Lambda burst against a freshly started pooler (or directly), counting server connections.
     fn burst(&mut self, target: Target) -> Figures {
         let metrics = [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors];
-        let port = match self.lab.fresh(target) {
-            Ok(port) => port,
+        let endpoint = match self.lab.fresh(target) {
+            Ok(endpoint) => endpoint,
             Err(e) => return fail_all(&metrics, &e),
         };
         // The sampler logs in as the superuser, so that it does not count itself among the app's backends.
@@ -135,7 +215,7 @@ impl Suite<'_> {
             clients: plan.burst_clients,
             duration: Duration::from_secs_f64(plan.burst_secs),
             think: Duration::from_secs_f64(plan.burst_think_secs),
-            client: client_config(port),
+            client: endpoint,
             monitor: Some(ServerMonitor {
                 config: monitor,
                 usename: APP_USER.user.to_owned(),
@@ -149,6 +229,18 @@ impl Suite<'_> {
             Ok(Err(e)) => return fail_all(&metrics, &format!("the server connection sampler failed: {e}")),
             Err(e) => return fail_all(&metrics, &e),
         };
+        self.burst_figures("W5", target, &report, report.peak_server_connections, metrics)
+    }
+
+    /// W5's or W5n's figures from a report; failed invocations noted.
+    pub(crate) fn burst_figures(
+        &mut self,
+        step: &str,
+        target: Target,
+        report: &crate::WorkloadReport,
+        peak: Option<u64>,
+        metrics: [Metric; 4],
+    ) -> Figures {
         if report.errors == report.invocations {
             let why = report.error_samples.first().map_or("every invocation failed", |s| s.message.as_str());
             return fail_all(&metrics, why);
@@ -157,7 +249,7 @@ impl Suite<'_> {
             let samples: Vec<String> =
                 report.error_samples.iter().map(|s| format!("{}× {}", s.count, s.message)).collect();
             self.note(format!(
-                "W5 through {}: {} of {} invocations failed: {}",
+                "{step} through {}: {} of {} invocations failed: {}",
                 target.label(),
                 report.errors,
                 report.invocations,
@@ -165,11 +257,12 @@ impl Suite<'_> {
             ));
         }
         let value = |v: Option<f64>| v.map_or_else(|| Outcome::Failed("no samples".to_owned()), Outcome::Value);
+        let [peak_row, p50_row, p99_row, errors_row] = metrics;
         vec![
-            (Metric::BurstServerPeak, value(report.peak_server_connections.map(|n| n as f64))),
-            (Metric::BurstQueryP50, value(report.query.p50_ms)),
-            (Metric::BurstQueryP99, value(report.query.p99_ms)),
-            (Metric::BurstErrors, Outcome::Value(report.errors as f64)),
+            (peak_row, value(peak.map(|n| n as f64))),
+            (p50_row, value(report.query.p50_ms)),
+            (p99_row, value(report.query.p99_ms)),
+            (errors_row, Outcome::Value(report.errors as f64)),
         ]
     }
 
@@ -191,8 +284,9 @@ impl Suite<'_> {
 
     /// RSS in KiB before the clients connect and once they all sit idle.
     fn measure_idle(&mut self, target: Target) -> Result<(u64, u64), String> {
-        let port = self.lab.fresh(target)?;
-        let pid = self.lab.pid(target).ok_or("the pooler has no pid")?;
+        let endpoint = self.lab.fresh(target)?;
+        let pid = self.lab.poolers.pid(target).ok_or("the pooler has no pid")?;
+        let port = endpoint.port;
         let rss = || os::rss_kib(pid).map_err(|e| format!("reading the pooler's memory: {e}"));
         let before = rss()?;
         let clients = IdleClients {
@@ -215,14 +309,14 @@ impl Suite<'_> {
         let output = self.lab.scratch.path().join("w7.out");
         let times = match target {
             Target::Pgmux => {
-                let mut settings = self.lab.pgmux_settings.clone();
+                let mut settings = self.lab.poolers.pgmux_settings.clone();
                 startup::time_starts(name, starts, &output, |port| {
                     settings.listen.set_port(port);
                     Ok(settings.command())
                 })
             }
             Target::PgBouncer => {
-                let settings = &self.lab.bouncer_settings;
+                let settings = &self.lab.poolers.bouncer_settings;
                 startup::time_starts(name, starts, &output, |port| settings.command("w7", port))
             }
             Target::Direct => Err("not applicable".to_owned()),
@@ -236,7 +330,7 @@ impl Suite<'_> {
     }
 
     /// Run async work with a deadline, giving up on Ctrl-C.
-    fn block_on<T>(&self, limit: Duration, work: impl Future<Output = T>) -> Result<T, String> {
+    pub(crate) fn block_on<T>(&self, limit: Duration, work: impl Future<Output = T>) -> Result<T, String> {
         self.runtime.block_on(async {
             tokio::select! {
                 done = tokio::time::timeout(limit, work) => done.map_err(|_| format!("did not finish within {limit:?}")),
@@ -245,7 +339,7 @@ impl Suite<'_> {
         })
     }
 
-    fn note(&mut self, note: String) {
+    pub(crate) fn note(&mut self, note: String) {
         eprintln!("pgmux-bench: {note}");
         self.lab.notes.push(note);
     }
@@ -264,19 +358,14 @@ fn pgbench_args(plan: &Plan, mode: &[&str]) -> Vec<String> {
     args
 }
 
-fn fail_all(metrics: &[Metric], why: &str) -> Figures {
+pub(crate) fn fail_all(metrics: &[Metric], why: &str) -> Figures {
     metrics.iter().map(|&m| (m, Outcome::Failed(why.to_owned()))).collect()
 }
 
-/// W5's clients: the application user (its password is ignored: trust), through a pooler or directly.
-fn client_config(port: u16) -> Config {
-    let mut config = Config::new();
-    config
-        .host("127.0.0.1")
-        .port(port)
-        .user(APP_USER.user)
-        .password(APP_USER.password)
-        .dbname(DATABASE)
-        .application_name("pgmux-bench");
-    config
+/// The rows a pgbench run fills for `target`.
+pub(crate) fn rows_for(rows: PgbenchRows, target: Target) -> Vec<Metric> {
+    [Some(rows.tps), rows.latency, rows.cpu.filter(|m| m.applies_to(target)), rows.machine]
+        .into_iter()
+        .flatten()
+        .collect()
 }

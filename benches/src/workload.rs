@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{MissedTickBehavior, sleep, sleep_until, timeout};
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+
+use crate::endpoint::{Endpoint, describe};
 
 use crate::stats::Latency;
 
@@ -31,8 +33,8 @@ pub struct Workload {
     /// The sleep between the two queries of an invocation; also the least time a failed invocation takes,
     /// so that errors cannot turn the loop into a reconnect storm.
     pub think: Duration,
-    /// Where the clients connect (pgmux or PostgreSQL), with the user and password to log in with.
-    pub client: Config,
+    /// Where the clients connect (a pooler or PostgreSQL) and how they log in.
+    pub client: Endpoint,
     /// Counts the server's backends during the run; without one the report has no server peak.
     pub monitor: Option<ServerMonitor>,
     /// Progress lines on stderr; `None` for silence.
@@ -58,7 +60,7 @@ pub struct Progress {
 }
 
 /// The figures of one run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkloadReport {
     /// Invocations started (each one also finished, successfully or not).
     pub invocations: u64,
@@ -77,7 +79,7 @@ pub struct WorkloadReport {
     pub elapsed_secs: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ErrorSample {
     pub message: String,
     pub count: u64,
@@ -196,7 +198,7 @@ struct Samples {
 
 /// One simulated concurrent invocation slot.
 struct ClientLoop {
-    config: Config,
+    config: Endpoint,
     think: Duration,
     deadline: tokio::time::Instant,
     counters: Arc<Counters>,
@@ -219,11 +221,9 @@ impl ClientLoop {
     /// connect, `select now()`, think, `select now()`, disconnect.
     async fn invoke(&self, samples: &mut Samples) -> Result<(), String> {
         let started = Instant::now();
-        let (client, connection) =
-            self.config.connect(NoTls).await.map_err(|e| format!("connect: {}", describe(&e)))?;
+        let (client, driver) = self.config.connect().await.map_err(|e| format!("connect: {e}"))?;
         samples.connect.push(started.elapsed());
         let open = OpenConnection::new(&self.counters);
-        let driver = tokio::spawn(connection);
 
         let queries = async {
             select_now(&client, samples).await?;
@@ -253,22 +253,16 @@ async fn select_now(client: &Client, samples: &mut Samples) -> Result<(), String
     if rows == 1 { Ok(()) } else { Err(format!("select now(): {rows} rows instead of 1")) }
 }
 
-/// tokio-postgres's Display says only "db error" or "error connecting to server": add the server's message
-/// or the underlying cause.
-fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{} {}: {}", db.severity(), db.code().code(), db.message());
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
-}
+/// The task of a running sampler; it returns the peak.
+pub type SamplerHandle = tokio::task::JoinHandle<u64>;
 
-type SamplerHandle = tokio::task::JoinHandle<u64>;
+impl ServerMonitor {
+    /// Count the monitored role's backends until `stop` turns true, without a workload (the network lab's
+    /// clients run in a process of their own).
+    pub async fn start(&self, stop: watch::Receiver<bool>) -> Result<SamplerHandle, tokio_postgres::Error> {
+        start_sampler(self, Arc::new(Counters::default()), stop).await
+    }
+}
 
 /// Poll the backend count until told to stop; the task returns the peak. A failed poll ends the sampling
 /// (with the peak so far) rather than the run.
@@ -342,8 +336,8 @@ mod tests {
     use pgmux_testkit::{APP_USER, PgServer, SUPERUSER};
 
     fn workload(pg: &PgServer, password: &str) -> Workload {
-        let mut client: Config = pg.url(&APP_USER).parse().unwrap();
-        client.password(password);
+        let mut client = Endpoint::tcp("127.0.0.1", pg.port());
+        client.password = Some(password.to_owned());
         Workload {
             clients: 4,
             duration: Duration::from_millis(300),

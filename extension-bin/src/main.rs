@@ -123,7 +123,7 @@ impl StartError {
 impl From<SetupError> for StartError {
     fn from(e: SetupError) -> Self {
         let kind = match e {
-            SetupError::Bind { .. } => "Extension.ListenFailed",
+            SetupError::Bind { .. } | SetupError::BindUnix { .. } => "Extension.ListenFailed",
             SetupError::Tls(_) => "Extension.ConfigInvalid",
             SetupError::Check(_) => "Extension.DatabaseUnreachable",
         };

@@ -62,7 +62,7 @@ impl PgBouncer {
         let paths = [
             ("listen_addr", "127.0.0.1".to_owned()),
             ("listen_port", port.to_string()),
-            ("unix_socket_dir", String::new()),
+            ("unix_socket_dir", dir.path().display().to_string()),
             ("auth_file", dir.path().join("userlist.txt").display().to_string()),
             ("logfile", log.display().to_string()),
         ];
@@ -99,6 +99,11 @@ impl PgBouncer {
             panic!("PgBouncer did not start: {why}\n--- its log ---\n{log}\n--- its stderr ---\n{stderr}");
         }
         bouncer
+    }
+
+    /// The directory of its Unix socket (`.s.PGSQL.<port>`).
+    pub fn socket_dir(&self) -> PathBuf {
+        self.dir.path().to_owned()
     }
 
     /// Stops it and summarises its log: warnings, errors and the reasons it gave for closing connections,

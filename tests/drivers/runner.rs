@@ -178,6 +178,8 @@ struct Stage {
     front: String,
     contract: BTreeMap<String, String>,
     timeout: Duration,
+    /// pgmux's Unix-socket directory (S16), removed after the run.
+    _sockets: tempfile::TempDir,
 }
 
 impl Stage {
@@ -187,7 +189,8 @@ impl Stage {
             Arc::new(tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL"));
         apply_fixtures(&pg, &settings.root).await;
         // PgBouncer gets the pool pgmux would get (MATRIX_PGMUX_EXTRA may change pool_max).
-        let config = pgmux_config(&pg, &settings.extra);
+        let sockets = tempfile::tempdir().expect("a directory for pgmux's Unix socket");
+        let config = pgmux_config(&pg, &settings.extra, sockets.path());
         let pool_max = config.pool_max.expect("the matrix always sets pool_max");
         let pg_version = psql(&pg, "SHOW server_version").await.expect("SHOW server_version");
         let (proxy, bouncer, front) = match settings.front {
@@ -219,14 +222,15 @@ impl Stage {
                 (None, Some(bouncer), front)
             }
         };
-        let port = match (&proxy, &bouncer) {
-            (Some(proxy), _) => proxy.addr.port(),
-            (None, Some(bouncer)) => bouncer.port,
-            (None, None) => pg.port(),
+        let (port, socket_dir) = match (&proxy, &bouncer) {
+            (Some(proxy), _) => (proxy.addr.port(), sockets.path().to_owned()),
+            (None, Some(bouncer)) => (bouncer.port, bouncer.socket_dir()),
+            // PostgreSQL's own socket, beside its data directory.
+            (None, None) => (pg.port(), pg.data_dir().parent().expect("the server's directory").to_owned()),
         };
-        let contract = contract_env(&pg, port, pool_max);
+        let contract = contract_env(&pg, port, &socket_dir, pool_max);
         let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(60));
-        Stage { pg, proxy, bouncer, pg_version, front, contract, timeout }
+        Stage { pg, proxy, bouncer, pg_version, front, contract, timeout, _sockets: sockets }
     }
 
     /// Runs one suite, or says why it cannot run; then checks that it left no transaction open.
@@ -304,9 +308,13 @@ fn chosen_suites(root: &Path, bin_dir: &Path) -> Vec<Suite> {
     all.into_iter().filter(|s| names.contains(&s.name)).collect()
 }
 
-/// pgmux's settings for the matrix, with `extra` (MATRIX_PGMUX_EXTRA) appended.
-fn pgmux_config(pg: &PgServer, extra: &str) -> Config {
-    let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n{extra}\n", pg.url(&APP_USER));
+/// pgmux's settings for the matrix, with `extra` (MATRIX_PGMUX_EXTRA) appended; its Unix socket in `sockets`.
+fn pgmux_config(pg: &PgServer, extra: &str, sockets: &Path) -> Config {
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\nunix_socket_dir = {:?}\n{extra}\n",
+        pg.url(&APP_USER),
+        sockets.display().to_string()
+    );
     let defaults = [
         ("pool_max", "pool_max = 2"),
         ("client_auth", "client_auth = \"scram-sha-256\""),
@@ -339,11 +347,12 @@ async fn psql(pg: &Arc<PgServer>, sql: &str) -> Result<String, String> {
 }
 
 /// The contract's environment for every suite.
-fn contract_env(pg: &PgServer, port: u16, pool_max: usize) -> BTreeMap<String, String> {
+fn contract_env(pg: &PgServer, port: u16, socket_dir: &Path, pool_max: usize) -> BTreeMap<String, String> {
     let knob = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
     BTreeMap::from([
         ("PGHOST".into(), "127.0.0.1".into()),
         ("PGPORT".into(), port.to_string()),
+        ("MATRIX_SOCKET_DIR".into(), socket_dir.display().to_string()),
         ("PGUSER".into(), APP_USER.user.into()),
         ("PGPASSWORD".into(), APP_USER.password.into()),
         ("PGDATABASE".into(), DATABASE.into()),

@@ -12,3 +12,4 @@ mod resilience;
 mod sizing;
 mod statements;
 mod tls;
+mod unix;

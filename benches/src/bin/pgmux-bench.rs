@@ -1,6 +1,7 @@
-//! `pgmux-bench`: the end-to-end benchmark. pgmux, PgBouncer and PostgreSQL directly, side by side on one
-//! machine, under seven workloads (W1–W7, see `--help`), round by round; the medians, ratios, machine,
-//! versions and per-round figures go to docs/benchmarks.md between its markers.
+//! `pgmux-bench`: the end-to-end benchmark. pgmux, PgBouncer and PostgreSQL directly, side by side, round by
+//! round: W1–W7 on one machine over loopback, W2/W3 over Unix sockets, and W1–W3, W5, W8 and W9 in a network
+//! lab with the database behind a delayed link, TLS and SCRAM (see `--help`); the medians, ratios, machine,
+//! versions, topology and per-round figures go to docs/benchmarks.md between its markers.
 //!
 //! ```text
 //! make bench                                   # the full run, rewrites docs/benchmarks.md
@@ -24,10 +25,13 @@ use pgmux_benches::{interrupt, os, pgbench, pgbouncer, pooler};
 #[derive(Debug, Parser)]
 #[command(
     name = "pgmux-bench",
-    about = "pgmux vs. PgBouncer vs. PostgreSQL directly, on this machine: W1 pgbench -S -C (reconnect per \
+    about = "pgmux vs. PgBouncer vs. PostgreSQL directly. On loopback: W1 pgbench -S -C (reconnect per \
              transaction), W2/W3/W4 pgbench -S -M simple/extended/prepared, W5 the Lambda burst (peak server \
              connections, query latency), W6 memory with 10,000 idle clients, W7 start-up time, and each \
-             pooler's CPU time per transaction in W2 and W3.",
+             pooler's CPU time per transaction in W2 and W3. Over Unix sockets: W2u, W3u. In the network lab \
+             (a namespace for the application host, Toxiproxy's delay, TLS verify-full, SCRAM; needs root): \
+             W1n-W3n, W5n, W8 connect + select 1 + disconnect, W9 a fleet of poolers against a small \
+             max_connections.",
     after_help = "Exits non-zero if a figure is missing or failed unexpectedly (W4 through a pooler may fail: \
                   that is recorded). Timings are reported, never judged."
 )]
@@ -45,9 +49,15 @@ struct Args {
     /// W6's idle clients [default: 10000; --quick: 200].
     #[arg(long)]
     idle_clients: Option<usize>,
-    /// Run only these workloads, e.g. `W2,W3` (then nothing is written unless --out says where).
+    /// Run only these workloads, e.g. `W2,W3u,W8` (then nothing is written unless --out says where).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// The network lab's added round trip, whole milliseconds [default: 1ms].
+    #[arg(long, value_parser = parse_duration)]
+    rtt: Option<Duration>,
+    /// W9's pooler instances [default: 8; --quick: 2].
+    #[arg(long)]
+    fleet: Option<usize>,
     /// The pgmux binary [default: `pgmux` next to this executable].
     #[arg(long)]
     pgmux: Option<PathBuf>,
@@ -78,15 +88,27 @@ impl Args {
         if let Some(clients) = self.idle_clients {
             plan.idle_clients = clients;
         }
-        if !self.only.is_empty() {
-            let only: Vec<String> = self.only.iter().map(|s| s.trim().to_uppercase()).collect();
-            if let Some(unknown) = only.iter().find(|s| !STEPS.contains(&s.as_str())) {
-                bail!("--only: no workload {unknown:?} (there are {})", STEPS.join(", "));
+        if let Some(rtt) = self.rtt {
+            if rtt.subsec_nanos() % 1_000_000 != 0 || rtt.is_zero() {
+                bail!("--rtt: whole milliseconds, at least 1 (Toxiproxy's latency toxic has no finer grain)");
             }
-            plan.steps.retain(|step| only.contains(step));
+            plan.rtt_ms = u64::try_from(rtt.as_millis()).unwrap_or(u64::MAX);
         }
-        if plan.rounds == 0 || plan.idle_clients == 0 {
-            bail!("--rounds and --idle-clients must be at least 1");
+        if let Some(fleet) = self.fleet {
+            plan.fleet_instances = fleet;
+        }
+        if !self.only.is_empty() {
+            let mut only = Vec::new();
+            for asked in &self.only {
+                match STEPS.iter().find(|step| step.eq_ignore_ascii_case(asked.trim())) {
+                    Some(step) => only.push(*step),
+                    None => bail!("--only: no workload {asked:?} (there are {})", STEPS.join(", ")),
+                }
+            }
+            plan.steps.retain(|step| only.contains(&step.as_str()));
+        }
+        if plan.rounds == 0 || plan.idle_clients == 0 || plan.fleet_instances == 0 {
+            bail!("--rounds, --idle-clients and --fleet must be at least 1");
         }
         Ok(plan)
     }
@@ -143,7 +165,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let load_before = machine::load_average();
     let mut lab = Lab::start(&plan, &tools).map_err(|e| anyhow!(e))?;
     let versions = versions(&tools, &lab);
-    let mut suite = Suite { lab: &mut lab, plan: &plan, runtime: &runtime, results: Default::default() };
+    let mut suite = Suite { lab: &mut lab, plan: &plan, runtime: &runtime, results: Default::default(), round: 0 };
     for round in 0..plan.rounds {
         suite.round(round);
     }
@@ -153,6 +175,7 @@ fn run() -> anyhow::Result<ExitCode> {
         bail!("interrupted; nothing written");
     }
     let notes = lab.notes_and_logs();
+    let topology = lab.built_net().map(|net| net.topology.clone());
     drop(lab);
 
     let report = RunReport {
@@ -165,7 +188,11 @@ fn run() -> anyhow::Result<ExitCode> {
         elapsed_secs: started.elapsed().as_secs_f64(),
         load: [load_before, machine::load_average()],
         results,
+        topology,
     };
+    if let Some(topology) = &report.topology {
+        topology.lines.iter().for_each(|line| println!("topology: {line}"));
+    }
     print!("{}", markdown::results_table(&report.results, &plan.metrics()));
     for note in &report.notes {
         println!("note: {note}");
@@ -196,7 +223,11 @@ fn find_tools(args: &Args) -> anyhow::Result<Tools> {
     }
     let pgbouncer = pgbouncer::find(args.pgbouncer.as_deref()).map_err(|e| anyhow!(e))?;
     let pgbench = pgbench::find(args.pgbench.as_deref()).map_err(|e| anyhow!(e))?;
-    Ok(Tools { pgmux, pgbouncer, pgbench })
+    let client = std::env::current_exe().context("cannot locate this executable")?.with_file_name("pgmux-bench-client");
+    if !client.is_file() {
+        bail!("{} not found: build it with `cargo build -p pgmux-benches`", client.display());
+    }
+    Ok(Tools { pgmux, pgbouncer, pgbench, client })
 }
 
 fn versions(tools: &Tools, lab: &Lab) -> Versions {

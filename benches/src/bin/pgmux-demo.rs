@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use pgmux_benches::args::parse_duration;
+use pgmux_benches::endpoint::Endpoint;
 use pgmux_benches::report::Settings;
 use pgmux_benches::{Comparison, PgmuxProcess, PgmuxSettings, Progress, ServerMonitor, Workload, pooler};
-use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, SUPERUSER};
-use tokio_postgres::Config;
+use pgmux_testkit::{APP_USER, PgOptions, PgServer, SUPERUSER};
 
 /// PostgreSQL's `max_connections` for the demo: room for the direct run's 64 clients and more.
 const PG_MAX_CONNECTIONS: u32 = 200;
@@ -91,7 +91,7 @@ fn main() -> anyhow::Result<()> {
         usename: APP_USER.user.to_owned(),
         interval: SAMPLE_EVERY,
     };
-    let workload = |label: &str, client: Config| Workload {
+    let workload = |label: &str, client: Endpoint| Workload {
         clients,
         duration,
         think,
@@ -112,10 +112,12 @@ fn main() -> anyhow::Result<()> {
                 binary,
                 listen,
                 database_url: pg.url(&APP_USER),
-                pool_max: args.pool_max,
+                pool_max: Some(args.pool_max),
                 client_auth: "scram-sha-256".to_owned(),
                 log_level: "warn".to_owned(),
                 max_client_conn: None,
+                unix_socket_dir: None,
+                netns: None,
             })
             .context("starting pgmux")?;
             eprintln!("pgmux listening on {listen} (pool max {}); running {plan}", args.pool_max);
@@ -160,17 +162,9 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The clients log in as the application user, through pgmux or directly.
-fn client_config(port: u16) -> Config {
-    let mut config = Config::new();
-    config
-        .host("127.0.0.1")
-        .port(port)
-        .user(APP_USER.user)
-        .password(APP_USER.password)
-        .dbname(DATABASE)
-        .application_name("pgmux-demo");
-    config
+/// The clients log in as the application user with its password (SCRAM), through pgmux or directly.
+fn client_config(port: u16) -> Endpoint {
+    Endpoint { password: Some(APP_USER.password.to_owned()), ..Endpoint::tcp("127.0.0.1", port) }
 }
 
 /// Wait (up to 10 s) until the previous run's server connections are gone, so they do not count in the next.

@@ -10,12 +10,14 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use pgmux_proto::{Framer, Sender};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
-/// A socket of either end: plain TCP, or TLS as the client of a database or as the server of a client.
+/// A socket of either end: plain TCP, or TLS as the client of a database or as the server of a client; or a
+/// client's Unix-domain socket.
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
+    Unix(UnixStream),
     TlsToServer(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     TlsFromClient(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// Between taking the TCP socket out for a TLS handshake and putting the TLS stream back.
@@ -30,6 +32,7 @@ impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsToServer(s) => Pin::new(&mut **s).poll_read(cx, buf),
             Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_read(cx, buf),
             Stream::Detached => Poll::Ready(Err(detached())),
@@ -41,6 +44,7 @@ impl AsyncWrite for Stream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsToServer(s) => Pin::new(&mut **s).poll_write(cx, buf),
             Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_write(cx, buf),
             Stream::Detached => Poll::Ready(Err(detached())),
@@ -54,6 +58,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsToServer(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
             Stream::Detached => Poll::Ready(Err(detached())),
@@ -63,6 +68,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
             Stream::TlsToServer(s) => s.is_write_vectored(),
             Stream::TlsFromClient(s) => s.is_write_vectored(),
             Stream::Detached => false,
@@ -72,6 +78,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsToServer(s) => Pin::new(&mut **s).poll_flush(cx),
             Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_flush(cx),
             Stream::Detached => Poll::Ready(Err(detached())),
@@ -81,6 +88,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsToServer(s) => Pin::new(&mut **s).poll_shutdown(cx),
             Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_shutdown(cx),
             Stream::Detached => Poll::Ready(Ok(())),
@@ -221,16 +229,6 @@ pub(crate) enum ReadOutcome {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, sender: Sender) -> Self {
-        Conn {
-            stream: Stream::Tcp(stream),
-            rbuf: BytesMut::new(),
-            framer: Framer::new(sender),
-            out: WriteQueue::default(),
-            received: 0,
-        }
-    }
-
     pub(crate) fn with_stream(stream: Stream, sender: Sender) -> Self {
         Conn { stream, rbuf: BytesMut::new(), framer: Framer::new(sender), out: WriteQueue::default(), received: 0 }
     }

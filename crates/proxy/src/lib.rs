@@ -30,6 +30,7 @@ mod stop;
 mod testing;
 pub mod tls;
 pub mod tracker;
+mod unix_socket;
 
 pub use config::Config;
 pub use credentials::ServerAccess;

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,7 +17,9 @@ use tokio_util::task::TaskTracker;
 use crate::budget::Report;
 use crate::config::Config;
 use crate::credentials::{ServerAccess, StaticCredentials};
+use crate::io::Stream;
 use crate::metrics_http;
+use crate::observe::Peer;
 use crate::pool::ServerPool;
 use crate::session;
 use crate::shared::Shared;
@@ -24,12 +27,15 @@ use crate::sizing;
 use crate::source::ConfigSource;
 use crate::stop::{Level, Stop};
 use crate::tls::{self, TlsSetupError};
+use crate::unix_socket::{self, UnixSocket};
 
 /// A pooler bound to its listen address, not yet accepting.
 #[derive(Debug)]
 pub struct Listener {
     shared: Arc<Shared>,
     socket: TcpListener,
+    /// `unix_socket_dir`'s socket, if set.
+    unix: Option<UnixSocket>,
     stop: Stop,
     /// No database I/O of pgmux's own (sizing, warm connections) until this fires.
     gate: Option<oneshot::Receiver<()>>,
@@ -46,6 +52,14 @@ pub enum SetupError {
         /// The OS error.
         source: io::Error,
     },
+    /// The Unix-domain socket could not be bound.
+    #[error("cannot listen on the Unix socket {path}: {source}")]
+    BindUnix {
+        /// The socket file's path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
     /// TLS could not be set up.
     #[error("invalid TLS setting {0}")]
     Tls(#[from] TlsSetupError),
@@ -59,6 +73,8 @@ pub enum SetupError {
 pub struct ListenerHandle {
     /// The address clients connect to.
     pub addr: SocketAddr,
+    /// The Unix-domain socket clients may connect to instead, if `unix_socket_dir` is set.
+    pub unix_socket: Option<PathBuf>,
     stop: Stop,
     done: JoinHandle<()>,
 }
@@ -124,7 +140,17 @@ impl Listener {
         let stop = Stop::new();
         let (shared, listen) = Self::prepare(config, access, &stop)?;
         let socket = TcpListener::bind(listen).await.map_err(|source| SetupError::Bind { addr: listen, source })?;
-        Ok(Listener { shared, socket, stop, gate: None })
+        let unix = match &shared.config().unix_socket_dir {
+            Some(dir) => {
+                // Named after the port actually bound, which differs from listen's when that is 0.
+                let port = socket.local_addr().map_err(|source| SetupError::Bind { addr: listen, source })?.port();
+                let bound = UnixSocket::bind(dir, port)
+                    .map_err(|source| SetupError::BindUnix { path: unix_socket::socket_path(dir, port), source })?;
+                Some(bound)
+            }
+            None => None,
+        };
+        Ok(Listener { shared, socket, unix, stop, gate: None })
     }
 
     /// Everything but the listener.
@@ -158,6 +184,11 @@ impl Listener {
         self.socket.local_addr()
     }
 
+    /// The Unix-domain socket's path, if `unix_socket_dir` is set.
+    pub fn unix_socket_path(&self) -> Option<&Path> {
+        self.unix.as_ref().map(UnixSocket::path)
+    }
+
     /// The signal that stops this pooler: `begin_graceful` shuts it down.
     pub fn stop(&self) -> Stop {
         self.stop.clone()
@@ -174,18 +205,22 @@ impl Listener {
         let addr =
             proxy.local_addr().map_err(|source| SetupError::Bind { addr: proxy.shared.config().listen, source })?;
         let stop = proxy.stop();
+        let unix_socket = proxy.unix_socket_path().map(Path::to_owned);
         let done = tokio::spawn(proxy.run());
-        Ok(ListenerHandle { addr, stop, done })
+        Ok(ListenerHandle { addr, unix_socket, stop, done })
     }
 
     /// Serves clients until a graceful shutdown begins, then shuts down.
     pub async fn run(self) {
-        let Listener { shared, socket, stop, gate } = self;
+        let Listener { shared, socket, unix, stop, gate } = self;
         let config = shared.config();
         tracing::info!(listen = %socket.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            unix_socket = ?unix.as_ref().map(UnixSocket::path),
             database = %config.database_url, pool_max = ?config.pool_max,
             max_connections_percent = config.max_connections_percent, "pgmux is ready");
         drop(config);
+        // Unix clients are shown with the port their socket file is named after, as PgBouncer does.
+        let unix_peer = Peer::Unix { port: socket.local_addr().map(|a| a.port()).unwrap_or_default() };
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
         let sizing = tokio::spawn(sizing::run(Arc::clone(&shared.pool), stop.clone(), gate));
         let metrics = tokio::spawn(metrics_http::serve(Arc::clone(&shared), stop.clone()));
@@ -196,18 +231,24 @@ impl Listener {
                 accepted = socket.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
-                        shared.tasks.spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
+                        let _ = stream.set_nodelay(true);
+                        let serve = session::serve(Arc::clone(&shared), Stream::Tcp(stream), Peer::Tcp(peer), id, stop.clone());
+                        shared.tasks.spawn(serve);
                     }
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(e) => accept_failed(e).await,
+                },
+                accepted = accept_unix(unix.as_ref()) => match accepted {
+                    Ok(stream) => {
+                        let id = next_id.fetch_add(1, Ordering::Relaxed);
+                        let serve = session::serve(Arc::clone(&shared), Stream::Unix(stream), unix_peer, id, stop.clone());
+                        shared.tasks.spawn(serve);
                     }
+                    Err(e) => accept_failed(e).await,
                 },
             }
         }
-        // The socket stays open for the admin console until pgmux exits; other clients are turned away.
-        let door = tokio::spawn(console_door(socket, Arc::clone(&shared), stop.clone(), next_id));
+        // The sockets stay open for the admin console until pgmux exits; other clients are turned away.
+        let door = tokio::spawn(console_door(socket, unix, unix_peer, Arc::clone(&shared), stop.clone(), next_id));
         tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
         shared.pool.close();
         shared.tasks.close();
@@ -226,6 +267,20 @@ impl Listener {
         let count = servers.len();
         futures_join_all(servers.into_iter().map(|s| s.terminate())).await;
         tracing::info!(servers = count, "pgmux stopped");
+    }
+}
+
+/// Out of file descriptors and the like: back off instead of spinning.
+async fn accept_failed(e: io::Error) {
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// The next client of the Unix socket; never, without one.
+async fn accept_unix(unix: Option<&UnixSocket>) -> io::Result<tokio::net::UnixStream> {
+    match unix {
+        Some(socket) => socket.accept().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -259,17 +314,33 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
 
 /// Accepts during a graceful shutdown: the admin console is served (untracked, so shutdown does not wait
 /// for it), anyone else is told pgmux is shutting down. Ends when pgmux stops.
-async fn console_door(socket: TcpListener, shared: Arc<Shared>, stop: Stop, next_id: Arc<AtomicU64>) {
+async fn console_door(
+    socket: TcpListener,
+    unix: Option<UnixSocket>,
+    unix_peer: Peer,
+    shared: Arc<Shared>,
+    stop: Stop,
+    next_id: Arc<AtomicU64>,
+) {
     loop {
-        tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stop.reached(Level::Hard) => return,
             accepted = socket.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let id = next_id.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
+                Ok((stream, peer)) => (Stream::Tcp(stream), Peer::Tcp(peer)),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             },
-        }
+            accepted = accept_unix(unix.as_ref()) => match accepted {
+                Ok(stream) => (Stream::Unix(stream), unix_peer),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(session::serve(Arc::clone(&shared), stream, peer, id, stop.clone()));
     }
 }

@@ -223,8 +223,23 @@ pub(crate) fn may_commit(sql: &str, mut in_transaction: bool) -> bool {
 /// Statements that never write: reads, cursors, settings, savepoints, listening, SQL-level PREPARE.
 fn reads_only<'a>(first: &[u8], second: impl Fn() -> &'a [u8]) -> bool {
     const READS: [&[u8]; 17] = [
-        b"select", b"show", b"values", b"table", b"fetch", b"move", b"declare", b"close", b"set", b"reset",
-        b"savepoint", b"release", b"discard", b"deallocate", b"listen", b"unlisten", b"lock",
+        b"select",
+        b"show",
+        b"values",
+        b"table",
+        b"fetch",
+        b"move",
+        b"declare",
+        b"close",
+        b"set",
+        b"reset",
+        b"savepoint",
+        b"release",
+        b"discard",
+        b"deallocate",
+        b"listen",
+        b"unlisten",
+        b"lock",
     ];
     if first.eq_ignore_ascii_case(b"explain") {
         return !second().eq_ignore_ascii_case(b"analyze");

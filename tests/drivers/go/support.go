@@ -25,6 +25,7 @@ import (
 type env struct {
 	host, user, password, database string
 	port                           int
+	socketDir                      string
 	directPort                     int
 	directUser, directPassword     string
 	clients, txns, poolMax         int
@@ -50,6 +51,7 @@ func loadEnv() (*env, error) {
 	e := &env{
 		host:           str("PGHOST", "127.0.0.1"),
 		port:           num("PGPORT", 5432),
+		socketDir:      str("MATRIX_SOCKET_DIR", "/tmp"),
 		user:           str("PGUSER", "pgmux_app"),
 		password:       str("PGPASSWORD", ""),
 		database:       str("PGDATABASE", "pgmux"),

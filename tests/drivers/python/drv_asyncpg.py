@@ -30,6 +30,9 @@ from fixtures import (
 )
 from harness import (
     CFG,
+    S16_CLIENTS,
+    S16_SQL,
+    S16_TXNS,
     BackendSampler,
     CheckFailed,
     Oracle,
@@ -41,6 +44,7 @@ from harness import (
     raise_first,
     sqlstate,
     table,
+    judge_socket,
 )
 
 S3_SQL = (
@@ -495,10 +499,24 @@ def scenarios(driver: str, cache: int) -> list[tuple[str, Callable[[], str]]]:
         raise_first([r for r in results if isinstance(r, BaseException)], 10)
         return "10 clients x 100 unnamed Parse/Describe/Flush + Bind/Execute/Sync queries outside transactions"
 
+    async def s16() -> str:
+        conns = [await connect(host=CFG.socket_dir) for _ in range(S16_CLIENTS)]
+
+        async def client(conn: asyncpg.Connection) -> list[tuple[int, bool]]:
+            seen = []
+            for _ in range(S16_TXNS):
+                async with conn.transaction():
+                    row = await conn.fetchrow(S16_SQL)
+                    seen.append((row[0], row[1]))
+            return seen
+
+        results = await asyncio.gather(*(client(c) for c in conns))
+        return judge_socket([pair for seen in results for pair in seen])
+
     if cache == 0:
         return [("S4", sync(s4)), ("S14", sync(s14))]
     return [
         ("S1", sync(s1)), ("S2", sync(s2)), ("S3", sync(s3)), ("S4", sync(s4)), ("S5", sync(s5)), ("S6", sync(s6)),
         ("S7", sync(s7)), ("S8", sync(s8)), ("S9", sync(s9)), ("S10", sync(s10)), ("S11", sync(s11)),
-        ("S12", sync(s12)), ("S13", s13),
+        ("S12", sync(s12)), ("S13", s13), ("S16", sync(s16)),
     ]

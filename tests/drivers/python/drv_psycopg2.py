@@ -28,6 +28,9 @@ from fixtures import (
 )
 from harness import (
     CFG,
+    S16_CLIENTS,
+    S16_SQL,
+    S16_TXNS,
     Background,
     BackendSampler,
     CheckFailed,
@@ -41,6 +44,7 @@ from harness import (
     run_threads,
     table,
     track,
+    judge_socket,
 )
 
 DRIVER = "psycopg2"
@@ -387,6 +391,16 @@ def s10() -> str:
     )
 
 
+def s16() -> str:
+    conns = [connect(host=CFG.socket_dir) for _ in range(S16_CLIENTS)]
+    seen = []
+    for _ in range(S16_TXNS):
+        for conn in conns:
+            seen.append(one(conn, S16_SQL))
+            conn.commit()
+    return judge_socket(seen)
+
+
 SCENARIOS: list[tuple[str, Callable[[], str]]] = [
     ("S1", s1),
     ("S2", s2),
@@ -398,4 +412,5 @@ SCENARIOS: list[tuple[str, Callable[[], str]]] = [
     ("S8", s8),
     ("S9", s9),
     ("S10", s10),
+    ("S16", s16),
 ]

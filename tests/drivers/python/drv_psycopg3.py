@@ -28,6 +28,9 @@ from fixtures import (
 )
 from harness import (
     CFG,
+    S16_CLIENTS,
+    S16_SQL,
+    S16_TXNS,
     Background,
     BackendSampler,
     CheckFailed,
@@ -41,6 +44,7 @@ from harness import (
     run_threads,
     table,
     track,
+    judge_socket,
 )
 
 S3_SQL = (
@@ -406,8 +410,17 @@ def scenarios(driver: str, threshold: int) -> list[tuple[str, Callable[[], str]]
         eq([c.fetchone()[0] for c in cursors], list(range(100)), "pipelined results")
         return "100 queries pipelined, one Sync each, answered in order"
 
+    def s16() -> str:
+        conns = [connect(host=CFG.socket_dir) for _ in range(S16_CLIENTS)]
+        seen = []
+        for _ in range(S16_TXNS):
+            for conn in conns:
+                with conn.transaction():
+                    seen.append(one(conn, S16_SQL))
+        return judge_socket(seen)
+
     every = [("S1", s1), ("S2", s2), ("S3", s3), ("S4", s4), ("S5", s5), ("S6", s6), ("S7", s7), ("S8", s8),
-             ("S9", s9), ("S10", s10), ("S11", s11), ("S12", s12), ("S13", s13), ("S15", s15)]
+             ("S9", s9), ("S10", s10), ("S11", s11), ("S12", s12), ("S13", s13), ("S15", s15), ("S16", s16)]
     if threshold == 0:
         # S2 and S6 prepare nothing (no parameters / COPY): the default variant covers them.
         return [(sid, fn) for sid, fn in every if sid not in ("S2", "S6")]

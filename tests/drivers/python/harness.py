@@ -29,6 +29,7 @@ def _int(name: str, fallback: int) -> int:
 class Config:
     host: str = os.environ.get("PGHOST", "127.0.0.1")
     port: int = _int("PGPORT", 5432)
+    socket_dir: str = os.environ.get("MATRIX_SOCKET_DIR", "/tmp")
     user: str = os.environ.get("PGUSER", "pgmux_app")
     password: str = os.environ.get("PGPASSWORD", "")
     database: str = os.environ.get("PGDATABASE", "pgmux")
@@ -94,6 +95,28 @@ def expect_error(fn: Callable[[], Any], code: str, what: str) -> BaseException:
             raise CheckFailed(f"{what}: want {code}, got {describe_error(err)}") from err
         return err
     raise CheckFailed(f"{what}: succeeded, want SQLSTATE {code}")
+
+
+# S16: clients and transactions each, and the query whose answers say which backend served and whether
+# its client had an address (a pooler's TCP connection) or not (a Unix-socket client of PostgreSQL itself).
+S16_CLIENTS, S16_TXNS = 4, 25
+S16_SQL = "SELECT pg_backend_pid(), inet_client_addr() IS NULL"
+
+
+def judge_socket(seen: list[tuple[int, bool]]) -> str:
+    """S16's verdict on every (backend pid, no client address) the transactions saw."""
+    total = S16_CLIENTS * S16_TXNS
+    eq(len(seen), total, "transactions through the socket")
+    unix_clients = sum(1 for _, no_address in seen if no_address)
+    pids = {pid for pid, _ in seen}
+    if CFG.direct:
+        eq(unix_clients, total, "transactions with a Unix client")
+        client = "a Unix client"
+    else:
+        eq(unix_clients, 0, "transactions on a Unix-socket backend")
+        check(len(pids) <= CFG.pool_max, f"{len(pids)} backends for MATRIX_POOL_MAX={CFG.pool_max}")
+        client = "the pooler's TCP connection"
+    return f"{total} txns through {CFG.socket_dir}/.s.PGSQL.{CFG.port}, {len(pids)} backends, each saw {client}"
 
 
 def table(driver: str, scenario: str) -> str:

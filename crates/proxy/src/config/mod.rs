@@ -86,6 +86,9 @@ macro_rules! config_keys {
 config_keys! {
     /// Address and port to accept clients on.
     listen: SocketAddr = "127.0.0.1:6432";
+    /// A directory to accept clients in through a Unix-domain socket too, named `.s.PGSQL.<port>` after
+    /// listen's port as libpq expects (`psql -h DIR`); same authentication as TCP. Unset: TCP only.
+    unix_socket_dir: Option<PathBuf> = "";
     /// The database to pool, as `postgres://user:password@host:port/dbname[?sslmode=...]`. Required unless
     /// secret_arn names a secret to read it from.
     database_url: DatabaseUrl = "";

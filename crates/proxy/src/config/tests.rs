@@ -158,6 +158,12 @@ fn lambda_mode_defaults_and_their_overrides() {
     let err =
         lambda("", &[("PGMUX_DATABASE_URL", "postgres://app@db/app"), ("PGMUX_LISTEN", "0.0.0.0:5432")]).unwrap_err();
     assert!(err.to_string().contains("loopback"), "{err}");
+    // A Unix socket is local: trusted clients may use it beside loopback TCP; unset, there is none.
+    assert_eq!(cfg.unix_socket_dir, None);
+    let cfg =
+        lambda("", &[("PGMUX_DATABASE_URL", "postgres://app@db/app"), ("PGMUX_UNIX_SOCKET_DIR", "/tmp")]).unwrap();
+    assert_eq!(cfg.unix_socket_dir.as_deref(), Some(std::path::Path::new("/tmp")));
+    assert_eq!(cfg.client_auth, ClientAuth::Trust);
 }
 
 #[test]

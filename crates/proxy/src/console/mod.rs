@@ -11,7 +11,7 @@
 mod control;
 mod show;
 
-use std::net::SocketAddr;
+use crate::observe::Peer;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -87,7 +87,7 @@ pub(crate) async fn serve(
     startup: StartupMessage,
     stop: Stop,
     id: u64,
-    peer: SocketAddr,
+    peer: Peer,
 ) {
     let _slot = ConsoleSlot(Arc::clone(&shared));
     let console = match admit(&shared, &mut conn, &startup, &stop).await {

@@ -13,12 +13,49 @@ use pgmux_metrics::{ClientState, Label};
 use crate::sql::PinReason;
 use crate::stop::KillSwitch;
 
+/// Where a client connected from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peer {
+    Tcp(SocketAddr),
+    /// The Unix socket, shown as PgBouncer shows it: address `unix`, pgmux's own port.
+    Unix {
+        port: u16,
+    },
+}
+
+impl Peer {
+    /// `SHOW CLIENTS`' `addr`.
+    pub(crate) fn addr(&self) -> String {
+        match self {
+            Peer::Tcp(addr) => addr.ip().to_string(),
+            Peer::Unix { .. } => "unix".to_owned(),
+        }
+    }
+
+    /// `SHOW CLIENTS`' `port`.
+    pub(crate) fn port(&self) -> u16 {
+        match self {
+            Peer::Tcp(addr) => addr.port(),
+            Peer::Unix { port } => *port,
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(addr) => addr.fmt(f),
+            Peer::Unix { port } => write!(f, "unix:{port}"),
+        }
+    }
+}
+
 /// One client connection.
 #[derive(Debug)]
 pub(crate) struct ClientEntry {
     /// The session's id: `SHOW CLIENTS`' `id`, what `KILL_CLIENT` takes.
     pub(crate) id: u64,
-    pub(crate) peer: SocketAddr,
+    pub(crate) peer: Peer,
     /// Unix seconds when it connected.
     pub(crate) connected_unix: u64,
     pub(crate) application_name: Option<Box<str>>,
@@ -43,7 +80,7 @@ pub(crate) struct ClientEntry {
 #[derive(Debug)]
 pub(crate) struct NewClient {
     pub(crate) id: u64,
-    pub(crate) peer: SocketAddr,
+    pub(crate) peer: Peer,
     pub(crate) connected_unix: u64,
     pub(crate) application_name: Option<Box<str>>,
     pub(crate) user: Option<Box<str>>,
@@ -182,7 +219,7 @@ mod tests {
     fn client(id: u64) -> NewClient {
         NewClient {
             id,
-            peer: "127.0.0.1:5000".parse().unwrap_or_else(|_| unreachable!()),
+            peer: Peer::Tcp("127.0.0.1:5000".parse().unwrap_or_else(|_| unreachable!())),
             connected_unix: 1,
             application_name: None,
             user: None,

@@ -15,7 +15,7 @@ use pgmux_pool::Status;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
-pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient};
+pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient, Peer};
 pub(crate) use servers::{ServerBook, ServerEntry, ServerTicket, StatementTotals};
 
 use crate::budget::{Plan, Reading};

@@ -1,7 +1,7 @@
 //! From a new connection to a logged-in session: the opening packets, the limits, authentication, and the
 //! parameters the client gets to see (real server values, its own settings in their place).
 
-use std::net::SocketAddr;
+use crate::observe::Peer;
 use std::sync::Arc;
 
 use pgmux_metrics::LoginResult;
@@ -51,7 +51,7 @@ pub(super) async fn login(
     stop: Stop,
     id: u64,
     slot: ClientSlot,
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Option<Session> {
     let deadline = Instant::now() + shared.config().client_login_timeout;
     let startup = match opening(&shared, &mut conn, deadline).await {
@@ -93,7 +93,7 @@ pub(super) async fn login(
 }
 
 /// Puts a logged-in client in the admin console's list, and counts its login.
-fn enter(shared: &Shared, startup: &StartupMessage, id: u64, peer: SocketAddr) -> ClientTicket {
+fn enter(shared: &Shared, startup: &StartupMessage, id: u64, peer: Peer) -> ClientTicket {
     let observer = shared.observer();
     observer.metrics.client_logins.inc(LoginResult::Accepted);
     observer.clients.add(NewClient {

@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
 
+use crate::observe::Peer;
 use crate::pool::ServerLease;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
-use tokio::net::TcpStream;
 use tracing::Instrument;
 
 use crate::cancel::Registration;
-use crate::io::Conn;
+use crate::io::{Conn, Stream};
 use crate::params::ClientParams;
 use crate::router::Router;
 use crate::server::ServerConn;
@@ -136,14 +136,13 @@ struct Session {
 /// arguments go into that box rather than staying in the future as an async fn's parameters would.
 pub(crate) fn serve(
     shared: Arc<Shared>,
-    stream: TcpStream,
-    peer: SocketAddr,
+    stream: Stream,
+    peer: Peer,
     client_id: u64,
     stop: Stop,
 ) -> impl Future<Output = ()> + Send {
     let span = tracing::info_span!("client", client_id, %peer);
-    let _ = stream.set_nodelay(true);
-    let mut conn = Conn::new(stream, Sender::Frontend);
+    let mut conn = Conn::with_stream(stream, Sender::Frontend);
     conn.framer = Framer::with_limit(Sender::Frontend, shared.config().max_client_message);
     // Counted from the first byte, so that max_client_conn also bounds clients that never finish logging in.
     let slot = ClientSlot::new(&shared);

@@ -16,6 +16,7 @@ function int(name, fallback) {
 export const cfg = {
   host: env.PGHOST || '127.0.0.1',
   port: int('PGPORT', 5432),
+  socketDir: env.MATRIX_SOCKET_DIR || '/tmp',
   user: env.PGUSER || 'pgmux_app',
   password: env.PGPASSWORD || '',
   database: env.PGDATABASE || 'pgmux',
@@ -30,6 +31,29 @@ export const cfg = {
 
 // When the suite talks to PostgreSQL itself there is no pool to stay within.
 export const direct = cfg.port === cfg.directPort
+
+// S16: clients and transactions each through the Unix socket, and the query whose answers say which backend
+// served and whether its client had an address (a pooler's TCP connection) or none (a Unix-socket client of
+// PostgreSQL itself).
+export const S16 = { clients: 4, txns: 25, sql: 'SELECT pg_backend_pid() AS pid, inet_client_addr() IS NULL AS unix' }
+
+/** S16's verdict on every { pid, unix } the transactions saw. */
+export function judgeSocket(seen) {
+  const total = S16.clients * S16.txns
+  eq(seen.length, total, 'transactions through the socket')
+  const unixClients = seen.filter((r) => r.unix).length
+  const pids = new Set(seen.map((r) => Number(r.pid)))
+  let client
+  if (direct) {
+    eq(unixClients, total, 'transactions with a Unix client')
+    client = 'a Unix client'
+  } else {
+    eq(unixClients, 0, 'transactions on a Unix-socket backend')
+    check(pids.size <= cfg.poolMax, `${pids.size} backends for MATRIX_POOL_MAX=${cfg.poolMax}`)
+    client = "the pooler's TCP connection"
+  }
+  return `${total} txns through ${cfg.socketDir}/.s.PGSQL.${cfg.port}, ${pids.size} backends, each saw ${client}`
+}
 
 /** A failed check: the scenario prints FAIL with this message. */
 export class CheckFailed extends Error {}

@@ -15,7 +15,9 @@ import {
   direct,
   eq,
   expectError,
+  judgeSocket,
   randomTag,
+  S16,
   sampleBackends,
   sleep,
   table,
@@ -428,10 +430,24 @@ export function nodePostgres(driver, named) {
     return '100 pipelined queries (pipeline: true) answered in order'
   }
 
+  s.S16 = async (scope) => {
+    // host: a directory, as libpq takes it: node-postgres connects to <dir>/.s.PGSQL.<port>.
+    const clients = []
+    for (let i = 0; i < S16.clients; i++) clients.push(await connect(scope, { host: cfg.socketDir }))
+    const seen = await Promise.all(
+      clients.map(async (client) => {
+        const rows = []
+        for (let n = 0; n < S16.txns; n++) rows.push(await inTxn(client, () => one(client, q('s16', S16.sql, []))))
+        return rows
+      }),
+    )
+    return judgeSocket(seen.flat())
+  }
+
   // pg with names has no simple-query or COPY variant of its own (those are the `pg` runs) and no way to
   // re-prepare after DEALLOCATE; plain pg has no statement names to collide (S13).
   const ids = named
-    ? ['S1', 'S3', 'S4', 'S5', 'S7', 'S8', 'S9', 'S10', 'S13', 'S15']
-    : ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10', 'S15']
+    ? ['S1', 'S3', 'S4', 'S5', 'S7', 'S8', 'S9', 'S10', 'S13', 'S15', 'S16']
+    : ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10', 'S15', 'S16']
   return ids.map((id) => ({ id, fn: s[id] }))
 }

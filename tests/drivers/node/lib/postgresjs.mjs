@@ -13,7 +13,9 @@ import {
   direct,
   eq,
   expectError,
+  judgeSocket,
   randomTag,
+  S16,
   sampleBackends,
   sleep,
   table,
@@ -397,7 +399,22 @@ export function postgresJs(driver) {
     return '100 queries in flight on one connection answered in order'
   }
 
+  s.S16 = async (scope) => {
+    // host: a directory: postgres.js then connects to <dir>/.s.PGSQL.<port>, as libpq would.
+    const conns = Array.from({ length: S16.clients }, () => open(scope, { host: cfg.socketDir }))
+    const seen = await Promise.all(
+      conns.map(async (sql) => {
+        const rows = []
+        for (let n = 0; n < S16.txns; n++) {
+          rows.push(await sql.begin(async (tx) => (await tx.unsafe(S16.sql))[0]))
+        }
+        return rows
+      }),
+    )
+    return judgeSocket(seen.flat())
+  }
+
   // S13: names are `<random per connection><n>`, so two connections never share one.
-  const ids = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10', 'S12', 'S15']
+  const ids = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10', 'S12', 'S15', 'S16']
   return ids.map((id) => ({ id, fn: s[id] }))
 }

@@ -11,6 +11,8 @@ pub struct Env {
     pub host: String,
     /// pgmux (or PostgreSQL itself when the suite is run straight against it).
     pub port: u16,
+    /// The directory of the same server's Unix socket, `.s.PGSQL.<port>`.
+    pub socket_dir: String,
     pub user: String,
     pub password: String,
     pub database: String,
@@ -41,6 +43,7 @@ impl Env {
         };
         let host = text("PGHOST");
         let port = text("PGPORT");
+        let socket_dir = text("MATRIX_SOCKET_DIR");
         let user = text("PGUSER");
         let password = text("PGPASSWORD");
         let database = text("PGDATABASE");
@@ -76,6 +79,7 @@ impl Env {
         Ok(Env {
             host,
             port,
+            socket_dir,
             user,
             password,
             database,

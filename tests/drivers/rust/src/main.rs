@@ -9,6 +9,7 @@ mod load;
 mod oracle;
 mod report;
 mod s13;
+mod socket;
 mod sqlx_pg;
 mod tokio_pg;
 mod values;
@@ -57,6 +58,8 @@ async fn suite(env: Arc<Env>) {
         Ok((oracle, connection)) => {
             tokio_pg::run(&env, &oracle, &mut report).await;
             sqlx_pg::run(&env, &oracle, &mut report).await;
+            report.scenario("tokio-postgres", "S16", socket::tokio_postgres(&env)).await;
+            report.scenario("sqlx", "S16", socket::sqlx(&env)).await;
             drop(oracle);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), connection).await;
         }

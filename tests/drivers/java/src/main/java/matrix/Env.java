@@ -6,6 +6,7 @@ import java.time.Duration;
 record Env(
         String host,
         int port,
+        String socketDir,
         String user,
         String password,
         String database,
@@ -22,6 +23,7 @@ record Env(
         return new Env(
                 str("PGHOST", "127.0.0.1"),
                 port,
+                str("MATRIX_SOCKET_DIR", "/tmp"),
                 str("PGUSER", "pgmux_app"),
                 str("PGPASSWORD", ""),
                 str("PGDATABASE", "pgmux"),

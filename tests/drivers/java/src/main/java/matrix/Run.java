@@ -78,7 +78,12 @@ final class Run {
 
     /** Opens a connection to pgmux; the runner closes it if the body does not. */
     Connection connect(Properties props) throws SQLException {
-        Connection c = DriverManager.getConnection(env.url(env.port()), props);
+        return connect(env.url(env.port()), props);
+    }
+
+    /** Opens a connection by a URL of the scenario's own; the runner closes it if the body does not. */
+    Connection connect(String url, Properties props) throws SQLException {
+        Connection c = DriverManager.getConnection(url, props);
         synchronized (conns) {
             conns.add(c);
         }
