@@ -310,6 +310,9 @@ impl Router {
                     .then(|| self.answer_unit(tag, already_exists(name)))
             }
             b'Q' => {
+                if !sql::starts_deallocate(body) {
+                    return None;
+                }
                 let name = sql::deallocate_name(frontend::query(body).ok()?)?;
                 self.names.named.remove(&name)?;
                 Some(Verdict::Answer(deallocated(TxStatus::Idle)))

@@ -86,12 +86,32 @@ fn word_after(hay: &[u8], mut at: usize) -> (&[u8], usize) {
     (&hay[start..at], at)
 }
 
-/// Reads a statement's text for session state. One pass: candidates are found by their first letter.
+/// Bytes that may continue an identifier: a keyword is looked for only where a word starts.
+const fn word_bytes() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+        c += 1;
+    }
+    t
+}
+static WORD: [bool; 256] = word_bytes();
+
+/// Reads a statement's text for session state. One pass: candidates are found at word starts by their first
+/// letter (it runs for every statement a client sends).
 pub(crate) fn scan(sql: &str) -> SqlFacts {
     let b = sql.as_bytes();
     let mut facts = SqlFacts::default();
     let mut temp = false;
+    let mut in_word = false;
     for i in 0..b.len() {
+        let starts = !in_word;
+        in_word = WORD[usize::from(b[i])];
+        if !(starts && in_word) {
+            continue;
+        }
         let rest = &b[i..];
         match b[i] | 0x20 {
             b'p' if starts_with_ci(rest, b"pg_advisory_lock") || starts_with_ci(rest, b"pg_try_advisory_lock") => {
@@ -128,6 +148,9 @@ pub(crate) fn scan(sql: &str) -> SqlFacts {
 /// The statement name of a lone `DEALLOCATE [PREPARE] name`, as PostgreSQL would fold it; `None` for
 /// anything else (including `DEALLOCATE ALL`).
 pub(crate) fn deallocate_name(sql: &str) -> Option<String> {
+    if !starts_deallocate(sql.as_bytes()) {
+        return None;
+    }
     let s = sql.trim().trim_end_matches(';').trim_end();
     let b = s.as_bytes();
     if !starts_with_ci(b, b"deallocate") {
@@ -148,6 +171,25 @@ pub(crate) fn deallocate_name(sql: &str) -> Option<String> {
     (ident && !rest.eq_ignore_ascii_case("all")).then(|| rest.to_ascii_lowercase())
 }
 
+/// Whether a statement's text may begin with DEALLOCATE: looked at before anything else, since it runs for
+/// every simple Query.
+pub(crate) fn starts_deallocate(sql: &[u8]) -> bool {
+    matches!(sql.iter().find(|c| !c.is_ascii_whitespace()), Some(b'd' | b'D'))
+}
+
+/// Bytes after which [`statement_end`] has to look closer: all others are skipped at once.
+const fn special_bytes() -> [bool; 256] {
+    let mut t = [false; 256];
+    let specials = *b";'\"-/$";
+    let mut i = 0;
+    while i < specials.len() {
+        t[specials[i] as usize] = true;
+        i += 1;
+    }
+    t
+}
+static SPECIAL: [bool; 256] = special_bytes();
+
 /// Skips whitespace, `;` and comments from `at`.
 fn skip_blank(b: &[u8], mut at: usize) -> Option<usize> {
     loop {
@@ -167,6 +209,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// Where the statement starting at `at` ends: just after its `;`, or the end of the text.
 fn statement_end(b: &[u8], mut at: usize) -> Option<usize> {
     while at < b.len() {
+        if !SPECIAL[usize::from(b[at])] {
+            at += 1;
+            continue;
+        }
         match b[at] {
             b';' => return Some(at + 1),
             q @ (b'\'' | b'"') => at = at + 1 + b[at + 1..].iter().position(|&c| c == q)? + 1,
