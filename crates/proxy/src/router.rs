@@ -21,7 +21,7 @@ use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{TxStatus, frontend, sqlstate};
 
 use crate::io::WriteQueue;
-use crate::sql::{self, PinReason};
+use crate::sql::{self, PinReason, SqlFacts};
 use crate::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
 use crate::tracker::{Fate, Reply, TxTracker};
 
@@ -133,6 +133,8 @@ pub(crate) struct Router {
     /// Whether the client's unnamed statement may commit, outside and inside a transaction block (worked
     /// out at its Parse, not at each Bind).
     unnamed_may_commit: [bool; 2],
+    /// What the unnamed statement's text says (pins, `set_config`), kept with it.
+    unnamed_facts: SqlFacts,
     /// What [`Mode::Checking`] waits for. Boxed: every byte here is paid by each idle client.
     check: Option<Box<Check>>,
 }
@@ -184,6 +186,7 @@ impl Router {
             settings_dirty: false,
             commit_in_flight: false,
             unnamed_may_commit: [true; 2],
+            unnamed_facts: SqlFacts::default(),
             check: None,
         }
     }
@@ -342,7 +345,10 @@ impl Router {
 
     /// Notes what a statement's text does to the session.
     fn note_sql(&mut self, sql: &str) {
-        let facts = sql::scan(sql);
+        self.note_facts(sql::scan(sql));
+    }
+
+    fn note_facts(&mut self, facts: SqlFacts) {
         if let Some(reason) = facts.pin {
             self.pin.get_or_insert(reason);
         }
@@ -375,17 +381,22 @@ impl Router {
         let Ok((name, key)) = frontend::parse_name(&msg[5..]) else {
             return server.answer(Reply::Parse, protocol_violation("Parse"), None);
         };
-        if let Ok(sql) = frontend::parse_query(key) {
-            self.note_sql(sql);
-        }
         server.statements.client_parse();
         if name.is_empty() {
-            let text = frontend::parse_query(key).unwrap_or_default();
-            self.unnamed_may_commit = [sql::may_commit(text, false), sql::may_commit(text, true)];
+            // Drivers send the same unnamed Parse transaction after transaction: its text is read once.
+            if self.names.unnamed.as_ref() != Some(&msg) {
+                let text = frontend::parse_query(key).unwrap_or_default();
+                self.unnamed_facts = sql::scan(text);
+                self.unnamed_may_commit = [sql::may_commit(text, false), sql::may_commit(text, true)];
+            }
+            self.note_facts(self.unnamed_facts);
             self.names.unnamed_generation += 1;
             self.names.unnamed = Some(msg.clone());
             server.statements.unnamed = Some((self.client_id, self.names.unnamed_generation));
             return server.forward(b'P', msg);
+        }
+        if let Ok(sql) = frontend::parse_query(key) {
+            self.note_sql(sql);
         }
         if self.names.named.contains_key(name) {
             // PostgreSQL's own answer to a live name; the server skips nothing, so pgmux drops the rest of

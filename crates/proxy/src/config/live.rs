@@ -6,6 +6,7 @@
 //! while a reload swaps the pointer. Readers see the old or the new configuration whole, never a mix.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::{ArcSwap, Guard};
 
@@ -13,26 +14,53 @@ use super::Config;
 
 /// The configuration in force.
 #[derive(Debug)]
-pub struct LiveConfig(ArcSwap<Config>);
+pub struct LiveConfig {
+    config: ArcSwap<Config>,
+    /// Whether any of the per-session timeouts is set: every session asks after each wake-up, and with
+    /// all three off (the default) a relaxed load answers instead of a guarded one.
+    session_timers: AtomicBool,
+}
+
+fn any_session_timer(config: &Config) -> bool {
+    !(config.query_timeout.is_zero()
+        && config.idle_transaction_timeout.is_zero()
+        && config.client_idle_timeout.is_zero())
+}
 
 impl LiveConfig {
     pub fn new(config: Arc<Config>) -> Self {
-        LiveConfig(ArcSwap::new(config))
+        let session_timers = AtomicBool::new(any_session_timer(&config));
+        LiveConfig { config: ArcSwap::new(config), session_timers }
+    }
+
+    /// Whether `query_timeout`, `idle_transaction_timeout` or `client_idle_timeout` is set.
+    #[inline]
+    pub fn session_timers(&self) -> bool {
+        self.session_timers.load(Ordering::Relaxed)
     }
 
     /// The configuration now. Hold the guard briefly (a statement, a function): it keeps this version alive.
     #[inline]
     pub fn load(&self) -> Guard<Arc<Config>> {
-        self.0.load()
+        self.config.load()
     }
 
     /// The configuration now, as an `Arc` to keep.
     pub fn full(&self) -> Arc<Config> {
-        self.0.load_full()
+        self.config.load_full()
     }
 
     /// Puts `config` in force; returns the one it replaces.
     pub fn replace(&self, config: Arc<Config>) -> Arc<Config> {
-        self.0.swap(config)
+        // Set before the swap, cleared after: a session that sees the new timeouts also sees the flag.
+        let timers = any_session_timer(&config);
+        if timers {
+            self.session_timers.store(true, Ordering::Relaxed);
+        }
+        let old = self.config.swap(config);
+        if !timers {
+            self.session_timers.store(false, Ordering::Relaxed);
+        }
+        old
     }
 }

@@ -20,14 +20,35 @@ use crate::stop::Level;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Session {
-    /// Gets a server connection for the unit that `tag` begins. `Ok(None)`: linked. `Ok(Some(verdict))`:
-    /// no server (the verdict answers the unit with the error). `Err`: the session is over.
-    pub(super) async fn link(&mut self, tag: u8) -> Result<Option<Verdict>, End> {
+    /// Links at once, with no await, when an idle connection is ready and already has the client's
+    /// parameters: the common case, spared the slow path's future (boxed, a malloc and a free per
+    /// transaction). `Err` hands [`link`](Self::link) what it took, if anything.
+    pub(super) fn link_at_once(&mut self) -> Result<(), Option<ServerLease>> {
+        let Some(lease) = self.shared.pool.try_checkout() else { return Err(None) };
+        if !lease.params.in_sync(&self.params) {
+            return Err(Some(lease));
+        }
+        self.meter.got_server();
+        self.linked(lease);
+        Ok(())
+    }
+
+    /// Gets a server connection for the unit that `tag` begins, starting with `taken` if
+    /// [`link_at_once`](Self::link_at_once) took one. `Ok(None)`: linked. `Ok(Some(verdict))`: no server
+    /// (the verdict answers the unit with the error). `Err`: the session is over.
+    pub(super) async fn link(&mut self, tag: u8, mut taken: Option<ServerLease>) -> Result<Option<Verdict>, End> {
         // A connection that fails while pgmux applies the client's parameters has seen nothing of the
         // transaction: another one is taken, a few times, before the client hears of it.
         let mut attempts = 0;
         let lease = loop {
-            let lease = match self.lend().await? {
+            let lent = match taken.take() {
+                Some(lease) => {
+                    self.meter.got_server();
+                    Ok(lease)
+                }
+                None => self.lend().await?,
+            };
+            let lease = match lent {
                 Ok(lease) => lease,
                 Err(err) => return Ok(Some(self.router.answer_unit(tag, err.to_bytes()))),
             };
@@ -44,12 +65,16 @@ impl Session {
                 }
             }
         };
+        self.linked(lease);
+        Ok(None)
+    }
+
+    fn linked(&mut self, lease: ServerLease) {
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
         self.meter.linked(lease.id);
         self.server = Some(Linked::new(lease));
         self.replay.open(self.client.out.queued_total());
-        Ok(None)
     }
 
     /// A server connection from the pool, or the error the client is told instead.
@@ -166,7 +191,8 @@ impl Session {
         self.meter.unlinked();
         self.replay.finish();
         let mut lease = linked.take();
-        let lifetime = self.shared.config().server_lifetime;
+        // Its own jittered server_lifetime, as when it is lent (and no configuration read per release).
+        let lifetime = lease.lifetime;
         let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
         let unfit = !self.shared.pool.keeps(&mut lease) || !self.shared.pool.fits(lease.role);
         if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {

@@ -200,7 +200,9 @@ impl Session {
                 }
                 Verdict::NeedServer => {
                     // Boxed: linking is a large future, and an idle session should not carry its space.
-                    if let Some(Verdict::Answer(reply)) = Box::pin(self.link(tag)).await? {
+                    if let Err(taken) = self.link_at_once()
+                        && let Some(Verdict::Answer(reply)) = Box::pin(self.link(tag, taken)).await?
+                    {
                         self.client.out.push(reply);
                         return Ok(());
                     }
@@ -227,7 +229,9 @@ impl Session {
                     return Ok(());
                 }
                 Verdict::NeedServer => {
-                    if let Some(Verdict::Answer(reply)) = Box::pin(self.link(b'B')).await? {
+                    if let Err(taken) = self.link_at_once()
+                        && let Some(Verdict::Answer(reply)) = Box::pin(self.link(b'B', taken)).await?
+                    {
                         self.client.out.push(reply);
                         return Ok(());
                     }

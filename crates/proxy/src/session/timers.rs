@@ -75,6 +75,9 @@ impl Timer {
 impl Session {
     /// The timeout that applies now, if it is set.
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
+        if !self.shared.pool.live_config().session_timers() {
+            return None;
+        }
         let config = self.shared.config();
         let (kind, after) = match self.server.as_mut() {
             Some(linked) => {
