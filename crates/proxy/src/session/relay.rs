@@ -285,8 +285,14 @@ impl Session {
             let routed = if tag == b'S' {
                 if let Ok((name, value)) = backend::parameter_status(body) {
                     server.params.report(name, value);
-                    self.params.report(name, value);
-                    if matches!(name, "in_hot_standby" | "default_transaction_read_only") {
+                    let role_setting = matches!(name, "in_hot_standby" | "default_transaction_read_only");
+                    // The node's role is not the client's setting: adopted, a writer's reload to read-only
+                    // would follow its linked clients to the next writer (every write there refused, 25006).
+                    // So a client's own SET default_transaction_read_only lasts only its transaction.
+                    if !role_setting {
+                        self.params.report(name, value);
+                    }
+                    if role_setting {
                         // A promotion, or a writer switched to read-only: the node's role is visible now.
                         server.role = server.reported_role().or(server.role);
                         if !self.shared.pool.fits(server.role) {
