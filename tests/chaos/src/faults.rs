@@ -58,7 +58,8 @@ pub const ALL: [Scenario; 15] = [
     Scenario::ClientKill,
 ];
 
-/// The short form's scenarios: the ones whose goals pgmux meets today, plus a failover for the figures.
+/// The short form's scenarios: what the enforced goals need (idle, in-flight and first-write goals across a
+/// termination, a restart and a failover; the ledger; a killed client's locks) in about two minutes.
 pub const QUICK: [Scenario; 5] = [
     Scenario::TerminateIdle,
     Scenario::TerminateActive,
