@@ -191,23 +191,8 @@ impl Session {
             // With a server linked, `finish` cleans it up.
             return Err(End::ClientGone);
         }
-        if self.server.is_none() {
-            match self.router.unlinked(tag, &msg) {
-                Verdict::Drop => return Ok(()),
-                Verdict::Answer(reply) => {
-                    self.client.out.push(reply);
-                    return Ok(());
-                }
-                Verdict::NeedServer => {
-                    // Boxed: linking is a large future, and an idle session should not carry its space.
-                    if let Err(taken) = self.link_at_once()
-                        && let Some(Verdict::Answer(reply)) = Box::pin(self.link(tag, taken)).await?
-                    {
-                        self.client.out.push(reply);
-                        return Ok(());
-                    }
-                }
-            }
+        if !self.linked_for(tag, &msg).await? {
+            return Ok(());
         }
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         self.replay.record(&msg);
@@ -221,30 +206,42 @@ impl Session {
     /// The first piece of a large Bind: like [`dispatch`](Self::dispatch), but the router sees only the
     /// message's start (enough for its names) and its declared length.
     async fn dispatch_bind_head(&mut self, head: Bytes) -> Result<(), End> {
-        if self.server.is_none() {
-            match self.router.unlinked(b'B', &head) {
-                Verdict::Drop => return Ok(()),
-                Verdict::Answer(reply) => {
-                    self.client.out.push(reply);
-                    return Ok(());
-                }
-                Verdict::NeedServer => {
-                    if let Err(taken) = self.link_at_once()
-                        && let Some(Verdict::Answer(reply)) = Box::pin(self.link(b'B', taken)).await?
-                    {
-                        self.client.out.push(reply);
-                        return Ok(());
-                    }
-                    self.replay.close();
-                }
-            }
+        if !self.linked_for(b'B', &head).await? {
+            return Ok(());
         }
+        // The rest streams past: it cannot be kept to run again elsewhere.
+        self.replay.close();
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         let server = linked.conn();
         let mut view =
             ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
         self.router.linked_bind_head(head, &mut view, &self.shared.statements);
         Ok(())
+    }
+
+    /// Links a server for the unit `msg` begins, if none is linked and the router wants one. False when
+    /// the message is done with here (dropped, or answered without a server).
+    async fn linked_for(&mut self, tag: u8, msg: &[u8]) -> Result<bool, End> {
+        if self.server.is_some() {
+            return Ok(true);
+        }
+        match self.router.unlinked(tag, msg) {
+            Verdict::Drop => Ok(false),
+            Verdict::Answer(reply) => {
+                self.client.out.push(reply);
+                Ok(false)
+            }
+            Verdict::NeedServer => {
+                // Boxed: linking is a large future, and an idle session should not carry its space.
+                if let Err(taken) = self.link_at_once()
+                    && let Some(Verdict::Answer(reply)) = Box::pin(self.link(tag, taken)).await?
+                {
+                    self.client.out.push(reply);
+                    return Ok(false);
+                }
+                Ok(true)
+            }
+        }
     }
 
     /// Handles every whole message (and streamed piece) the server has sent: forwards or swallows each as
