@@ -115,6 +115,62 @@ async fn a_writer_turned_read_only_gets_no_more_writes_and_the_write_waits_for_a
     assert_eq!(scalar(&c, "select 'next'").await, "next");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_makes_its_own_session_read_only_keeps_it_and_the_writer_keeps_its_writes() {
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    let (reader, writer) = (fx.client().await, fx.client().await);
+    // Both of pgmux's server connections open (and the control connection): none may be closed as read-only.
+    let sleep = "select pg_sleep(0.2)";
+    let (a, b) = tokio::join!(reader.batch_execute(sleep), writer.batch_execute(sleep));
+    a.and(b).unwrap();
+    let backends = "select string_agg(pid::text, ',' order by pid) from pg_stat_activity \
+                    where usename = 'pgmux_app' and backend_type = 'client backend'";
+    let before = scalar(&oracle, backends).await;
+    reader.batch_execute("set default_transaction_read_only = on").await.unwrap();
+    for round in 0..4 {
+        // The writer takes a server in turn, so that the reader lands on either of the two.
+        let insert = format!("insert into ledger values ({round})");
+        let (mine, theirs) =
+            tokio::join!(scalar(&reader, "show default_transaction_read_only"), writer.batch_execute(&insert));
+        assert_eq!(mine, "on", "round {round}: the reader's own setting follows it to every server");
+        theirs.unwrap_or_else(|e| panic!("round {round}: another client's write refused: {}", common::message(&e)));
+    }
+    // The reader's own write is refused as PostgreSQL would refuse it, at once: it says nothing of the node.
+    let refused = reader.batch_execute("insert into ledger values (-1)").await.unwrap_err();
+    assert_eq!(common::code(&refused), "25006", "{}", common::message(&refused));
+    writer.batch_execute("insert into ledger values (4)").await.expect("the writer was not taken for read-only");
+    reader.batch_execute("reset default_transaction_read_only").await.unwrap();
+    reader.batch_execute("insert into ledger values (5)").await.expect("after RESET the reader writes again");
+    assert_eq!(scalar(&oracle, "select string_agg(v::text, ',' order by v) from ledger").await, "0,1,2,3,4,5");
+    assert_eq!(scalar(&oracle, backends).await, before, "the writer's connections were kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_to_read_only_seen_inside_a_transaction_does_not_follow_the_client_to_the_next_writer() {
+    let fx = common::start("pool_max = 2\nquery_wait_timeout = \"20s\"").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    let c = fx.client().await;
+    c.batch_execute("begin").await.unwrap();
+    assert_eq!(scalar(&c, "show default_transaction_read_only").await, "off");
+    oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    // The linked backend applies the reload before its next command and reports the new value then.
+    let reported = common::eventually(Duration::from_secs(5), || async {
+        scalar(&c, "show default_transaction_read_only").await == "on"
+    });
+    assert!(reported.await, "the linked server never reported the reload");
+    c.batch_execute("commit").await.unwrap();
+    oracle.batch_execute("alter system reset default_transaction_read_only").await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    // The node takes writes again: the node's read-only spell was not the client's setting.
+    c.batch_execute("insert into ledger values (1)").await.expect("the client's next write reaches a writer");
+    assert_eq!(scalar(&c, "show default_transaction_read_only").await, "off");
+    assert_eq!(scalar(&oracle, "select count(*) from ledger").await, "1");
+}
+
 /// Stops (or resumes) a PostgreSQL server and every backend of it, as `kill -STOP` would a hung host.
 fn signal_server(pg: &PgServer, signal: &str) {
     let pid_file = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).expect("postmaster.pid");

@@ -34,6 +34,11 @@ const FIXED: &[&str] = &[
     "in_hot_standby",
 ];
 
+/// Reported parameters that also say what the node is: a server reports a change of these for its own
+/// reasons too (a reload that turns a writer read-only), so a report is not taken as the linked client's
+/// setting. They follow a client only when read back as a setting of its session.
+const NODE_ROLE: &[&str] = &["default_transaction_read_only"];
+
 /// Most raw values the catalog remembers; past this, new values are checked on every login.
 const CATALOG_LIMIT: usize = 4096;
 
@@ -94,12 +99,21 @@ pub(crate) struct ClientParams {
 
 impl ClientParams {
     /// Records a value the server reported while this client was linked (its own `SET`).
+    /// Reports of the node's role are not the client's (see [`NODE_ROLE`]).
     pub(crate) fn report(&mut self, name: &str, value: &str) {
         let k = key(name);
-        if FIXED.contains(&k.as_str()) || self.values.get(&k).is_some_and(|p| p.value == value) {
+        if FIXED.contains(&k.as_str())
+            || NODE_ROLE.contains(&k.as_str())
+            || self.values.get(&k).is_some_and(|p| p.value == value)
+        {
             return;
         }
         Arc::make_mut(&mut self.values).insert(k, Param { name: name.to_owned(), value: value.to_owned() });
+    }
+
+    /// Whether the client made its own transactions read-only by default: a 25006 is then its own doing.
+    pub(crate) fn read_only(&self) -> bool {
+        self.values.get("default_transaction_read_only").is_some_and(|p| p.value.eq_ignore_ascii_case("on"))
     }
 }
 
@@ -181,7 +195,8 @@ pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
 /// Takes the session settings read back from a server (`pg_settings` with source `session`) as what the
 /// client now wants and what the server now has: the client's own SET, RESET and set_config calls then
 /// follow it to other servers, and the next client on this one gets them reset. Reported parameters are
-/// left alone: ParameterStatus keeps them current already.
+/// left alone: ParameterStatus keeps them current already, except those that also say the node's role
+/// ([`NODE_ROLE`]), which the client wants exactly when its session has set them.
 pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams, settings: &[Param]) {
     let unreported: ParamMap = settings
         .iter()
@@ -191,10 +206,17 @@ pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams
     let mut wanted: ParamMap = client
         .values
         .iter()
-        .filter(|(k, _)| server.reported.contains_key(*k))
+        .filter(|(k, _)| server.reported.contains_key(*k) && !NODE_ROLE.contains(&k.as_str()))
         .map(|(k, p)| (k.clone(), p.clone()))
         .collect();
     wanted.extend(unreported.iter().map(|(k, p)| (k.clone(), p.clone())));
+    wanted.extend(
+        settings
+            .iter()
+            .map(|p| (key(&p.name), p))
+            .filter(|(k, _)| NODE_ROLE.contains(&k.as_str()))
+            .map(|(k, p)| (k, p.clone())),
+    );
     if *client.values != wanted {
         client.values = Arc::new(wanted);
     }

@@ -180,3 +180,30 @@ fn a_later_value_for_the_same_name_wins() {
         vec![("DateStyle".to_string(), "ISO".to_string()), ("options".to_string(), "-c datestyle=German".to_string())];
     assert_eq!(from_startup(&params).unwrap(), vec![p("datestyle", "German")]);
 }
+
+#[test]
+fn a_read_only_report_is_the_nodes_until_read_back_as_the_sessions_own() {
+    // A reload turned the writer read-only while the client was linked: the report is not the client's.
+    let mut c = ClientParams::default();
+    c.report("default_transaction_read_only", "on");
+    assert!(!c.read_only() && c.values.is_empty(), "a report alone is not the client's setting");
+    let mut s = server(&[("TimeZone", "UTC"), ("default_transaction_read_only", "on")]);
+    adopt_session(&mut c, &mut s, &[]);
+    assert!(!c.read_only(), "not a setting of the session: the node's own (configuration file)");
+
+    // The client's own SET: read back with source `session`, it follows the client.
+    adopt_session(&mut c, &mut s, &[p("default_transaction_read_only", "on")]);
+    assert!(c.read_only());
+    assert!(s.applied.is_empty(), "a reported parameter is never applied by hand");
+    assert_eq!(sync_statement(&c, &s, &defaults()), None, "the server already has it");
+    let elsewhere = server(&[("TimeZone", "UTC"), ("default_transaction_read_only", "off")]);
+    assert_eq!(
+        sync_statement(&c, &elsewhere, &defaults()).as_deref(),
+        Some("SELECT pg_catalog.set_config(E'default_transaction_read_only', E'on', false);"),
+        "set again on the client's next server"
+    );
+
+    // RESET: no longer a session setting, so no longer the client's.
+    adopt_session(&mut c, &mut s, &[]);
+    assert!(!c.read_only());
+}

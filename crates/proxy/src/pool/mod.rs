@@ -362,6 +362,14 @@ impl ServerPool {
         role.is_none_or(|role| !wanted.cares() || wanted.accepts(role))
     }
 
+    /// A connection showed its node's role anew (a promotion, a demotion): a node whose role no longer fits
+    /// `target_session_attrs` gets no more work.
+    pub(crate) fn role_seen(&self, conn: &ServerConn) {
+        if !self.fits(conn.role) {
+            self.distrust(conn.addr, Distrust::Stale, "its role changed and no longer fits target_session_attrs");
+        }
+    }
+
     /// Closes a connection that leaves the pool, politely and in the background.
     pub(crate) fn retire(&self, conn: Box<ServerConn>) {
         self.tasks.spawn(conn.terminate());

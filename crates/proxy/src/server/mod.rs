@@ -86,6 +86,9 @@ pub(crate) struct ServerConn {
     pub(crate) role: Option<NodeRole>,
     /// The pool's stale-node epoch this connection was last checked against (see `ServerPool`).
     pub(crate) checked_epoch: u64,
+    /// `default_transaction_read_only` changed while it was lent: the client's own setting or the node's
+    /// new role (a reload). Its settings are read back before it goes back to the pool, and tell which.
+    pub(crate) role_unconfirmed: bool,
 }
 
 impl ServerConn {
@@ -140,6 +143,7 @@ impl ServerConn {
             ticket: None,
             role: None,
             checked_epoch: 0,
+            role_unconfirmed: false,
         };
         conn.login(login, options.application_name).await?;
         conn.role = conn.reported_role();

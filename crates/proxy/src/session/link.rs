@@ -179,7 +179,8 @@ impl Session {
             return;
         }
         self.meter.unpinned();
-        if self.router.take_settings_dirty() && !Box::pin(self.read_back_settings()).await {
+        let role_unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
+        if (self.router.take_settings_dirty() || role_unconfirmed) && !Box::pin(self.read_back_settings()).await {
             return;
         }
         // A cancel on its way to this server must land before anyone else can use it. That wait is rare
@@ -271,7 +272,8 @@ impl Session {
             }
             return;
         }
-        if lease.drain(&state, DRAIN_TIMEOUT).await && !self.router.settings_dirty() {
+        let unread = self.router.settings_dirty() || lease.role_unconfirmed;
+        if lease.drain(&state, DRAIN_TIMEOUT).await && !unread {
             tracing::debug!(server_id = lease.id, "abandoned server connection rolled back and returned");
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
@@ -284,7 +286,9 @@ impl Session {
 impl Session {
     /// Reads the session's settings back from the linked server after the client changed some (SET,
     /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
-    /// for the next client. False if the server failed (it is then dropped and the client told).
+    /// for the next client; and after the server reported a new `default_transaction_read_only`, which is
+    /// the node's role unless the session set it. False if the server failed (it is then dropped and the
+    /// client told).
     async fn read_back_settings(&mut self) -> bool {
         let timeout = self.shared.config().server_connect_timeout;
         let Some(linked) = self.server.as_mut() else { return true };
@@ -305,6 +309,13 @@ impl Session {
             })
             .collect();
         params::adopt_session(&mut self.params, &mut server.params, &settings);
+        if std::mem::take(&mut server.role_unconfirmed) {
+            let own = settings.iter().any(|p| p.name.eq_ignore_ascii_case("default_transaction_read_only"));
+            if !own {
+                server.role = server.reported_role().or(server.role);
+                self.shared.pool.role_seen(server);
+            }
+        }
         true
     }
 }

@@ -9,7 +9,6 @@ use pgmux_proto::{Step, backend};
 
 use super::{End, Session};
 use crate::io::{MAX_QUEUED, ReadOutcome};
-use crate::pool::Distrust;
 use crate::router::{Mode, ServerView, Verdict};
 use crate::server::{SERVER_READ_CHUNK, ServerFailure};
 use crate::tracker::Route;
@@ -254,10 +253,12 @@ impl Session {
         if self.replay.is_open() {
             // The transaction's first reply: a refusal as read-only means it never ran; anything else closes
             // the chance to run it again.
+            // A client whose own sessions are read-only gets its 25006 like any error: it says nothing of
+            // the node.
             match first_reply(&server.io.rbuf) {
                 None => return ServerProgress::Continue,
-                Some(true) => return ServerProgress::ReadOnly,
-                Some(false) => self.replay.close(),
+                Some(true) if !self.params.read_only() => return ServerProgress::ReadOnly,
+                Some(_) => self.replay.close(),
             }
         }
         let out = &mut self.client.out;
@@ -282,20 +283,18 @@ impl Session {
             let routed = if tag == b'S' {
                 if let Ok((name, value)) = backend::parameter_status(body) {
                     server.params.report(name, value);
-                    let role_setting = matches!(name, "in_hot_standby" | "default_transaction_read_only");
-                    // The node's role is not the client's setting: adopted, a writer's reload to read-only
-                    // would follow its linked clients to the next writer (every write there refused, 25006).
-                    // So a client's own SET default_transaction_read_only lasts only its transaction.
-                    if !role_setting {
-                        self.params.report(name, value);
-                    }
-                    if role_setting {
-                        // A promotion, or a writer switched to read-only: the node's role is visible now.
-                        server.role = server.reported_role().or(server.role);
-                        if !self.shared.pool.fits(server.role) {
-                            let why = "its role changed and no longer fits target_session_attrs";
-                            self.shared.pool.distrust(server.addr, Distrust::Stale, why);
+                    self.params.report(name, value);
+                    match name {
+                        // A demotion: no session can set this, so it is the node's role.
+                        "in_hot_standby" if value == "on" => {
+                            server.role = server.reported_role().or(server.role);
+                            self.shared.pool.role_seen(server);
                         }
+                        // A promotion, the client's own SET, or a reload that turned the node read-only:
+                        // whether the node takes writes now depends on whether `default_transaction_read_only`
+                        // is the session's own, which the settings read back when the transaction ends tell.
+                        "in_hot_standby" | "default_transaction_read_only" => server.role_unconfirmed = true,
+                        _ => {}
                     }
                 }
                 Ok(Route::Forward)
