@@ -47,3 +47,8 @@ pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
 pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
 /// `57P05`: a client idle between transactions too long.
 pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
+
+/// Class `08`: connection exceptions (the server's side of a connection went wrong).
+pub const CLASS_CONNECTION_EXCEPTION: &str = "08";
+/// Class `57P`: the server is shutting down, restarting or starting (operator intervention).
+pub const CLASS_OPERATOR_INTERVENTION_SERVER: &str = "57P";

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pgmux_metrics::{CounterFamily, Label, ServerCloseReason};
 
-use crate::server::ServerConn;
 use crate::statements::StatementStats;
 
 /// One open pool connection.
@@ -70,17 +69,10 @@ impl ServerBook {
     }
 
     /// Enters a newly opened pool connection; the ticket goes into the connection.
-    pub(crate) fn add(self: &Arc<Self>, conn: &ServerConn, connected_unix: u64, tls: bool) -> ServerTicket {
-        let entry = Arc::new(ServerEntry {
-            id: conn.id,
-            addr: conn.addr,
-            pid: conn.key.0,
-            connected_unix,
-            tls,
-            statements: Arc::clone(conn.statements.stats()),
-        });
-        self.lock().open.insert(entry.id, entry);
-        ServerTicket { id: conn.id, book: Arc::clone(self), reason: AtomicU8::new(ServerCloseReason::Broken as u8) }
+    pub(crate) fn add(self: &Arc<Self>, entry: ServerEntry) -> ServerTicket {
+        let id = entry.id;
+        self.lock().open.insert(id, Arc::new(entry));
+        ServerTicket { id, book: Arc::clone(self), reason: AtomicU8::new(ServerCloseReason::Broken as u8) }
     }
 
     /// Every open connection, in id order.
@@ -124,11 +116,9 @@ impl Drop for ServerTicket {
     }
 }
 
-impl ServerConn {
-    /// Says why this connection is about to close, for `pgmux_server_connections_closed_total`.
+impl ServerTicket {
+    /// Says why its connection is about to close, for `pgmux_server_connections_closed_total`.
     pub(crate) fn closing(&self, reason: ServerCloseReason) {
-        if let Some(ticket) = &self.ticket {
-            ticket.reason.store(reason as u8, Relaxed);
-        }
+        self.reason.store(reason as u8, Relaxed);
     }
 }

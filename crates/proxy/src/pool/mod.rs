@@ -31,7 +31,7 @@ use nodes::Nodes;
 use crate::budget;
 use crate::config::{Config, LiveConfig};
 use crate::credentials::Credentials;
-use crate::observe::{Observer, unix_now};
+use crate::observe::{Observer, ServerEntry, unix_now};
 use crate::params::Defaults;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 use crate::stop::Stop;
@@ -264,7 +264,14 @@ impl ServerPool {
         let mut conn = self.observer.opened(opened, started)?;
         conn.lifetime = jittered(config.server_lifetime, self.jitter.hash_one(id));
         let tls = matches!(conn.io.stream, crate::io::Stream::TlsToServer(_));
-        conn.ticket = Some(self.observer.servers.add(&conn, unix_now(), tls));
+        conn.ticket = Some(self.observer.servers.add(ServerEntry {
+            id: conn.id,
+            addr: conn.addr,
+            pid: conn.key.0,
+            connected_unix: unix_now(),
+            tls,
+            statements: Arc::clone(conn.statements.stats()),
+        }));
         // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
         // values are. Without them every link would reset every reported parameter, a round trip each.
         if self.defaults().is_empty() {

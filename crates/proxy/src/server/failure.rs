@@ -130,7 +130,7 @@ impl ServerFailure {
 pub(crate) enum ConnectError {
     #[error("could not connect to the database at {addr}: {source}")]
     Io { addr: String, source: io::Error },
-    #[error("timed out after {}s connecting to the database at {addr}", .after.as_secs_f32())]
+    #[error("timed out after {}s (server_connect_timeout) connecting to the database at {addr}", .after.as_secs_f32())]
     Timeout { addr: String, after: Duration },
     #[error("the database at {addr} refused the login of user \"{user}\": {error}")]
     Rejected { addr: String, user: String, error: Box<ServerError> },
@@ -177,13 +177,13 @@ impl ConnectError {
         match self {
             ConnectError::Io { .. } | ConnectError::Timeout { .. } | ConnectError::WrongRole { .. } => true,
             ConnectError::Rejected { error, .. } => {
-                error.code.starts_with("57P")
-                    || error.code.starts_with("08")
+                error.code.starts_with(sqlstate::CLASS_OPERATOR_INTERVENTION_SERVER)
+                    || error.code.starts_with(sqlstate::CLASS_CONNECTION_EXCEPTION)
                     || error.code == sqlstate::TOO_MANY_CONNECTIONS
             }
             ConnectError::Protocol { failure, .. } => {
                 matches!(failure, ServerFailure::Io(_) | ServerFailure::Closed | ServerFailure::Timeout(_))
-                    || failure.reply().is_some_and(|e| e.code.starts_with("57P"))
+                    || failure.reply().is_some_and(|e| e.code.starts_with(sqlstate::CLASS_OPERATOR_INTERVENTION_SERVER))
             }
             ConnectError::Unsupported { .. }
             | ConnectError::NoPassword { .. }

@@ -17,6 +17,7 @@ pub(crate) use failure::{ConnectError, ServerError, ServerFailure};
 
 use crate::config::{LoginInfo, NodeRole, Secret, SslMode};
 use crate::io::{Conn, Stream};
+use crate::observe::ServerTicket;
 use crate::params::ServerParams;
 use crate::statements::{ServerStatements, Undo};
 use crate::tls::ServerTls;
@@ -81,7 +82,7 @@ pub(crate) struct ServerConn {
     /// Retire it when it is this old (0 = never): `server_lifetime` with jitter.
     pub(crate) lifetime: Duration,
     /// Its entry in the admin console's list of servers (pool connections only).
-    pub(crate) ticket: Option<crate::observe::ServerTicket>,
+    pub(crate) ticket: Option<ServerTicket>,
     /// The node's role, as the server reported it (kept up to date from ParameterStatus), if known.
     pub(crate) role: Option<NodeRole>,
     /// The pool's stale-node epoch this connection was last checked against (see `ServerPool`).
@@ -152,6 +153,13 @@ impl ServerConn {
                 Some(conn.ask_role(options.timeout).await.map_err(|failure| ConnectError::Protocol { addr, failure })?);
         }
         Ok(conn)
+    }
+
+    /// Says why this connection is about to close, for `pgmux_server_connections_closed_total`.
+    pub(crate) fn closing(&self, reason: pgmux_metrics::ServerCloseReason) {
+        if let Some(ticket) = &self.ticket {
+            ticket.closing(reason);
+        }
     }
 
     /// The role the server reported at login or since (`in_hot_standby`, `default_transaction_read_only`).
