@@ -217,6 +217,32 @@ async fn a_server_that_stops_answering_is_found_out_in_seconds_and_its_clients_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_while_every_connection_is_lent_is_found_out_too() {
+    // No control connection, no idle one: both server connections run the clients' long queries.
+    let fx = common::start("pool_max = 2\nmax_connections_percent = 0\nserver_probe_timeout = \"2s\"").await;
+    let (a, b) = (fx.client().await, fx.client().await);
+    let started = Instant::now();
+    let (long_a, long_b) = (a.simple_query("select pg_sleep(60)"), b.simple_query("select pg_sleep(60)"));
+    let stop_soon = async {
+        // Long enough for pgmux to see a quiet pool and ask the server apart (it answers: alive).
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        signal_server(&fx.pg, "STOP");
+    };
+    let (answer_a, answer_b, ()) =
+        tokio::time::timeout(Duration::from_secs(40), async { tokio::join!(long_a, long_b, stop_soon) })
+            .await
+            .expect("pgmux must not wait for a hung server as long as it hangs");
+    let waited = started.elapsed();
+    signal_server(&fx.pg, "CONT");
+    for answer in [answer_a, answer_b] {
+        let err = answer.unwrap_err();
+        assert_eq!(common::code(&err), "08006", "{}", common::message(&err));
+    }
+    assert!(waited < Duration::from_secs(20), "found out after {waited:?}");
+    assert_eq!(scalar(&a, "select 'resumed'").await, "resumed", "the next transaction works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_timeout_cancels_the_query_and_names_the_setting() {
     let fx = common::start("query_timeout = \"1s\"").await;
     let c = fx.client().await;

@@ -108,6 +108,8 @@ struct State<C> {
     /// When a slot was last filled: lazy growth gives each new connection `grow_after` to shorten the queue
     /// before it opens another.
     last_opened: Option<tokio::time::Instant>,
+    /// When a lent connection last came back (to a waiter or the idle list).
+    last_returned: Option<tokio::time::Instant>,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
     next_waiter: u64,
@@ -140,6 +142,7 @@ impl<C> Pool<C> {
             size: 0,
             opening: 0,
             last_opened: None,
+            last_returned: None,
             config,
             waiters: VecDeque::new(),
             next_waiter: 0,
@@ -314,6 +317,24 @@ impl<C> Pool<C> {
         out
     }
 
+    /// An idle connection that `wanted` picks, taken out of turn (waiters or a pause notwithstanding): for
+    /// a check that gives it straight back, such as a liveness probe. Dropping the lease returns it.
+    pub fn take_idle(&self, mut wanted: impl FnMut(&C) -> bool) -> Option<Lease<C>> {
+        let mut st = self.shared.lock();
+        if st.closed {
+            return None;
+        }
+        let at = st.idle.iter().rposition(|(conn, _)| wanted(conn))?;
+        let (conn, meta) = st.idle.remove(at)?;
+        Some(Lease::new(&self.shared, conn, meta))
+    }
+
+    /// When a lent connection last came back, if one ever did: a pool whose connections are all lent and
+    /// none came back for a while may be waiting on a server that stopped answering.
+    pub fn last_returned(&self) -> Option<tokio::time::Instant> {
+        self.shared.lock().last_returned
+    }
+
     /// Stops lending: waiters get [`Closed`], later `acquire`s fail. Connections still leased come back
     /// to the idle list when their leases drop, for [`drain_idle`](Self::drain_idle) to collect.
     pub fn close(&self) {
@@ -345,6 +366,7 @@ impl<C> Inner<C> {
         loop {
             let waiter = {
                 let mut st = self.lock();
+                st.last_returned = Some(item.1.idle_since);
                 if let Some(closer) = &self.closer
                     && !st.closed
                     && st.size > st.config.max_size

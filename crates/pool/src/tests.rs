@@ -371,3 +371,40 @@ async fn a_paused_pool_lends_nothing_and_serves_its_waiters_in_order_on_resume()
     assert_eq!(first.await.unwrap(), 1, "the first in line gets the idle connection");
     assert!(second.await.unwrap(), "the second may open one, the pool being below its limit");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_can_be_taken_out_of_turn_for_a_check_and_returns_are_dated() {
+    let p = pool(2, 0);
+    assert_eq!(p.last_returned(), None);
+    let (one, two) = (open(&p, 1).await, open(&p, 2).await);
+    drop(two);
+    let returned = p.last_returned().expect("a return is dated");
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    assert_eq!(waiter.await.unwrap(), 2);
+    // A client waits in line; connection 1 is idle: the check takes it anyway.
+    let _busy = idle(&p).await;
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(one);
+    assert!(p.last_returned().is_some_and(|t| t > returned), "dated at its return");
+    assert_eq!(waiter.await.unwrap(), 1, "a return goes to the waiter first");
+    drop(p.take_idle(|_| true));
+    assert_eq!(p.status().idle, 1, "the waiter's lease came back when its task ended");
+    assert!(p.take_idle(|c| *c == 9).is_none(), "only the one it picks");
+    let checked = p.take_idle(|c| *c == 1).expect("taken");
+    let third = tokio::spawn({
+        let p = p.clone();
+        async move { *idle(&p).await }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(p.status().waiting, 1);
+    drop(checked);
+    assert_eq!(third.await.unwrap(), 1, "given back, to the client in line");
+}

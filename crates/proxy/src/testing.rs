@@ -1,6 +1,7 @@
 //! A fake PostgreSQL for unit tests of the server pool: it logs anyone in (reporting its role as PostgreSQL
 //! 14 and later do), answers every simple query with an empty result, counts its connections, and can refuse
-//! logins the way a full server does (FATAL 53300, or any other code) or pose as a hot standby.
+//! logins the way a full server does (FATAL 53300, or any other code), pose as a hot standby, or hang (take
+//! every packet and answer none, as a stopped server does).
 //! The real server is for the integration tests; this one makes the pool's rules testable in milliseconds.
 
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ struct Counters {
     /// Refuse logins with this SQLSTATE instead of 53300 (0: 53300).
     refuse_code: std::sync::Mutex<Option<&'static str>>,
     standby: AtomicBool,
+    hung: AtomicBool,
     accepted: AtomicUsize,
     open: AtomicUsize,
     queries: AtomicUsize,
@@ -79,6 +81,11 @@ impl FakeServer {
         self.counters.standby.store(standby, Ordering::SeqCst);
     }
 
+    /// From now on, answer nothing (or answer again): logins and queries wait until it is resumed.
+    pub(crate) fn hang(&self, hung: bool) {
+        self.counters.hung.store(hung, Ordering::SeqCst);
+    }
+
     /// Connections open now.
     pub(crate) fn open(&self) -> usize {
         self.counters.open.load(Ordering::SeqCst)
@@ -112,6 +119,7 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
     if stream.read_exact(&mut startup).await.is_err() {
         return;
     }
+    hold_while_hung(&counters).await;
     let mut out = BytesMut::new();
     if counters.refuse.load(Ordering::SeqCst) {
         let code =
@@ -141,6 +149,7 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
             return;
         }
         if tag == b'Q' {
+            hold_while_hung(&counters).await;
             counters.queries.fetch_add(1, Ordering::SeqCst);
             let mut reply = BytesMut::new();
             reply.extend_from_slice(&[b'I', 0, 0, 0, 4]);
@@ -149,5 +158,12 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
                 return;
             }
         }
+    }
+}
+
+/// Waits for as long as the server is told to hang.
+async fn hold_while_hung(counters: &Counters) {
+    while counters.hung.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }

@@ -173,9 +173,9 @@ config_keys! {
     /// Longest data sent to a server may stay unacknowledged before the socket is given up (TCP_USER_TIMEOUT;
     /// 0 = the kernel's default, about 15 minutes).
     tcp_user_timeout: Duration = "5s";
-    /// A server connection that has not answered pgmux's liveness probe (an empty query on an idle or the
-    /// control connection, once a second while connections are lent) within this long is declared hung: its
-    /// node's connections are closed and their clients told (0 = no probe).
+    /// A node that has not answered pgmux's liveness probe (an empty query, once a second while connections
+    /// are lent, on an idle connection or a probe connection of its own) within this long is declared hung:
+    /// its connections are closed and their clients told (0 = no probe).
     server_probe_timeout: Duration = "2s";
     /// Close a client that stays idle inside a transaction this long while holding a server connection
     /// (SQLSTATE 25P03; 0 = never).

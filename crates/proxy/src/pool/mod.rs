@@ -12,6 +12,7 @@
 mod checkout;
 mod limit;
 mod nodes;
+mod probe;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +59,8 @@ pub(crate) struct ServerPool {
     next_id: AtomicU64,
     /// Nodes seen in the wrong role or not answering.
     nodes: Nodes,
+    /// What the liveness probe keeps between rounds.
+    probes: probe::Probes,
     /// Sessions are woken through it when a node is declared dead, to give up its connections.
     stop: Stop,
     /// When the database's budget was last read (sizing), and a way to ask for a fresh reading.
@@ -96,6 +99,7 @@ impl ServerPool {
             defaults: RwLock::default(),
             next_id: AtomicU64::new(1),
             nodes: Nodes::default(),
+            probes: probe::Probes::default(),
             stop,
             budget: Default::default(),
             jitter: Default::default(),
@@ -292,17 +296,7 @@ impl ServerPool {
         application_name: Option<&str>,
     ) -> Result<ServerConn, CheckoutError> {
         let config = self.config.full();
-        let keepalive = config.tcp_keepalive.then(|| {
-            (config.tcp_keepidle, config.tcp_keepintvl, u32::try_from(config.tcp_keepcnt).unwrap_or(u32::MAX))
-        });
-        let options = ConnectOptions {
-            id,
-            timeout: config.server_connect_timeout,
-            max_statements,
-            application_name,
-            socket: SocketOptions { keepalive, user_timeout: config.tcp_user_timeout },
-            need_role: config.target_session_attrs.cares(),
-        };
+        let options = ConnectOptions { max_statements, ..connect_options(&config, id, application_name) };
         let (credentials, tls) = (self.credentials(), self.server_tls());
         let login = credentials.login().await?;
         let mut conn = match ServerConn::connect(&login, &tls, options).await {
@@ -314,15 +308,14 @@ impl ServerPool {
             other => other?,
         };
         let wanted = config.target_session_attrs;
-        if let Some(role) = conn.role.filter(|_| wanted.cares()) {
-            if !wanted.accepts(role) {
-                self.distrust(conn.addr, Distrust::Stale, "its role does not fit target_session_attrs");
-                self.tasks.spawn(Box::new(conn).terminate());
-                return Err(ConnectError::WrongRole { addr: login.address(), role, wanted }.into());
-            }
-            if self.nodes.clear(conn.addr) {
-                tracing::info!(node = %conn.addr, %role, "node fits target_session_attrs again");
-            }
+        if let Some(role) = conn.role.filter(|role| wanted.cares() && !wanted.accepts(*role)) {
+            self.distrust(conn.addr, Distrust::Stale, "its role does not fit target_session_attrs");
+            self.tasks.spawn(Box::new(conn).terminate());
+            return Err(ConnectError::WrongRole { addr: login.address(), role, wanted }.into());
+        }
+        // A node that answers a login, in a role that fits, is trusted again (a hung one that woke up).
+        if self.nodes.clear(conn.addr) {
+            tracing::info!(node = %conn.addr, role = ?conn.role, "node trusted again");
         }
         conn.checked_epoch = self.nodes.epoch();
         Ok(conn)
@@ -382,27 +375,6 @@ impl ServerPool {
         self.tasks.spawn(conn.terminate());
     }
 
-    /// While clients hold server connections, asks an idle one for a round trip within
-    /// `server_probe_timeout`: a node that accepts packets but answers nothing (a hung server, which
-    /// keepalive cannot see) is declared dead, and the sessions on it give up their connections.
-    pub(crate) async fn probe_liveness(&self) {
-        let timeout = self.config().server_probe_timeout;
-        let status = self.pool.status();
-        if timeout.is_zero() || status.size == status.idle + status.opening {
-            return;
-        }
-        let Ok(Some(pgmux_pool::Grant::Idle(mut lease))) = self.pool.try_acquire() else { return };
-        match lease.simple_query("", timeout).await {
-            Ok(()) => {}
-            Err(failure) => {
-                if matches!(failure, crate::server::ServerFailure::Timeout(_)) {
-                    self.distrust(lease.addr, Distrust::Dead, "it did not answer within server_probe_timeout");
-                }
-                self.retire(lease.discard());
-            }
-        }
-    }
-
     /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.
     pub(crate) fn evict_idle(&self) {
         let (idle, keep) = {
@@ -441,6 +413,22 @@ impl ServerPool {
         let conns = self.pool.drain_idle();
         conns.iter().for_each(|c| c.closing(ServerCloseReason::Shutdown));
         conns
+    }
+}
+
+/// How a connection of this pool is opened: the configuration's timeout and socket options, by host name.
+fn connect_options<'a>(config: &Config, id: u64, application_name: Option<&'a str>) -> ConnectOptions<'a> {
+    let keepalive = config
+        .tcp_keepalive
+        .then(|| (config.tcp_keepidle, config.tcp_keepintvl, u32::try_from(config.tcp_keepcnt).unwrap_or(u32::MAX)));
+    ConnectOptions {
+        id,
+        timeout: config.server_connect_timeout,
+        max_statements: 0,
+        application_name,
+        socket: SocketOptions { keepalive, user_timeout: config.tcp_user_timeout },
+        need_role: config.target_session_attrs.cares(),
+        to: None,
     }
 }
 

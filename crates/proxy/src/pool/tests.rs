@@ -186,3 +186,68 @@ fn lifetimes_are_shortened_by_up_to_a_tenth() {
     assert_eq!(jittered(Duration::ZERO, 12345), Duration::ZERO, "0 stays 'never'");
     assert_eq!(jittered(Duration::from_millis(5), 7), Duration::from_millis(5), "too short to jitter");
 }
+
+/// One liveness round after another second of quiet.
+async fn probe_round(pool: &ServerPool) {
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    pool.probe_liveness().await;
+}
+
+#[tokio::test]
+async fn a_saturated_pool_on_a_server_that_stopped_answering_finds_it_dead_within_seconds() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    // Every connection lent, none idle: the probe has no pool connection to ask.
+    let held = [pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
+    let node = held[0].addr;
+    fake.hang(true);
+    let started = tokio::time::Instant::now();
+    pool.probe_liveness().await;
+    assert_eq!(pool.nodes.verdict(node), None, "not quiet yet: no second without a return seen");
+    probe_round(&pool).await;
+    assert_eq!(pool.nodes.verdict(node), Some(Distrust::Dead), "a login to it never finished");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(pool.is_dead(&held[0]) && pool.is_dead(&held[1]), "its sessions are told to give them up");
+    assert_eq!(pool.probes_open(), 0);
+    // It wakes up: a login that fits trusts it again.
+    fake.hang(false);
+    drop(held);
+    assert_eq!(pool.nodes.verdict(node), Some(Distrust::Dead));
+    drop(pool.checkout().await.expect("a new connection"));
+    assert_eq!(pool.nodes.verdict(node), None, "trusted again after a login it answered");
+}
+
+#[tokio::test]
+async fn long_queries_keep_one_probe_connection_and_a_return_closes_it() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let (first, second) = (pool.checkout().await.unwrap(), pool.checkout().await.unwrap());
+    let node = first.addr;
+    pool.probe_liveness().await;
+    for _ in 0..2 {
+        probe_round(&pool).await;
+        assert_eq!(pool.nodes.verdict(node), None, "it answers: alive, however long the queries run");
+        assert_eq!((pool.probes_open(), fake.accepted()), (1, 3), "one probe connection, kept");
+    }
+    drop(first);
+    probe_round(&pool).await;
+    assert_eq!(pool.probes_open(), 0, "a connection came back: the quiet is over");
+    // The idle one is asked now, out of turn, and given back.
+    let asked = fake.queries();
+    pool.probe_liveness().await;
+    assert_eq!((fake.queries(), fake.accepted(), pool.status().idle), (asked + 1, 3, 1));
+    drop(second);
+}
+
+#[tokio::test]
+async fn an_idle_connection_that_does_not_answer_declares_its_node_dead_at_once() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let busy = pool.checkout().await.unwrap();
+    drop(pool.checkout().await.unwrap());
+    fake.hang(true);
+    pool.probe_liveness().await;
+    assert_eq!(pool.nodes.verdict(busy.addr), Some(Distrust::Dead));
+    assert!(pool.is_dead(&busy));
+    assert_eq!(pool.status().size, 1, "the silent idle one is closed");
+}

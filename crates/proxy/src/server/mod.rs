@@ -64,6 +64,9 @@ pub(crate) struct ConnectOptions<'a> {
     pub(crate) socket: SocketOptions,
     /// Learn the node's role even if the server does not report it at login (one query).
     pub(crate) need_role: bool,
+    /// Connect to this address instead of resolving the host name (a probe of one node); TLS still checks
+    /// the host name.
+    pub(crate) to: Option<SocketAddr>,
 }
 
 /// An open, logged-in server connection.
@@ -114,7 +117,11 @@ impl ServerConn {
         let addr = login.address();
         let io_err = |source| ConnectError::Io { addr: addr.clone(), source };
         // Resolved anew for every connection: a host name that moved (a failover) is followed at once.
-        let mut stream = TcpStream::connect((login.host.as_str(), login.port)).await.map_err(io_err)?;
+        let mut stream = match options.to {
+            Some(node) => TcpStream::connect(node).await,
+            None => TcpStream::connect((login.host.as_str(), login.port)).await,
+        }
+        .map_err(io_err)?;
         stream.set_nodelay(true).map_err(io_err)?;
         options.socket.apply(&stream).map_err(io_err)?;
         let peer = stream.peer_addr().map_err(io_err)?;
@@ -328,6 +335,7 @@ mod tests {
             application_name,
             socket: SocketOptions::default(),
             need_role: false,
+            to: None,
         };
         ServerConn::connect(&login, &tls, options).await.unwrap();
         server.await.unwrap()

@@ -1,0 +1,181 @@
+//! Finding a server that takes packets but answers nothing: a stopped process, or a black hole that keeps
+//! TCP up. Keepalive cannot see either, and a client waiting on one would wait for as long as it lasts.
+//!
+//! Once a second, while clients hold server connections, the pool asks each node they are on for a round
+//! trip within `server_probe_timeout`:
+//!
+//! - on an idle connection to that node, taken out of turn, when there is one (a moment's work);
+//! - otherwise only when the pool is *quiet*: connections were lent all through the last second and none
+//!   came back. That is what a hang looks like (and a pool busy with long queries, too). The round trip then
+//!   goes over a probe connection opened to that node's address, kept while the quiet lasts, closed after.
+//!
+//! A node that does not answer in time, or does not finish a login in time, is declared dead: its sessions
+//! give up their connections (their clients get one error), and new connections go wherever the host name
+//! points now. A node that answers a login again is trusted again.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Distrust, ServerPool, connect_options};
+use crate::server::{ConnectError, ConnectOptions, ServerConn, ServerFailure};
+
+/// How the probe connection names itself: not a pool connection, not a fleet member's control connection.
+const PROBE_NAME: &str = "pgmux-probe";
+
+/// What the probe keeps from one round to the next.
+#[derive(Debug, Default)]
+pub(super) struct Probes {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Open probe connections, one per node at most (boxed: closing one takes the box).
+    #[allow(clippy::vec_box, reason = "retiring a connection takes its box")]
+    conns: Vec<Box<ServerConn>>,
+    /// At the previous round: whether connections were lent, and when one last came back.
+    previous: Option<(bool, Option<Instant>)>,
+}
+
+impl Probes {
+    /// Whether the pool was quiet since the previous round (see the module's comment), given what it says
+    /// now.
+    fn quiet(&self, lent: bool, last_returned: Option<Instant>) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = state.previous.replace((lent, last_returned));
+        lent && previous == Some((true, last_returned))
+    }
+
+    /// The probe connection to `node`, if one is kept.
+    fn take(&self, node: SocketAddr) -> Option<Box<ServerConn>> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let at = state.conns.iter().position(|c| c.addr == node)?;
+        Some(state.conns.swap_remove(at))
+    }
+
+    fn keep(&self, conn: Box<ServerConn>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).conns.push(conn);
+    }
+
+    /// Every kept probe connection, for closing: the quiet is over.
+    #[allow(clippy::vec_box, reason = "retiring a connection takes its box")]
+    fn take_all(&self) -> Vec<Box<ServerConn>> {
+        std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).conns)
+    }
+
+    /// Probe connections open now.
+    #[cfg(test)]
+    fn open(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).conns.len()
+    }
+}
+
+/// What one round trip to a node showed.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Answered,
+    /// Nothing within `server_probe_timeout`.
+    Silent,
+    /// It failed otherwise (refused, reset, an error): not a hang; the sessions on it see it themselves.
+    Failed,
+}
+
+impl ServerPool {
+    /// One round of the liveness probe (see the module's comment); the pool's maintenance task calls it
+    /// every second.
+    pub(crate) async fn probe_liveness(&self) {
+        let timeout = self.config().server_probe_timeout;
+        let status = self.pool.status();
+        let lent = status.size > status.idle + status.opening;
+        let quiet = self.probes.quiet(lent, self.pool.last_returned());
+        if !quiet {
+            for conn in self.probes.take_all() {
+                self.retire(conn);
+            }
+        }
+        if timeout.is_zero() || !lent {
+            return;
+        }
+        let mut nodes: Vec<SocketAddr> = self.observer.servers.all().iter().map(|e| e.addr).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for node in nodes {
+            if self.nodes.verdict(node) == Some(Distrust::Dead) {
+                continue;
+            }
+            let answer = match self.pool.take_idle(|conn| conn.addr == node) {
+                Some(mut lease) => match ask(&mut lease, timeout).await {
+                    Answer::Answered => Answer::Answered,
+                    failed => {
+                        self.retire(lease.discard());
+                        failed
+                    }
+                },
+                None if quiet => self.ask_apart(node, timeout).await,
+                None => continue,
+            };
+            if answer == Answer::Silent {
+                self.distrust(node, Distrust::Dead, "it did not answer within server_probe_timeout");
+            }
+        }
+    }
+
+    /// A round trip to `node` on a probe connection of its own, opened (by address) if none is kept.
+    async fn ask_apart(&self, node: SocketAddr, timeout: Duration) -> Answer {
+        let mut conn = match self.probes.take(node) {
+            Some(conn) => conn,
+            None => match self.open_probe(node, timeout).await {
+                Ok(conn) => conn,
+                Err(answer) => return answer,
+            },
+        };
+        let answer = ask(&mut conn, timeout).await;
+        match answer {
+            Answer::Answered => self.probes.keep(conn),
+            _ => self.retire(conn),
+        }
+        answer
+    }
+
+    /// Opens a probe connection to `node` itself (not wherever the host name points now), within `timeout`;
+    /// a login that does not finish in time is the node's silence.
+    async fn open_probe(&self, node: SocketAddr, timeout: Duration) -> Result<Box<ServerConn>, Answer> {
+        let login = self.credentials().login().await.map_err(|e| {
+            tracing::debug!(error = %e, "no credentials for the liveness probe");
+            Answer::Failed
+        })?;
+        let config = self.config.full();
+        let options = ConnectOptions {
+            timeout,
+            need_role: false,
+            to: Some(node),
+            ..connect_options(&config, 0, Some(PROBE_NAME))
+        };
+        match ServerConn::connect(&login, &self.server_tls(), options).await {
+            Ok(conn) => Ok(Box::new(conn)),
+            Err(ConnectError::Timeout { .. }) => Err(Answer::Silent),
+            Err(e) => {
+                tracing::debug!(%node, error = %e, "the liveness probe could not log in");
+                Err(Answer::Failed)
+            }
+        }
+    }
+
+    /// Probe connections open now (they count in `pg_stat_activity`, not in the pool).
+    #[cfg(test)]
+    pub(crate) fn probes_open(&self) -> usize {
+        self.probes.open()
+    }
+}
+
+/// An empty query within `timeout`.
+async fn ask(conn: &mut ServerConn, timeout: Duration) -> Answer {
+    match conn.simple_query("", timeout).await {
+        Ok(()) => Answer::Answered,
+        Err(ServerFailure::Timeout(_)) => Answer::Silent,
+        Err(_) => Answer::Failed,
+    }
+}
