@@ -171,6 +171,54 @@ async fn a_reload_to_read_only_seen_inside_a_transaction_does_not_follow_the_cli
     assert_eq!(scalar(&oracle, "select count(*) from ledger").await, "1");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_own_read_only_transaction_is_asked_about_not_taken_for_a_demoted_node() {
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    let c = fx.client().await;
+    c.batch_execute("insert into ledger values (1)").await.unwrap();
+    let backends = "select string_agg(pid::text, ',' order by pid) from pg_stat_activity \
+                    where usename = 'pgmux_app' and backend_type = 'client backend'";
+    let before = scalar(&oracle, backends).await;
+    c.batch_execute("begin read only").await.unwrap();
+    let refused = c.batch_execute("insert into ledger values (2)").await.unwrap_err();
+    assert_eq!(common::code(&refused), "25006");
+    c.batch_execute("rollback").await.unwrap();
+    // pgmux asked the server for its role after that 25006: a writer, so nothing was closed.
+    c.batch_execute("insert into ledger values (3)").await.expect("the writer still takes writes");
+    assert_eq!(scalar(&oracle, backends).await, before, "the writer's connections were kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_client_whose_node_turns_read_only_is_told_and_disconnected() {
+    let fx = common::start("pool_max = 2").await;
+    let oracle = common::direct(&fx.pg).await;
+    let pinned = fx.client().await;
+    pinned.batch_execute("listen news").await.unwrap();
+    assert_eq!(scalar(&pinned, "select 'pinned'").await, "pinned");
+    oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    // Its backend reports the reload with its next command; the transaction itself still completes.
+    let told = common::eventually(Duration::from_secs(5), || async {
+        match pinned.simple_query("select 1").await {
+            Ok(_) => false,
+            Err(e) => {
+                let db = e.as_db_error().map(|d| (d.code().code().to_owned(), d.message().to_owned()));
+                assert!(
+                    db.as_ref().is_none_or(|(code, message)| code == "08006" && message.contains("pinned")),
+                    "{db:?}"
+                );
+                true
+            }
+        }
+    });
+    assert!(told.await, "the pinned client kept its read-only node");
+    assert!(pinned.is_closed() || pinned.simple_query("select 1").await.is_err(), "and was disconnected");
+    oracle.batch_execute("alter system reset default_transaction_read_only").await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+}
+
 /// Stops (or resumes) a PostgreSQL server and every backend of it, as `kill -STOP` would a hung host.
 fn signal_server(pg: &PgServer, signal: &str) {
     let pid_file = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).expect("postmaster.pid");

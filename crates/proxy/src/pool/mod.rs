@@ -362,6 +362,12 @@ impl ServerPool {
         role.is_none_or(|role| !wanted.cares() || wanted.accepts(role))
     }
 
+    /// Whether only a writer will do (`target_session_attrs = read-write`): a write refused as read-only
+    /// then means the node is wrong, and the transaction may run again on another.
+    pub(crate) fn wants_writer(&self) -> bool {
+        self.config().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite
+    }
+
     /// A connection showed its node's role anew (a promotion, a demotion): a node whose role no longer fits
     /// `target_session_attrs` gets no more work.
     pub(crate) fn role_seen(&self, conn: &ServerConn) {

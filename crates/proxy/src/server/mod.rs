@@ -90,8 +90,9 @@ pub(crate) struct ServerConn {
     pub(crate) role: Option<NodeRole>,
     /// The pool's stale-node epoch this connection was last checked against (see `ServerPool`).
     pub(crate) checked_epoch: u64,
-    /// `default_transaction_read_only` changed while it was lent: the client's own setting or the node's
-    /// new role (a reload). Its settings are read back before it goes back to the pool, and tell which.
+    /// While it was lent, something may have shown a new role for its node (`default_transaction_read_only`
+    /// reported anew: a client's SET or a reload; `in_hot_standby` turned off; a 25006): it is asked
+    /// ([`ask_role`](Self::ask_role)) before it goes back to the pool.
     pub(crate) role_unconfirmed: bool,
 }
 
@@ -175,9 +176,13 @@ impl ServerConn {
         NodeRole::from_settings(value("in_hot_standby"), value("default_transaction_read_only"))
     }
 
-    /// Asks a server that does not report `in_hot_standby` (before PostgreSQL 14) for its role.
-    async fn ask_role(&mut self, timeout: Duration) -> Result<NodeRole, ServerFailure> {
-        let sql = "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_setting('transaction_read_only')";
+    /// Asks the server for its node's role: at login when it does not report `in_hot_standby` (before
+    /// PostgreSQL 14), and when something a client did while linked may have shown a new role. The value of
+    /// `default_transaction_read_only` a RESET would restore is the node's (or the role's), whatever the
+    /// session set.
+    pub(crate) async fn ask_role(&mut self, timeout: Duration) -> Result<NodeRole, ServerFailure> {
+        let sql = "SELECT pg_catalog.pg_is_in_recovery(), reset_val FROM pg_catalog.pg_settings \
+                   WHERE name = 'default_transaction_read_only'";
         let rows = self.query_rows(sql, timeout).await?;
         let row = rows.first().map(Vec::as_slice).unwrap_or_default();
         Ok(match row {

@@ -166,29 +166,36 @@ impl Session {
 
     /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding, unless the
     /// client holds session state there (it is pinned). Settings the client changed are read back first.
-    pub(super) async fn release(&mut self) {
+    /// `Err`: a pinned client's node is no longer trusted, and its session state cannot move.
+    pub(super) async fn release(&mut self) -> Result<(), End> {
         self.meter.transaction_done(self.client.received, self.client.out.sent());
-        if self.router.pin().is_some() {
-            if let Some(linked) = self.server.as_mut() {
-                linked.next_transaction();
-            }
+        if let Some(reason) = self.router.pin() {
             if let Some(reason) = self.router.pin_to_report() {
                 self.meter.pinned(reason);
                 tracing::info!(%reason, "client pinned to its server connection until it disconnects");
             }
-            return;
+            let Some(linked) = self.server.as_mut() else { return Ok(()) };
+            linked.next_transaction();
+            let server = linked.conn();
+            if server.role_unconfirmed && !Box::pin(self.confirm_role()).await {
+                return Ok(());
+            }
+            return self.still_trusted(reason);
         }
         self.meter.unpinned();
         let role_unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
         if (self.router.take_settings_dirty() || role_unconfirmed) && !Box::pin(self.read_back_settings()).await {
-            return;
+            return Ok(());
+        }
+        if role_unconfirmed && !Box::pin(self.confirm_role()).await {
+            return Ok(());
         }
         // A cancel on its way to this server must land before anyone else can use it. That wait is rare
         // and boxed, so that the relay loop's future stays small.
         if !self.cancel.try_unlink() {
             Box::pin(self.cancel.unlink()).await;
         }
-        let Some(linked) = self.server.take() else { return };
+        let Some(linked) = self.server.take() else { return Ok(()) };
         self.meter.unlinked();
         self.replay.finish();
         let mut lease = linked.take();
@@ -207,6 +214,7 @@ impl Session {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
             drop(lease);
         }
+        Ok(())
     }
 
     /// The linked server connection died or broke the protocol. The client learns it with SQLSTATE 08006
@@ -284,10 +292,29 @@ impl Session {
 }
 
 impl Session {
+    /// A pinned client may go on with its server only while the node is trusted and its role fits: its
+    /// session state (`reason`) cannot move to another node, so it is told and disconnected instead.
+    fn still_trusted(&mut self, reason: crate::sql::PinReason) -> Result<(), End> {
+        let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        let server = linked.conn();
+        if self.shared.pool.keeps(server) && self.shared.pool.fits(server.role) {
+            return Ok(());
+        }
+        let node = server.addr;
+        tracing::warn!(%node, %reason, "a pinned client's node is no longer trusted; closing the client");
+        Err(End::Closed(ErrorMessage::fatal(
+            sqlstate::CONNECTION_FAILURE,
+            format!(
+                "terminating connection: the database node it is pinned to ({reason}) was demoted or stopped \
+                 answering, and its session state cannot move to another node"
+            ),
+        )))
+    }
+
     /// Reads the session's settings back from the linked server after the client changed some (SET,
     /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
     /// for the next client; and after the server reported a new `default_transaction_read_only`, which is
-    /// the node's role unless the session set it. False if the server failed (it is then dropped and the
+    /// the client's only if its session set it. False if the server failed (it is then dropped and the
     /// client told).
     async fn read_back_settings(&mut self) -> bool {
         let timeout = self.shared.config().server_connect_timeout;
@@ -309,14 +336,29 @@ impl Session {
             })
             .collect();
         params::adopt_session(&mut self.params, &mut server.params, &settings);
-        if std::mem::take(&mut server.role_unconfirmed) {
-            let own = settings.iter().any(|p| p.name.eq_ignore_ascii_case("default_transaction_read_only"));
-            if !own {
-                server.role = server.reported_role().or(server.role);
+        true
+    }
+
+    /// Asks the linked server for its node's role after something hinted at a change (see
+    /// `ServerConn::role_unconfirmed`); a role that no longer fits makes the node stale. False if the server
+    /// failed (it is then dropped and the client told).
+    async fn confirm_role(&mut self) -> bool {
+        let timeout = self.shared.config().server_connect_timeout;
+        let Some(linked) = self.server.as_mut() else { return true };
+        let server = linked.conn();
+        server.role_unconfirmed = false;
+        match server.ask_role(timeout).await {
+            Ok(role) => {
+                server.role = Some(role);
                 self.shared.pool.role_seen(server);
+                true
+            }
+            Err(e) => {
+                tracing::debug!("the server failed while its role was asked");
+                let _ = self.server_lost(e);
+                false
             }
         }
-        true
     }
 }
 

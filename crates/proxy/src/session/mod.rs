@@ -45,8 +45,9 @@ enum End {
     Unrecoverable,
     /// pgmux is shutting down and the client was told so.
     Shutdown,
-    /// A timeout closed the session (idle_transaction_timeout, client_idle_timeout): the client is told this.
-    TimedOut(ErrorMessage),
+    /// pgmux closes the session and tells the client why: a timeout (idle_transaction_timeout,
+    /// client_idle_timeout), or a pinned client whose server's node is no longer trusted.
+    Closed(ErrorMessage),
 }
 
 /// A server connection lent to this client. If the session ends without giving it back properly (a panic,
@@ -252,7 +253,7 @@ impl Session {
                 self.client.out.push(err.to_bytes());
             }
             End::Unrecoverable => tracing::warn!("server connection broke mid-message; closing the client"),
-            End::TimedOut(err) => {
+            End::Closed(err) => {
                 tracing::info!(message = %err.message, "closing the client");
                 self.client.out.push(err.to_bytes());
             }

@@ -87,8 +87,7 @@ impl Session {
                 match self.relay_server() {
                     ServerProgress::Continue => return Ok(()),
                     ServerProgress::Release => {
-                        self.release().await;
-                        return Ok(());
+                        return self.release().await;
                     }
                     ServerProgress::Lost(failure) => return self.server_lost(failure),
                     // Replayed (nothing left to relay), or not (relay the refusal as it is).
@@ -254,10 +253,12 @@ impl Session {
             // The transaction's first reply: a refusal as read-only means it never ran; anything else closes
             // the chance to run it again.
             // A client whose own sessions are read-only gets its 25006 like any error: it says nothing of
-            // the node.
+            // the node. Nor does it when any node will do (a standby answers writes so).
             match first_reply(&server.io.rbuf) {
                 None => return ServerProgress::Continue,
-                Some(true) if !self.params.read_only() => return ServerProgress::ReadOnly,
+                Some(true) if !self.params.read_only() && self.shared.pool.wants_writer() => {
+                    return ServerProgress::ReadOnly;
+                }
                 Some(_) => self.replay.close(),
             }
         }
@@ -290,15 +291,19 @@ impl Session {
                             server.role = server.reported_role().or(server.role);
                             self.shared.pool.role_seen(server);
                         }
-                        // A promotion, the client's own SET, or a reload that turned the node read-only:
-                        // whether the node takes writes now depends on whether `default_transaction_read_only`
-                        // is the session's own, which the settings read back when the transaction ends tell.
+                        // A promotion, the client's own SET, or a reload that turned the node read-only: the
+                        // server is asked which when the transaction ends.
                         "in_hot_standby" | "default_transaction_read_only" => server.role_unconfirmed = true,
                         _ => {}
                     }
                 }
                 Ok(Route::Forward)
             } else {
+                if tag == b'E' && !server.role_unconfirmed && refuses_writes(body) {
+                    // A write refused inside a transaction: the client's own read-only transaction, or a node
+                    // that stopped taking writes (one that does not report its role: before PostgreSQL 14).
+                    server.role_unconfirmed = true;
+                }
                 let (tracker, statements, out) = (&mut server.tracker, &mut server.statements, &mut server.io.out);
                 self.router.server_message(tag, body, &mut ServerView { tracker, statements, out }, registry)
             };
@@ -324,6 +329,11 @@ impl Session {
         }
         progress
     }
+}
+
+/// Whether an ErrorResponse's body refuses a write as read-only (25006).
+fn refuses_writes(body: &[u8]) -> bool {
+    ErrorFields::parse(body).is_ok_and(|f| f.code == pgmux_proto::sqlstate::READ_ONLY_SQL_TRANSACTION)
 }
 
 /// Whether the first message in `rbuf` is a refusal as read-only; `None` until it is there whole.
