@@ -44,9 +44,14 @@ impl Probes {
     /// Whether the pool was quiet since the previous round (see the module's comment), given what it says
     /// now.
     fn quiet(&self, lent: bool, last_returned: Option<Instant>) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let previous = state.previous.replace((lent, last_returned));
-        lent && previous == Some((true, last_returned))
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        lent && state.previous == Some((true, last_returned))
+    }
+
+    /// What the pool says at the end of a round, for the next one to compare with: after the round's own
+    /// probes, whose connections coming back are no sign of life from the clients' servers.
+    fn remember(&self, lent: bool, last_returned: Option<Instant>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).previous = Some((lent, last_returned));
     }
 
     /// The probe connection to `node`, if one is kept.
@@ -87,7 +92,6 @@ impl ServerPool {
     /// One round of the liveness probe (see the module's comment); the pool's maintenance task calls it
     /// every second.
     pub(crate) async fn probe_liveness(&self) {
-        let timeout = self.config().server_probe_timeout;
         let status = self.pool.status();
         let lent = status.size > status.idle + status.opening;
         let quiet = self.probes.quiet(lent, self.pool.last_returned());
@@ -96,6 +100,13 @@ impl ServerPool {
                 self.retire(conn);
             }
         }
+        self.ask_nodes(lent, quiet).await;
+        self.probes.remember(lent, self.pool.last_returned());
+    }
+
+    /// Asks every node that connections are lent to for a round trip (see the module's comment).
+    async fn ask_nodes(&self, lent: bool, quiet: bool) {
+        let timeout = self.config().server_probe_timeout;
         if timeout.is_zero() || !lent {
             return;
         }

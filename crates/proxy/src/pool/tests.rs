@@ -251,3 +251,18 @@ async fn an_idle_connection_that_does_not_answer_declares_its_node_dead_at_once(
     assert!(pool.is_dead(&busy));
     assert_eq!(pool.status().size, 1, "the silent idle one is closed");
 }
+
+#[tokio::test]
+async fn the_probes_own_round_trip_is_no_sign_of_life_for_the_next_round() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let busy = pool.checkout().await.unwrap();
+    drop(pool.checkout().await.unwrap());
+    pool.probe_liveness().await;
+    assert_eq!(fake.queries(), 1, "the idle connection was asked, and came back");
+    let also_busy = pool.checkout().await.unwrap();
+    fake.hang(true);
+    probe_round(&pool).await;
+    assert_eq!(pool.nodes.verdict(busy.addr), Some(Distrust::Dead), "quiet since the last round: asked apart");
+    drop((busy, also_busy));
+}
