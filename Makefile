@@ -35,7 +35,7 @@ observability: prereqs
 
 # The chaos suite (tests/chaos, docs/resilience.md): a primary and a streaming standby in a network namespace
 # of its own, faults, and a ledger of acknowledged writes, for pgmux and PgBouncer 1.18 under the same faults.
-# Needs root. The short form (about two minutes: five scenarios, ten clients) fails when a goal of issue 13
+# Needs root. The short form (about two and a half minutes: six scenarios, ten clients) fails when a goal of issue 13
 # that pgmux already meets is lost; it builds Toxiproxy from the Go module proxy into target/tools itself.
 .PHONY: chaos chaos-quick
 chaos-quick: prereqs

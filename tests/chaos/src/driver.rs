@@ -22,10 +22,10 @@ usage: pgmux-chaos [--quick] [--runs N] [--targets LIST] [--scenarios LIST] [--s
                    [--pgmux PATH] [--pgbouncer PATH] [--pgmux-env KEY=VALUE]... [--flip-delay MS]
                    [--hold MS] [--json PATH] [--markdown PATH] [--doc PATH]
 
-  --quick          the short form: 5 scenarios, ~10 clients, pgmux and PgBouncer, one run, no soak
+  --quick          the short form: 6 scenarios, ~10 clients, pgmux and PgBouncer, one run, no soak
   --runs N         repeat every scenario N times (long form: 3)
   --targets LIST   pgmux,pgbouncer,pgbouncer-tuned (long form: all three)
-  --scenarios LIST a comma-separated subset (default: all; --quick: its five)
+  --scenarios LIST a comma-separated subset (default: all; --quick: its six)
   --soak SECONDS   connect-per-transaction soak against pgmux (long form: 1800; 0 = none)
   --pgmux PATH     the pgmux binary (default: target/debug/pgmux, or target/release/pgmux if newer)
   --pgmux-env K=V  an extra setting for pgmux (PGMUX_<KEY>=value); repeatable

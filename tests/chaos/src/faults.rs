@@ -60,11 +60,12 @@ pub const ALL: [Scenario; 15] = [
 
 /// The short form's scenarios: what the enforced goals need (idle, in-flight and first-write goals across a
 /// termination, a restart and a failover; the ledger; a killed client's locks) in about two minutes.
-pub const QUICK: [Scenario; 5] = [
+pub const QUICK: [Scenario; 6] = [
     Scenario::TerminateIdle,
     Scenario::TerminateActive,
     Scenario::RestartFast,
     Scenario::Failover,
+    Scenario::Demote,
     Scenario::ClientKill,
 ];
 

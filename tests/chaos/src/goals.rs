@@ -52,7 +52,7 @@ pub const GOALS: &[Goal] = &[
     Goal {
         id: "idle-failover",
         text: "idle clients: 0 errors and 0 disconnects across failovers (failover, demote, read-only, black hole)",
-        enforced: false,
+        enforced: true,
         judge: |s, _| {
             let failovers = [Scenario::Failover, Scenario::Demote, Scenario::ReadOnly, Scenario::BlackHoleFailover];
             idle(s, &failovers, true)
@@ -176,7 +176,14 @@ fn ledger(summaries: &[&Summary]) -> Verdict {
 }
 
 fn first_write(summaries: &[&Summary]) -> Verdict {
-    let scenarios = [Scenario::RestartFast, Scenario::RestartImmediate, Scenario::Failover, Scenario::Demote];
+    let scenarios = [
+        Scenario::RestartFast,
+        Scenario::RestartImmediate,
+        Scenario::Failover,
+        Scenario::Demote,
+        Scenario::ReadOnly,
+        Scenario::BlackHoleFailover,
+    ];
     verdict(&pick(summaries, &scenarios), |s| match s.p99_client_wait_after_reachable_ms {
         Some(ms) if ms <= 1000.0 => None,
         Some(ms) => Some(format!("p99 {:.2} s", ms / 1000.0)),

@@ -366,12 +366,15 @@ impl Session {
             Ok(Err(e)) => (classify(&e), None),
             Err(_) => (Outcome::Timeout, None),
         };
+        // The operation ends when its answer arrives, not after the client's own clean-up below (a ROLLBACK
+        // that may wait up to 2 s for a server while the database is away).
+        let end = self.clock.now_ms();
         let ok = outcome == Outcome::Ok;
         let closed = if ok { false } else { self.settle_after_error(&outcome).await };
         if ok {
             self.record.acked.push((self.id, seq));
         }
-        self.push(kind, start, outcome, closed, served);
+        self.push_ended(kind, (start, end), outcome, closed, served);
         ok
     }
 
@@ -398,6 +401,17 @@ impl Session {
 
     fn push(&mut self, kind: OpKind, start_ms: f64, outcome: Outcome, closed: bool, served: Option<Served>) {
         let end_ms = self.clock.now_ms();
+        self.push_ended(kind, (start_ms, end_ms), outcome, closed, served);
+    }
+
+    fn push_ended(
+        &mut self,
+        kind: OpKind,
+        (start_ms, end_ms): (f64, f64),
+        outcome: Outcome,
+        closed: bool,
+        served: Option<Served>,
+    ) {
         let (node, in_recovery) = served.map_or((None, None), |s| (Some(s.node), Some(s.in_recovery)));
         let (client, role, seq) = (self.id, self.role, self.seq);
         let op = Op { client, role, seq, kind, start_ms, end_ms, outcome, closed, node, in_recovery };

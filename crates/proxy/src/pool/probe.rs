@@ -136,6 +136,7 @@ impl ServerPool {
 
     /// A round trip to `node` on a probe connection of its own, opened (by address) if none is kept.
     async fn ask_apart(&self, node: SocketAddr, timeout: Duration) -> Answer {
+        tracing::debug!(%node, "no connection came back for a second: asking the node on a probe connection");
         let mut conn = match self.probes.take(node) {
             Some(conn) => conn,
             None => match self.open_probe(node, timeout).await {
