@@ -10,13 +10,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use pgmux_pool::{Grant, Pool, PoolConfig};
 use pgmux_proto::{Framer, Sender, Step, TxStatus};
 use pgmux_proxy::tracker::TxTracker;
-
-fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut v = vec![tag];
-    v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-    v.extend_from_slice(body);
-    v
-}
+use pgmux_testkit::wire::msg;
 
 /// A `SELECT` result: RowDescription, `rows` DataRows of three text columns, CommandComplete, ReadyForQuery.
 fn result_stream(rows: usize) -> Vec<u8> {

@@ -114,7 +114,7 @@ impl AwsLogin {
     }
 
     /// The IAM token for `info`'s host, port and user, from a cache made for them.
-    async fn token(&self, info: &LoginInfo) -> Result<Option<String>, CredentialsError> {
+    async fn token(&self, info: &LoginInfo) -> Result<Option<Secret>, CredentialsError> {
         let (Some(iam), Some(region)) = (&self.iam, &self.region) else { return Ok(None) };
         let creds = self
             .aws
@@ -156,7 +156,7 @@ async fn read_secret(client: &SecretsClient, arn: &str) -> Result<LoginInfo, Cre
         host,
         port: secret.port.unwrap_or(5432),
         user: secret.username.clone(),
-        password: Some(Secret::new(secret.password.clone())),
+        password: Some(secret.password),
         dbname: secret.dbname.clone().unwrap_or_else(|| "postgres".to_owned()),
     })
 }
@@ -169,7 +169,7 @@ impl Credentials for AwsLogin {
                 return Err(config_err("the secret has no host: set database_host"));
             }
             if let Some(token) = self.token(&info).await? {
-                info.password = Some(Secret::new(token));
+                info.password = Some(token);
             }
             Ok(info)
         })

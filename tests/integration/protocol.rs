@@ -4,24 +4,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pgmux_testkit::wire::{cstr, msg};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{self, scalar};
-
-/// A tagged message.
-pub fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut v = vec![tag];
-    v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-    v.extend_from_slice(body);
-    v
-}
-
-fn cstr(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
-}
 
 /// A start-up packet with `version` and `params`.
 pub fn startup(version: u32, params: &[(&str, &str)]) -> Vec<u8> {

@@ -4,14 +4,10 @@
 
 use std::time::Duration;
 
-use crate::common::{self, scalar};
-use crate::protocol::{RawClient, msg};
+use pgmux_testkit::wire::{cstr, msg};
 
-fn cstr(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
-}
+use crate::common::{self, scalar};
+use crate::protocol::RawClient;
 
 fn parse(name: &str, sql: &str) -> Vec<u8> {
     msg(b'P', &[cstr(name), cstr(sql), vec![0, 0]].concat())

@@ -4,11 +4,13 @@
 
 use std::fmt;
 
+use pgmux_secret::Secret;
+
 use crate::AwsError;
 
 /// AWS credentials: an access key pair and, for temporary credentials (Lambda, STS), a session token.
 ///
-/// `Debug` shows the access key id only; the secret key and the token are never printed.
+/// `Debug` shows the access key id only; the secret key and the token print as [`Secret`]s do, `***`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AwsCredentials {
     inner: aws_credential_types::Credentials,
@@ -78,8 +80,8 @@ impl fmt::Debug for AwsCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AwsCredentials")
             .field("access_key_id", &self.inner.access_key_id())
-            .field("secret_access_key", &"<redacted>")
-            .field("session_token", &self.inner.session_token().map(|_| "<redacted>"))
+            .field("secret_access_key", &Secret::new(self.inner.secret_access_key()))
+            .field("session_token", &self.inner.session_token().map(Secret::new))
             .finish()
     }
 }
@@ -147,6 +149,7 @@ mod tests {
         assert!(debug.contains("AKIDEXAMPLE"));
         assert!(!debug.contains("wJalr"), "{debug}");
         assert!(!debug.contains("IQoJ"), "{debug}");
+        assert!(debug.contains("secret_access_key: Secret(***), session_token: Some(Secret(***))"), "{debug}");
 
         let no_token = AwsCredentials::from_vars(vars(&[
             ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign};
 use aws_sigv4::sign::v4;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use pgmux_secret::Secret;
 
 use crate::credentials::validate_region;
 use crate::{AwsCredentials, AwsError};
@@ -33,7 +34,7 @@ const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove
 /// It is a SigV4-presigned `GET https://host:port/?Action=connect&DBUser=user` for the service `rds-db`
 /// without the scheme, parameter for parameter what botocore's `generate_db_auth_token` returns. `host` must
 /// be the endpoint the connection goes to (instance, cluster, reader or proxy endpoint). Send it as the
-/// cleartext password, over TLS only.
+/// cleartext password, over TLS only. It is a [`Secret`]: anyone holding it logs in as `user` until it expires.
 pub fn rds_auth_token(
     host: &str,
     port: u16,
@@ -41,7 +42,7 @@ pub fn rds_auth_token(
     region: &str,
     creds: &AwsCredentials,
     now: SystemTime,
-) -> Result<String, AwsError> {
+) -> Result<Secret, AwsError> {
     validate_host(host)?;
     validate_region(region)?;
     if user.is_empty() {
@@ -69,7 +70,7 @@ pub fn rds_auth_token(
     let (instructions, _signature) = sign(request, &params).map_err(|e| signing_error(&e))?.into_parts();
     let (_headers, signing_params) = instructions.into_parts();
 
-    Ok(assemble_token(host, port, &query, signing_params))
+    Ok(Secret::new(assemble_token(host, port, &query, signing_params)))
 }
 
 /// `host:port/?Action=...&DBUser=...&X-Amz-...`, with the signature last as botocore writes it (aws-sigv4
@@ -130,7 +131,7 @@ pub struct TokenCache {
     region: String,
     creds: AwsCredentials,
     clock: Clock,
-    current: Mutex<Option<(String, SystemTime)>>,
+    current: Mutex<Option<(Secret, SystemTime)>>,
 }
 
 impl TokenCache {
@@ -152,7 +153,7 @@ impl TokenCache {
     }
 
     /// A token for a new connection: the cached one while it is younger than 10 minutes, else a new one.
-    pub fn token(&self) -> Result<String, AwsError> {
+    pub fn token(&self) -> Result<Secret, AwsError> {
         let now = (self.clock)();
         // Signing takes microseconds: doing it under the lock keeps a burst of callers from all signing.
         let mut current = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -213,6 +214,7 @@ mod tests {
             &X-Amz-Algorithm=AWS4-HMAC-SHA256\
             &X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20231114%2Fus-east-1%2Frds-db%2Faws4_request\
             &X-Amz-Date=20231114T221320Z&X-Amz-Expires=900&X-Amz-SignedHeaders=host&X-Amz-Signature=";
+        let token = token.expose();
         assert!(token.starts_with(prefix), "{token}");
         let signature = &token[prefix.len()..];
         assert_eq!(signature.len(), 64);
@@ -224,12 +226,14 @@ mod tests {
     fn session_token_is_encoded_before_the_signature() {
         let token =
             rds_auth_token("h", 5432, "u", "eu-west-1", &creds(Some("IQo+ab/cd==")), at(1_700_000_000)).unwrap();
+        let token = token.expose();
         assert!(token.contains("&X-Amz-Security-Token=IQo%2Bab%2Fcd%3D%3D&X-Amz-Signature="), "{token}");
     }
 
     #[test]
     fn user_names_are_percent_encoded() {
         let token = rds_auth_token("h", 5432, "app user+@x", "eu-west-1", &creds(None), at(0)).unwrap();
+        let token = token.expose();
         assert!(token.starts_with("h:5432/?Action=connect&DBUser=app%20user%2B%40x&"), "{token}");
     }
 
@@ -255,7 +259,7 @@ mod tests {
         now.fetch_add(1, Ordering::SeqCst);
         let second = cache.token().unwrap();
         assert_ne!(second, first, "renewed at 10 minutes");
-        assert!(second.contains("X-Amz-Date=20231114T222320Z"), "{second}");
+        assert!(second.expose().contains("X-Amz-Date=20231114T222320Z"), "{}", second.expose());
         now.fetch_add(60, Ordering::SeqCst);
         assert_eq!(cache.token().unwrap(), second);
         now.fetch_sub(3600, Ordering::SeqCst);

@@ -96,7 +96,7 @@ async fn read_rds_secret_and_its_rotation() {
     assert_eq!(read.engine.as_deref(), Some("postgres"));
     assert_eq!(read.host.as_deref(), Some("db.cluster-x.eu-west-1.rds.amazonaws.com"));
     assert_eq!(read.port, Some(5432));
-    assert_eq!((read.username.as_str(), read.password.as_str()), ("app", "first-Pa55word"));
+    assert_eq!((read.username.as_str(), read.password.expose()), ("app", "first-Pa55word"));
     assert_eq!(read.dbname.as_deref(), Some("orders"));
 
     // Rotation: a new AWSCURRENT version; the next read sees it.
@@ -104,11 +104,11 @@ async fn read_rds_secret_and_its_rotation() {
     rotated["password"] = json!("second-Pa55word");
     moto.admin("put", "prod/pgmux/app", &rotated.to_string());
     let read = client.get_db_secret("prod/pgmux/app").await.unwrap();
-    assert_eq!(read.password, "second-Pa55word");
+    assert_eq!(read.password.expose(), "second-Pa55word");
 
     // By ARN too, as configurations usually name it.
     let by_arn = client.get_db_secret(&arn).await.unwrap();
-    assert_eq!(by_arn.password, "second-Pa55word");
+    assert_eq!(by_arn.password.expose(), "second-Pa55word");
 
     // The port as a string, as some hand-made secrets have it.
     let as_string = json!({"username": "u", "password": "p", "host": "h", "port": "6432"});
@@ -153,7 +153,7 @@ async fn credentials_from_instance_metadata_as_botocore_reads_them() {
         provider,
     )
     .unwrap();
-    assert_eq!(client.get_db_secret("ec2/pgmux/app").await.unwrap().password, "imds-Pa55word");
+    assert_eq!(client.get_db_secret("ec2/pgmux/app").await.unwrap().password.expose(), "imds-Pa55word");
 }
 
 #[tokio::test]

@@ -196,14 +196,9 @@ fn limit_for(sender: Sender, tag: u8) -> Result<usize, FrameError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use pgmux_testkit::wire::msg;
 
-    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
-        let mut v = vec![tag];
-        v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-        v.extend_from_slice(body);
-        v
-    }
+    use super::*;
 
     #[test]
     fn a_large_bind_streams_once_its_names_are_in() {

@@ -52,3 +52,15 @@ pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
 pub const CLASS_CONNECTION_EXCEPTION: &str = "08";
 /// Class `57P`: the server is shutting down, restarting or starting (operator intervention).
 pub const CLASS_OPERATOR_INTERVENTION_SERVER: &str = "57P";
+
+/// `00000`: not an error; the code a NOTICE carries when it only informs (the console's `SHOW HELP`, an
+/// ignored `SET`).
+pub const SUCCESSFUL_COMPLETION: &str = "00000";
+/// `22021`: a NUL inside a query, or bytes that are not UTF-8.
+pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+/// `42704`: the named object (a client id on the admin console) does not exist.
+pub const UNDEFINED_OBJECT: &str = "42704";
+/// `55P02`: a setting that cannot be changed while pgmux runs.
+pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+/// `F0000`: the config file could not be reloaded (PgBouncer's code for a failed RELOAD).
+pub const CONFIG_FILE_ERROR: &str = "F0000";

@@ -5,8 +5,8 @@
 //! configuration swaps (pool sizes, timeouts, admin users, metrics settings take effect at once), new logins
 //! use the new client authentication and TLS, and new server connections the new credentials and TLS. If
 //! how pgmux logs in to the database changed, every open server connection is replaced as it comes back
-//! (the RECONNECT rule), so no client sees an error. The listen address, the worker threads and the log
-//! format need a restart: a reload keeps them and says so.
+//! (the RECONNECT rule), so no client sees an error. The listen address, the Unix socket's directory, the
+//! worker threads and the log format need a restart: a reload keeps them and says so.
 
 use std::sync::Arc;
 
@@ -138,6 +138,10 @@ fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<&'static str> {
         new.listen = old.listen;
         kept.push("listen");
     }
+    if new.unix_socket_dir != old.unix_socket_dir {
+        new.unix_socket_dir.clone_from(&old.unix_socket_dir);
+        kept.push("unix_socket_dir");
+    }
     if new.workers != old.workers {
         new.workers = old.workers;
         kept.push("workers");
@@ -166,4 +170,52 @@ fn changed_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     changed.sort_by_key(|k| KEYS.iter().position(|i| i.name == *k));
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        Config::from_toml_str(&format!("database_url = \"postgres://app:pw@db.example/app\"\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_the_running_unix_socket_dir_and_says_so() {
+        // The socket was bound at start: a new directory would show in SHOW CONFIG yet accept no one.
+        let old = config("unix_socket_dir = \"/run/pgmux\"");
+        let mut new = config("unix_socket_dir = \"/tmp\"\nquery_wait_timeout = \"5s\"");
+        let kept = keep_restart_only(&old, &mut new);
+        assert_eq!(kept, ["unix_socket_dir"]);
+        assert_eq!(new.unix_socket_dir, old.unix_socket_dir);
+        let outcome = Outcome { changed: changed_keys(&old, &new), kept, reconnect: false };
+        assert_eq!(
+            outcome.to_string(),
+            "changed: query_wait_timeout; needs a restart, kept as it was: unix_socket_dir"
+        );
+
+        // Dropping the socket needs a restart too, and SET may not change it.
+        let mut none = config("");
+        assert_eq!(keep_restart_only(&old, &mut none), ["unix_socket_dir"]);
+        assert_eq!(none.unix_socket_dir, old.unix_socket_dir);
+        assert!(!settable("unix_socket_dir"));
+    }
+
+    #[test]
+    fn every_restart_only_key_is_kept_by_a_reload() {
+        // RESTART_ONLY (what SHOW CONFIG and SET go by) and keep_restart_only (what a reload does) must agree.
+        let old = config("");
+        let changes = [
+            ("listen", "listen = \"127.0.0.1:7000\""),
+            ("unix_socket_dir", "unix_socket_dir = \"/tmp\""),
+            ("workers", "workers = 3"),
+            ("log_format", "log_format = \"json\""),
+        ];
+        for (key, line) in changes {
+            let mut new = config(line);
+            assert_eq!(keep_restart_only(&old, &mut new), [key], "{line}");
+            assert_eq!(new.entries(), old.entries(), "{key} is back to the running value");
+        }
+        assert_eq!(changes.map(|(key, _)| key), RESTART_ONLY);
+    }
 }

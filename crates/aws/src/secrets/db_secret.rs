@@ -3,8 +3,7 @@
 //! Parsed by hand over `serde_json::Value` rather than with a derived `Deserialize`: serde's messages quote
 //! the offending value ("invalid type: string \"hunter2\""), and a secret's values must never reach a log.
 
-use std::fmt;
-
+use pgmux_secret::Secret;
 use serde_json::{Map, Value};
 
 use crate::AwsError;
@@ -13,8 +12,9 @@ use crate::AwsError;
 ///
 /// `port` may be a number or a numeric string (both occur in the wild); unknown keys (`masterarn`,
 /// `dbClusterIdentifier`, ...) are ignored. Secrets created for RDS-managed master passwords carry only
-/// `username` and `password`, so everything else is optional. `Debug` redacts the password.
-#[derive(Clone, PartialEq, Eq)]
+/// `username` and `password`, so everything else is optional. The password is a [`Secret`], so `Debug`
+/// shows it as `***`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DbSecret {
     /// `postgres`, `aurora-postgresql`, ...
     pub engine: Option<String>,
@@ -25,22 +25,9 @@ pub struct DbSecret {
     /// The database user.
     pub username: String,
     /// The user's password.
-    pub password: String,
+    pub password: Secret,
     /// The database name.
     pub dbname: Option<String>,
-}
-
-impl fmt::Debug for DbSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DbSecret")
-            .field("engine", &self.engine)
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .field("dbname", &self.dbname)
-            .finish()
-    }
 }
 
 /// Parses a secret string in the RDS format. Errors name the missing or invalid field and never repeat a
@@ -61,7 +48,7 @@ pub fn parse_db_secret(json: &str) -> Result<DbSecret, AwsError> {
         host: optional_string(&fields, "host")?,
         port: port(&fields)?,
         username: required_string(&fields, "username")?,
-        password: required_string(&fields, "password")?,
+        password: Secret::new(required_string(&fields, "password")?),
         dbname: optional_string(&fields, "dbname")?,
     })
 }
@@ -143,10 +130,10 @@ mod tests {
         assert_eq!(s.engine.as_deref(), Some("postgres"));
         assert_eq!(s.host.as_deref(), Some("db.cluster-x.eu-west-1.rds.amazonaws.com"));
         assert_eq!(s.port, Some(5432));
-        assert_eq!((s.username.as_str(), s.password.as_str()), ("app", PASSWORD));
+        assert_eq!((s.username.as_str(), s.password.expose()), ("app", PASSWORD));
         assert_eq!(s.dbname.as_deref(), Some("orders"));
         let debug = format!("{s:?}");
-        assert!(!debug.contains("s3cr3t") && debug.contains("<redacted>"), "{debug}");
+        assert!(!debug.contains("s3cr3t") && debug.contains("password: Secret(***)"), "{debug}");
     }
 
     #[test]

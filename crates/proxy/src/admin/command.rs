@@ -22,16 +22,9 @@
 use std::fmt;
 
 use pgmux_proto::encode::{ErrorMessage, Severity};
-use pgmux_proto::sqlstate;
-
-/// `42601`: the command is not one the console knows, or its arguments are wrong.
-pub const SYNTAX_ERROR: &str = "42601";
-/// `42501`: a `stats_users` user ran a command that needs `admin_users`.
-pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
-/// `54000`: the query is longer than any command could be.
-pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
-/// `22021`: a NUL inside the query, or bytes that are not UTF-8.
-pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+use pgmux_proto::sqlstate::{
+    self, CHARACTER_NOT_IN_REPERTOIRE, INSUFFICIENT_PRIVILEGE, PROGRAM_LIMIT_EXCEEDED, SYNTAX_ERROR,
+};
 
 /// Longest query the console reads; every command fits in far less.
 pub const MAX_QUERY_LEN: usize = 4096;

@@ -13,6 +13,7 @@ use std::fmt;
 
 use bytes::BytesMut;
 use pgmux_proto::encode::{self, Column};
+use pgmux_proto::sqlstate;
 
 use super::command::SessionSetting;
 
@@ -219,13 +220,13 @@ fn text_form(cell: Cell<'_>, col: &ColumnDef) -> Result<Option<String>, TableErr
 
 /// PgBouncer's `SHOW HELP`: a NOTICE listing the commands, then CommandComplete `SHOW`, no rows.
 pub fn encode_help(buf: &mut BytesMut) {
-    encode::notice(buf, "00000", HELP);
+    encode::notice(buf, sqlstate::SUCCESSFUL_COMPLETION, HELP);
     encode::command_complete(buf, "SHOW");
 }
 
 /// The notice `SET` of a driver's session setting gets; it changes nothing.
 pub fn encode_set_ignored(buf: &mut BytesMut) {
-    encode::notice(buf, "00000", "SET ignored");
+    encode::notice(buf, sqlstate::SUCCESSFUL_COMPLETION, "SET ignored");
     encode::command_complete(buf, "SET");
 }
 

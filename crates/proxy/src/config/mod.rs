@@ -206,9 +206,9 @@ config_keys! {
     metrics_emf: bool = "true";
 }
 
-/// Keys that only a restart changes: the listener, the runtime, the log format. A reload that changes one
-/// keeps the running value and says so.
-pub const RESTART_ONLY: &[&str] = &["listen", "workers", "log_format"];
+/// Keys that only a restart changes: the listener and its Unix socket (both bound once, at start), the
+/// runtime, the log format. A reload that changes one keeps the running value and says so.
+pub const RESTART_ONLY: &[&str] = &["listen", "unix_socket_dir", "workers", "log_format"];
 
 /// How pgmux runs; it decides some defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,13 +16,6 @@ use crate::stop::Level;
 /// How often PAUSE and WAIT_CLOSE look whether they are done.
 const POLL: Duration = Duration::from_millis(20);
 
-/// `F0000`: PgBouncer's SQLSTATE for a failed RELOAD (config_file_error).
-const CONFIG_FILE_ERROR: &str = "F0000";
-/// `42704`: no such client.
-const UNDEFINED_OBJECT: &str = "42704";
-/// `55P02`: a setting that cannot be changed now.
-const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
-
 /// Runs a command other than SHOW.
 pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, ErrorMessage> {
     match command {
@@ -49,7 +42,7 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
         }
         Command::Reload => match reload::reload(&console.shared) {
             Ok(_) => Ok(Reply::Done),
-            Err(why) => Err(ErrorMessage::error(CONFIG_FILE_ERROR, format!("RELOAD failed: {why}"))
+            Err(why) => Err(ErrorMessage::error(sqlstate::CONFIG_FILE_ERROR, format!("RELOAD failed: {why}"))
                 .with_hint("the running configuration stays in force; fix the file and RELOAD again")),
         },
         Command::KillClient(id) => kill(console, *id),
@@ -100,7 +93,7 @@ async fn pause(console: &Console, db: Option<&str>) -> Result<Reply, ErrorMessag
 
 fn kill(console: &Console, id: u64) -> Result<Reply, ErrorMessage> {
     let Some(client) = console.shared.observer().clients.get(id) else {
-        return Err(ErrorMessage::error(UNDEFINED_OBJECT, format!("no client with id {id}"))
+        return Err(ErrorMessage::error(sqlstate::UNDEFINED_OBJECT, format!("no client with id {id}"))
             .with_hint("SHOW CLIENTS lists the ids"));
     };
     tracing::info!(client_id = id, "KILL_CLIENT");
@@ -136,7 +129,7 @@ fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage>
         } else {
             format!("{key} changes how pgmux logs in; change it in the configuration and RELOAD")
         };
-        return Err(ErrorMessage::error(CANT_CHANGE_RUNTIME_PARAM, why));
+        return Err(ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, why));
     }
     let current = console.shared.pool.live_config().full();
     let new = current
