@@ -347,6 +347,80 @@ async fn a_message_over_max_client_message_gets_54000() {
     assert!(common::message(&err).contains("100000"), "{}", common::message(&err));
 }
 
+/// A raw client logged in through pgmux (trust), ready for queries.
+async fn raw_login(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect to pgmux");
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    for word in ["user", pgmux_testkit::APP_USER.user, "database", pgmux_testkit::DATABASE] {
+        body.extend_from_slice(word.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut packet = (body.len() as u32 + 4).to_be_bytes().to_vec();
+    packet.extend_from_slice(&body);
+    stream.write_all(&packet).await.unwrap();
+    // Up to ReadyForQuery.
+    loop {
+        let tag = stream.read_u8().await.expect("a login reply");
+        let len = stream.read_u32().await.unwrap() as usize;
+        let mut rest = vec![0u8; len - 4];
+        stream.read_exact(&mut rest).await.unwrap();
+        assert_ne!(tag, b'E', "login refused: {}", String::from_utf8_lossy(&rest));
+        if tag == b'Z' {
+            return stream;
+        }
+    }
+}
+
+/// What the server says next: the SQLSTATE of an ErrorResponse, or "closed" if the connection ended.
+async fn next_error(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let Ok(tag) = stream.read_u8().await else { return "closed".into() };
+    let len = stream.read_u32().await.unwrap_or(4) as usize;
+    let mut body = vec![0u8; len.saturating_sub(4)];
+    if stream.read_exact(&mut body).await.is_err() {
+        return "closed".into();
+    }
+    if tag != b'E' {
+        return format!("message {:?}", tag as char);
+    }
+    let code = body.split(|b| *b == 0).find_map(|field| field.strip_prefix(b"C")).unwrap_or_default();
+    String::from_utf8_lossy(code).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_sending_large_messages_share_max_client_buffers_and_the_one_over_it_is_told() {
+    use tokio::io::AsyncWriteExt;
+    let fx = common::start("client_auth = \"trust\"\nmax_client_message = 1048576\nmax_client_buffers = 2097152").await;
+    // Four clients each start a 900 KiB query and send 640 KiB of it, then wait: together more than the
+    // 2 MiB pgmux lends to messages it must hold whole.
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let mut stream = raw_login(fx.addr()).await;
+        let mut head = vec![b'Q'];
+        head.extend_from_slice(&(900u32 * 1024 + 4).to_be_bytes());
+        stream.write_all(&head).await.unwrap();
+        stream.write_all(&vec![b' '; 640 * 1024]).await.unwrap();
+        senders.push(stream);
+    }
+    let mut told = 0;
+    for stream in &mut senders {
+        if let Ok(code) = tokio::time::timeout(Duration::from_secs(2), next_error(stream)).await {
+            assert_eq!(code, "53200", "an over-budget client is told why");
+            told += 1;
+        }
+    }
+    assert!((1..4).contains(&told), "{told} of 4 clients told: the budget holds two or three such messages");
+    // Everyone else is served meanwhile; once the senders are gone, their memory is free for a whole message.
+    let c = fx.client().await;
+    assert_eq!(scalar(&c, "select 'small'").await, "small");
+    drop(senders);
+    let big = format!("select length('{}')", "x".repeat(900 * 1024));
+    let served = common::eventually(Duration::from_secs(5), || async { c.simple_query(&big).await.is_ok() });
+    assert!(served.await, "the memory came back when the senders left");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_bind_streams_through_to_servers_with_and_without_the_statement() {
     let fx = common::start("pool_max = 2").await;

@@ -64,3 +64,5 @@ pub const UNDEFINED_OBJECT: &str = "42704";
 pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
 /// `F0000`: the config file could not be reloaded (PgBouncer's code for a failed RELOAD).
 pub const CONFIG_FILE_ERROR: &str = "F0000";
+/// `53200`: out of memory (pgmux's memory for clients' large messages, `max_client_buffers`, is in use).
+pub const OUT_OF_MEMORY: &str = "53200";

@@ -99,9 +99,12 @@ impl AsyncWrite for Stream {
 /// Stop reading from a peer while this much is queued for the other one: back-pressure instead of memory.
 pub(crate) const MAX_QUEUED: usize = 256 * 1024;
 
+/// The most one client read adds to a read buffer.
+pub(crate) const READ_SCRATCH: usize = 64 * 1024;
+
 thread_local! {
     /// Where client reads land first; see [`Conn::poll_read_compact`].
-    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; 64 * 1024].into_boxed_slice());
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; READ_SCRATCH].into_boxed_slice());
 }
 
 /// Bytes queued for a socket, in order. Most of the time that is one chunk (a server's reply, a client's

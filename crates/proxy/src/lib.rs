@@ -10,6 +10,7 @@ mod console;
 pub mod credentials;
 mod io;
 mod listener;
+mod memory;
 mod metrics_http;
 mod observe;
 mod params;

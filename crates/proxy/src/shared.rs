@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::cancel::CancelRegistry;
 use crate::client_auth::Authenticator;
 use crate::config::Config;
+use crate::memory::MessageMemory;
 use crate::observe::Observer;
 use crate::params::Catalog;
 use crate::pool::ServerPool;
@@ -42,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) clients: AtomicUsize,
     /// Admin console sessions now.
     pub(crate) consoles: AtomicUsize,
+    /// What clients' large messages may hold while they arrive (`max_client_buffers`).
+    pub(crate) message_memory: Arc<MessageMemory>,
     /// Every session, and the pool's background work: shutdown waits for them.
     pub(crate) tasks: TaskTracker,
     /// Where `RELOAD` and `SIGHUP` read the configuration from (set by the binary).
@@ -63,6 +66,7 @@ impl Shared {
             client_tls: RwLock::new(client_tls.map(ClientTls)),
             clients: AtomicUsize::new(0),
             consoles: AtomicUsize::new(0),
+            message_memory: Arc::default(),
             tasks,
             source: OnceLock::new(),
         }

@@ -187,6 +187,10 @@ config_keys! {
     /// The largest single message a client may send (SQLSTATE 54000, then the connection closes). Large
     /// enough for real bulk inserts; PostgreSQL's own limit is 1 GiB.
     max_client_message: usize = "268435456";
+    /// Most bytes all clients together may hold in messages pgmux must read whole while they arrive (a
+    /// Query or Parse above 256 KiB; a large Bind streams and needs none). A client whose message does not
+    /// fit gets SQLSTATE 53200 and is disconnected. At least max_client_message.
+    max_client_buffers: usize = "536870912";
 
     // Seeing inside pgmux and steering it live (issue 12).
 
@@ -413,6 +417,12 @@ impl Config {
             return Err(invalid(
                 "max_client_message",
                 "must be between 10000 and 1073741823 bytes (PostgreSQL's own limit)",
+            ));
+        }
+        if self.max_client_buffers < self.max_client_message {
+            return Err(invalid(
+                "max_client_buffers",
+                "must be at least max_client_message, or no message of that size could ever be received",
             ));
         }
         if self.max_client_conn == 0 {

@@ -86,6 +86,7 @@ pub(super) async fn login(
         router,
         replay: Default::default(),
         timer: Default::default(),
+        reservation: Default::default(),
         cancel,
         closing: false,
         _slot: slot,

@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::cancel::Registration;
 use crate::io::{Conn, Stream};
+use crate::memory::Reservation;
 use crate::params::ClientParams;
 use crate::router::Router;
 use crate::server::ServerConn;
@@ -122,6 +123,8 @@ struct Session {
     replay: replay::Replay,
     /// query_timeout, idle_transaction_timeout, client_idle_timeout.
     timer: timers::Timer,
+    /// What it holds of `max_client_buffers` while a large message arrives.
+    reservation: Reservation,
     cancel: Registration,
     /// Its clocks and counters, and its entry in the admin console's list of clients.
     meter: meter::Meter,
@@ -202,6 +205,9 @@ impl Session {
         loop {
             if let Err(end) = self.relay_client().await {
                 return end;
+            }
+            if self.reservation.holds() {
+                self.give_back_message_memory();
             }
             if self.server.is_none() {
                 if self.closing {

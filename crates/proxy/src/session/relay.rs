@@ -5,6 +5,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use pgmux_proto::backend::ErrorFields;
+use pgmux_proto::encode::ErrorMessage;
+use pgmux_proto::sqlstate;
 use pgmux_proto::{Step, backend};
 
 use super::{End, Session};
@@ -24,6 +26,8 @@ pub(super) enum Event {
     ServerWriteFailed(std::io::Error),
     /// A timeout of the session's passed.
     Timeout(super::timers::Deadline),
+    /// The client's message is too large for the memory left to clients' large messages.
+    OutOfMemory,
 }
 
 /// What the server's messages led to.
@@ -58,13 +62,33 @@ impl Session {
         let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
         // While the router holds, what the client sends waits unread in its buffer, up to a bound (reading
         // still notices a client that leaves).
-        if server_backlog < MAX_QUEUED
-            && (!self.router.holding() || self.client.rbuf.len() < MAX_QUEUED)
-            && let Poll::Ready(r) = self.client.poll_read_compact(cx)
-        {
-            return Poll::Ready(Event::Client(r));
+        if server_backlog < MAX_QUEUED && (!self.router.holding() || self.client.rbuf.len() < MAX_QUEUED) {
+            // Past the usual buffer, only a message that must be read whole is arriving: its bytes are lent.
+            if self.client.rbuf.len() >= MAX_QUEUED && !self.lend_message_memory() {
+                return Poll::Ready(Event::OutOfMemory);
+            }
+            if let Poll::Ready(r) = self.client.poll_read_compact(cx) {
+                return Poll::Ready(Event::Client(r));
+            }
         }
         Poll::Pending
+    }
+
+    /// Covers the client's read buffer and one more read with memory lent from `max_client_buffers`.
+    #[cold]
+    fn lend_message_memory(&mut self) -> bool {
+        let limit = self.shared.config().max_client_buffers;
+        let wanted = self.client.rbuf.len() + crate::io::READ_SCRATCH;
+        self.reservation.cover(&self.shared.message_memory, wanted, limit)
+    }
+
+    /// Gives the lent memory back once the large message has moved on: out of the read buffer, and out of
+    /// the server's write queue too (where it still takes memory until written).
+    pub(super) fn give_back_message_memory(&mut self) {
+        let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
+        if self.client.rbuf.len() < MAX_QUEUED && server_backlog < MAX_QUEUED {
+            self.reservation.release();
+        }
     }
 
     /// Acts on one socket event.
@@ -79,6 +103,18 @@ impl Session {
                 Ok(())
             }
             Event::Wake => self.woken(),
+            Event::OutOfMemory => Err(End::Closed(
+                ErrorMessage::fatal(
+                    sqlstate::OUT_OF_MEMORY,
+                    format!(
+                        "pgmux has no memory left for this client's message of over {} bytes: other clients' \
+                         large messages hold max_client_buffers ({} bytes)",
+                        self.client.rbuf.len(),
+                        self.shared.config().max_client_buffers
+                    ),
+                )
+                .with_hint("send smaller messages (COPY, batches), or raise max_client_buffers"),
+            )),
             Event::Timeout(kind) => self.timed_out(kind),
             Event::Client(Ok(ReadOutcome::Eof)) | Event::Client(Err(_)) | Event::ClientWriteFailed => {
                 Err(End::ClientGone)
