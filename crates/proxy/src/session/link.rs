@@ -73,7 +73,7 @@ impl Session {
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
         self.meter.linked(lease.id);
-        self.server = Some(Linked::new(lease));
+        self.server = Some(Box::new(Linked::new(lease)));
         self.replay.open(self.client.out.queued_total());
     }
 
@@ -254,7 +254,7 @@ impl Session {
     /// The client left with a server linked. A running query is cancelled and its connection closed; a
     /// connection that only waits (idle in a transaction, an open unit, a COPY) is brought back to idle and
     /// returned, or closed if that cannot be done cleanly and quickly. Never lent dirty.
-    pub(super) async fn abandon(&mut self, linked: Linked) {
+    pub(super) async fn abandon(&mut self, linked: Box<Linked>) {
         let mut lease = linked.take();
         let state = std::mem::take(&mut lease.tracker);
         self.cancel.clear();
@@ -302,7 +302,7 @@ impl Session {
         }
         let node = server.addr;
         tracing::warn!(%node, %reason, "a pinned client's node is no longer trusted; closing the client");
-        Err(End::Closed(ErrorMessage::fatal(
+        Err(End::closed(ErrorMessage::fatal(
             sqlstate::CONNECTION_FAILURE,
             format!(
                 "terminating connection: the database node it is pinned to ({reason}) was demoted or stopped \

@@ -48,7 +48,15 @@ enum End {
     Shutdown,
     /// pgmux closes the session and tells the client why: a timeout (idle_transaction_timeout,
     /// client_idle_timeout), or a pinned client whose server's node is no longer trusted.
-    Closed(ErrorMessage),
+    Closed(Box<ErrorMessage>),
+}
+
+impl End {
+    /// The session closes, and the client is told `err` (boxed: an `End` travels through every await of
+    /// the relay loop, whose futures would otherwise carry the message's space).
+    fn closed(err: ErrorMessage) -> End {
+        End::Closed(Box::new(err))
+    }
 }
 
 /// A server connection lent to this client. If the session ends without giving it back properly (a panic,
@@ -115,7 +123,8 @@ struct Session {
     stop: Stop,
     watch: Watch,
     client: Conn,
-    server: Option<Linked>,
+    /// Boxed: an idle client holds no server, and should not carry a link's space.
+    server: Option<Box<Linked>>,
     params: ClientParams,
     /// Its statements, session state and mode: what each message means.
     router: Router,

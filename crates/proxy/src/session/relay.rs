@@ -103,7 +103,7 @@ impl Session {
                 Ok(())
             }
             Event::Wake => self.woken(),
-            Event::OutOfMemory => Err(End::Closed(
+            Event::OutOfMemory => Err(End::closed(
                 ErrorMessage::fatal(
                     sqlstate::OUT_OF_MEMORY,
                     format!(

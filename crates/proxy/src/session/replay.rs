@@ -28,15 +28,22 @@ const MAX_REPLAYS: u8 = 3;
 pub(super) struct Replay {
     /// Kept while a replay is possible.
     open: bool,
-    /// The common case, one chunk, without an allocation.
-    first: Option<Bytes>,
-    rest: Vec<Bytes>,
-    kept: usize,
+    /// Replays of this transaction so far.
+    replays: u8,
     /// What had been queued for the client when the link was made: anything more means the client has
     /// been told something, and the transaction can no longer be run again unseen.
     client_mark: u64,
-    /// Replays of this transaction so far.
-    replays: u8,
+    /// The messages, boxed: an idle client keeps none, and should not carry their space.
+    kept: Option<Box<Kept>>,
+}
+
+/// The messages kept for a replay.
+#[derive(Debug)]
+struct Kept {
+    /// The common case, one chunk, without a second allocation.
+    first: Bytes,
+    rest: Vec<Bytes>,
+    bytes: usize,
 }
 
 impl Replay {
@@ -52,13 +59,16 @@ impl Replay {
         if !self.open {
             return;
         }
-        self.kept += bytes.len();
-        if self.kept > MAX_KEPT {
+        let total = self.kept.as_ref().map_or(0, |k| k.bytes) + bytes.len();
+        if total > MAX_KEPT {
             return self.close();
         }
-        match self.first {
-            None => self.first = Some(bytes.clone()),
-            Some(_) => self.rest.push(bytes.clone()),
+        match &mut self.kept {
+            None => self.kept = Some(Box::new(Kept { first: bytes.clone(), rest: Vec::new(), bytes: total })),
+            Some(kept) => {
+                kept.bytes = total;
+                kept.rest.push(bytes.clone());
+            }
         }
     }
 
@@ -66,18 +76,13 @@ impl Replay {
     /// COPY streamed): let go of the bytes.
     pub(super) fn close(&mut self) {
         self.open = false;
-        self.first = None;
-        self.rest.clear();
-        self.kept = 0;
+        self.kept = None;
     }
 
     /// The transaction ended: the next one starts with a clean count.
     pub(super) fn finish(&mut self) {
         self.close();
         self.replays = 0;
-        if self.rest.capacity() > 4 {
-            self.rest = Vec::new();
-        }
     }
 
     pub(super) fn is_open(&self) -> bool {
@@ -90,9 +95,13 @@ impl Replay {
         if !self.open || client_queued != self.client_mark || self.replays >= MAX_REPLAYS {
             return None;
         }
-        let mut bytes = BytesMut::with_capacity(self.kept);
-        for chunk in self.first.iter().chain(&self.rest) {
-            bytes.extend_from_slice(chunk);
+        let kept = self.kept.take();
+        let mut bytes = BytesMut::with_capacity(kept.as_ref().map_or(0, |k| k.bytes));
+        if let Some(kept) = kept {
+            bytes.extend_from_slice(&kept.first);
+            for chunk in &kept.rest {
+                bytes.extend_from_slice(chunk);
+            }
         }
         self.replays += 1;
         self.close();
@@ -109,7 +118,7 @@ pub(super) fn refused_as_read_only(error: &ErrorFields<'_>) -> bool {
 impl Session {
     /// Runs the transaction again on another server connection if it never ran on `linked` (the caller
     /// knows why). Returns the link back when it may not be replayed.
-    pub(super) fn try_replay(&mut self, linked: Linked, why: &str) -> Result<(), Linked> {
+    pub(super) fn try_replay(&mut self, linked: Box<Linked>, why: &str) -> Result<(), Box<Linked>> {
         let queued = self.client.out.queued_total();
         let Some(messages) = self.replay.take(queued) else { return Err(linked) };
         let mut lease = linked.take();

@@ -117,14 +117,14 @@ impl Session {
                 self.client.out.push(reply);
                 Ok(())
             }
-            Deadline::IdleInTransaction => Err(End::Closed(ErrorMessage::fatal(
+            Deadline::IdleInTransaction => Err(End::closed(ErrorMessage::fatal(
                 sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
                 format!(
                     "terminating connection due to idle_transaction_timeout ({}s): the transaction was rolled back",
                     config.idle_transaction_timeout.as_secs_f32()
                 ),
             ))),
-            Deadline::ClientIdle => Err(End::Closed(ErrorMessage::fatal(
+            Deadline::ClientIdle => Err(End::closed(ErrorMessage::fatal(
                 sqlstate::IDLE_SESSION_TIMEOUT,
                 format!(
                     "closing a connection idle longer than client_idle_timeout ({}s)",
