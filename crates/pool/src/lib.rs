@@ -272,6 +272,11 @@ impl<C> Pool<C> {
         Inner::deliver_slots(&self.shared, slots);
     }
 
+    /// How long a caller waits for an idle connection before it may open a new one, now.
+    pub fn grow_after(&self) -> Duration {
+        self.shared.lock().config.grow_after
+    }
+
     /// Changes how long a caller waits for an idle connection before it may open a new one.
     pub fn set_grow_after(&self, grow_after: Duration) {
         let slots = {

@@ -23,6 +23,8 @@ struct Counters {
     refuse_code: std::sync::Mutex<Option<&'static str>>,
     standby: AtomicBool,
     hung: AtomicBool,
+    /// Milliseconds each login takes.
+    login_delay_ms: AtomicUsize,
     accepted: AtomicUsize,
     open: AtomicUsize,
     queries: AtomicUsize,
@@ -81,6 +83,11 @@ impl FakeServer {
         self.counters.standby.store(standby, Ordering::SeqCst);
     }
 
+    /// From now on, take `ms` milliseconds over each login (a database across a network, with TLS).
+    pub(crate) fn slow_logins(&self, ms: usize) {
+        self.counters.login_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// From now on, answer nothing (or answer again): logins and queries wait until it is resumed.
     pub(crate) fn hang(&self, hung: bool) {
         self.counters.hung.store(hung, Ordering::SeqCst);
@@ -120,6 +127,8 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
         return;
     }
     hold_while_hung(&counters).await;
+    let delay = counters.login_delay_ms.load(Ordering::SeqCst) as u64;
+    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     let mut out = BytesMut::new();
     if counters.refuse.load(Ordering::SeqCst) {
         let code =

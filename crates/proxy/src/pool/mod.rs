@@ -57,6 +57,9 @@ pub(crate) struct ServerPool {
     /// The server's own parameter values, as the newest connection reported them at login.
     defaults: RwLock<Arc<Defaults>>,
     next_id: AtomicU64,
+    /// How long the last new connection took to open and log in, in microseconds: lazy growth waits at
+    /// least that long (see [`grow_after`]).
+    login_micros: AtomicU64,
     /// Nodes seen in the wrong role or not answering.
     nodes: Nodes,
     /// What the liveness probe keeps between rounds.
@@ -98,6 +101,7 @@ impl ServerPool {
             observer: Arc::default(),
             defaults: RwLock::default(),
             next_id: AtomicU64::new(1),
+            login_micros: AtomicU64::new(0),
             nodes: Nodes::default(),
             probes: probe::Probes::default(),
             stop,
@@ -215,7 +219,7 @@ impl ServerPool {
     /// Puts a new configuration's pool settings into force: lazy growth and, when sizing is off, the limit.
     pub(crate) fn resize(&self) {
         let config = self.config();
-        self.pool.set_grow_after(config.pool_grow_after);
+        self.pool.set_grow_after(grow_after(&config, self.login_micros.load(Ordering::Relaxed)));
         let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));
         if config.max_connections_percent == 0 || limit < self.limit.current() {
             // Sizing on: a lower pool_max takes effect now; the next reading plans with it.
@@ -266,6 +270,10 @@ impl ServerPool {
         let started = std::time::Instant::now();
         let opened = self.connect(id, config.max_prepared_statements, None).await;
         let mut conn = self.observer.opened(opened, started)?;
+        let login = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if self.login_micros.swap(login, Ordering::Relaxed).abs_diff(login) > 1000 {
+            self.pool.set_grow_after(grow_after(&config, login));
+        }
         conn.lifetime = jittered(config.server_lifetime, self.jitter.hash_one(id));
         let tls = matches!(conn.io.stream, crate::io::Stream::TlsToServer(_));
         conn.ticket = Some(self.observer.servers.add(ServerEntry {
@@ -436,6 +444,21 @@ fn connect_options<'a>(config: &Config, id: u64, application_name: Option<&'a st
         need_role: config.target_session_attrs.cares(),
         to: None,
     }
+}
+
+/// The longest lazy growth waits for a login's sake, whatever the login took.
+const MAX_GROW_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a client waits for a connection to come back before it may open one: `pool_grow_after`, or, if
+/// longer, what the last new connection took to open and log in (up to [`MAX_GROW_WAIT`]). A client that
+/// would get a returning connection sooner than a new one could log in is better off waiting, and the
+/// database keeps fewer connections: across a network with TLS and SCRAM a login costs tens of
+/// milliseconds, many transactions' worth. `pool_grow_after = 0` opens at once, as it says.
+fn grow_after(config: &Config, login_micros: u64) -> Duration {
+    if config.pool_grow_after.is_zero() {
+        return Duration::ZERO;
+    }
+    config.pool_grow_after.max(Duration::from_micros(login_micros).min(MAX_GROW_WAIT))
 }
 
 /// The most pool connections the configuration allows: `pool_max` caps every connection pgmux opens, so

@@ -266,3 +266,36 @@ async fn the_probes_own_round_trip_is_no_sign_of_life_for_the_next_round() {
     assert_eq!(pool.nodes.verdict(busy.addr), Some(Distrust::Dead), "quiet since the last round: asked apart");
     drop((busy, also_busy));
 }
+
+#[test]
+fn lazy_growth_waits_at_least_as_long_as_a_login_takes_up_to_a_bound() {
+    let config = |grow: &str| {
+        Config::from_toml_str(&format!(
+            "database_url = \"postgres://app@127.0.0.1:1/db\"\nclient_auth = \"trust\"\npool_grow_after = \"{grow}\""
+        ))
+        .unwrap()
+    };
+    assert_eq!(grow_after(&config("5ms"), 1_200), Duration::from_millis(5), "a fast login: the setting");
+    assert_eq!(grow_after(&config("5ms"), 20_000), Duration::from_millis(20), "a login over a network");
+    assert_eq!(grow_after(&config("5ms"), 900_000), MAX_GROW_WAIT, "bounded");
+    assert_eq!(grow_after(&config("0s"), 20_000), Duration::ZERO, "0 opens at once, as it says");
+}
+
+#[tokio::test]
+async fn a_slow_login_makes_the_pool_wait_longer_before_it_grows() {
+    let fake = FakeServer::start().await;
+    fake.slow_logins(30);
+    let pool = pool_for(fake.config("max_connections_percent = 0\npool_max = 4\npool_grow_after = \"5ms\""));
+    assert_eq!(pool.pool.grow_after(), Duration::from_millis(5));
+    let held = pool.checkout().await.unwrap();
+    let waited = pool.pool.grow_after();
+    assert!(waited >= Duration::from_millis(30) && waited <= MAX_GROW_WAIT, "{waited:?}");
+    // A client that waits 15 ms gets the returning connection, not a new one.
+    let started = tokio::time::Instant::now();
+    let (second, ()) = tokio::join!(pool.checkout(), async {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        drop(held);
+    });
+    drop(second.unwrap());
+    assert_eq!(fake.accepted(), 1, "no second login after {:?}", started.elapsed());
+}
