@@ -10,6 +10,26 @@ use tokio::time::Instant;
 
 use crate::common::{self, scalar};
 
+/// The backends pgmux holds for the application role, by pid: unchanged means no connection was closed.
+const APP_BACKENDS: &str = "select string_agg(pid::text, ',' order by pid) from pg_stat_activity \
+                            where usename = 'pgmux_app' and backend_type = 'client backend'";
+
+/// A `ledger` table the application role may write.
+async fn create_ledger(oracle: &tokio_postgres::Client) {
+    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+}
+
+/// Turns the whole node read-only, or back, with a reload (as a blue/green switch or a demotion might).
+async fn node_read_only(oracle: &tokio_postgres::Client, on: bool) {
+    let change = if on {
+        "alter system set default_transaction_read_only = on"
+    } else {
+        "alter system reset default_transaction_read_only"
+    };
+    oracle.batch_execute(change).await.unwrap();
+    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+}
+
 /// Restarts PostgreSQL (after `stop`, or with a fast shutdown) on the same port.
 fn start_again(pg: &mut PgServer) {
     tokio::task::block_in_place(|| pg.restart_with(&PgOptions::default()));
@@ -56,7 +76,7 @@ async fn idle_clients_see_nothing_across_a_restart() {
 async fn a_backend_killed_mid_statement_gives_one_error_saying_whether_a_commit_may_have_happened() {
     let fx = common::start("pool_max = 2").await;
     let oracle = common::direct(&fx.pg).await;
-    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    create_ledger(&oracle).await;
     let kill = |what: &'static str| {
         let oracle = &oracle;
         async move {
@@ -89,12 +109,11 @@ async fn a_backend_killed_mid_statement_gives_one_error_saying_whether_a_commit_
 async fn a_writer_turned_read_only_gets_no_more_writes_and_the_write_waits_for_a_writer() {
     let fx = common::start("pool_max = 2\nquery_wait_timeout = \"20s\"").await;
     let oracle = common::direct(&fx.pg).await;
-    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    create_ledger(&oracle).await;
     let c = fx.client().await;
     c.batch_execute("insert into ledger values (1)").await.expect("a warm connection to the writer");
     // A blue/green-like switch: the node stays up but refuses writes; later it takes them again.
-    oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
-    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    node_read_only(&oracle, true).await;
     // pg_reload_conf only asks the postmaster: once a new backend starts read-only, the postmaster has
     // signalled the existing ones too, and pgmux's server connection applies it before its next command.
     let reloaded = common::eventually(Duration::from_secs(5), || async {
@@ -107,8 +126,7 @@ async fn a_writer_turned_read_only_gets_no_more_writes_and_the_write_waits_for_a
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!writer.is_finished(), "the write must wait for a node that takes writes");
-    oracle.batch_execute("alter system reset default_transaction_read_only").await.unwrap();
-    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    node_read_only(&oracle, false).await;
     let (answer, c) = writer.await.unwrap();
     answer.expect("no 25006 reaches the client: the write ran once a writer was there");
     assert_eq!(scalar(&oracle, "select string_agg(v::text, ',' order by v) from ledger").await, "1,2");
@@ -119,15 +137,13 @@ async fn a_writer_turned_read_only_gets_no_more_writes_and_the_write_waits_for_a
 async fn a_client_that_makes_its_own_session_read_only_keeps_it_and_the_writer_keeps_its_writes() {
     let fx = common::start("pool_max = 2").await;
     let oracle = common::direct(&fx.pg).await;
-    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    create_ledger(&oracle).await;
     let (reader, writer) = (fx.client().await, fx.client().await);
     // Both of pgmux's server connections open (and the control connection): none may be closed as read-only.
     let sleep = "select pg_sleep(0.2)";
     let (a, b) = tokio::join!(reader.batch_execute(sleep), writer.batch_execute(sleep));
     a.and(b).unwrap();
-    let backends = "select string_agg(pid::text, ',' order by pid) from pg_stat_activity \
-                    where usename = 'pgmux_app' and backend_type = 'client backend'";
-    let before = scalar(&oracle, backends).await;
+    let before = scalar(&oracle, APP_BACKENDS).await;
     reader.batch_execute("set default_transaction_read_only = on").await.unwrap();
     for round in 0..4 {
         // The writer takes a server in turn, so that the reader lands on either of the two.
@@ -144,27 +160,25 @@ async fn a_client_that_makes_its_own_session_read_only_keeps_it_and_the_writer_k
     reader.batch_execute("reset default_transaction_read_only").await.unwrap();
     reader.batch_execute("insert into ledger values (5)").await.expect("after RESET the reader writes again");
     assert_eq!(scalar(&oracle, "select string_agg(v::text, ',' order by v) from ledger").await, "0,1,2,3,4,5");
-    assert_eq!(scalar(&oracle, backends).await, before, "the writer's connections were kept");
+    assert_eq!(scalar(&oracle, APP_BACKENDS).await, before, "the writer's connections were kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_to_read_only_seen_inside_a_transaction_does_not_follow_the_client_to_the_next_writer() {
     let fx = common::start("pool_max = 2\nquery_wait_timeout = \"20s\"").await;
     let oracle = common::direct(&fx.pg).await;
-    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    create_ledger(&oracle).await;
     let c = fx.client().await;
     c.batch_execute("begin").await.unwrap();
     assert_eq!(scalar(&c, "show default_transaction_read_only").await, "off");
-    oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
-    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    node_read_only(&oracle, true).await;
     // The linked backend applies the reload before its next command and reports the new value then.
     let reported = common::eventually(Duration::from_secs(5), || async {
         scalar(&c, "show default_transaction_read_only").await == "on"
     });
     assert!(reported.await, "the linked server never reported the reload");
     c.batch_execute("commit").await.unwrap();
-    oracle.batch_execute("alter system reset default_transaction_read_only").await.unwrap();
-    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    node_read_only(&oracle, false).await;
     // The node takes writes again: the node's read-only spell was not the client's setting.
     c.batch_execute("insert into ledger values (1)").await.expect("the client's next write reaches a writer");
     assert_eq!(scalar(&c, "show default_transaction_read_only").await, "off");
@@ -175,19 +189,17 @@ async fn a_reload_to_read_only_seen_inside_a_transaction_does_not_follow_the_cli
 async fn a_clients_own_read_only_transaction_is_asked_about_not_taken_for_a_demoted_node() {
     let fx = common::start("pool_max = 2").await;
     let oracle = common::direct(&fx.pg).await;
-    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    create_ledger(&oracle).await;
     let c = fx.client().await;
     c.batch_execute("insert into ledger values (1)").await.unwrap();
-    let backends = "select string_agg(pid::text, ',' order by pid) from pg_stat_activity \
-                    where usename = 'pgmux_app' and backend_type = 'client backend'";
-    let before = scalar(&oracle, backends).await;
+    let before = scalar(&oracle, APP_BACKENDS).await;
     c.batch_execute("begin read only").await.unwrap();
     let refused = c.batch_execute("insert into ledger values (2)").await.unwrap_err();
     assert_eq!(common::code(&refused), "25006");
     c.batch_execute("rollback").await.unwrap();
     // pgmux asked the server for its role after that 25006: a writer, so nothing was closed.
     c.batch_execute("insert into ledger values (3)").await.expect("the writer still takes writes");
-    assert_eq!(scalar(&oracle, backends).await, before, "the writer's connections were kept");
+    assert_eq!(scalar(&oracle, APP_BACKENDS).await, before, "the writer's connections were kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,8 +209,7 @@ async fn a_pinned_client_whose_node_turns_read_only_is_told_and_disconnected() {
     let pinned = fx.client().await;
     pinned.batch_execute("listen news").await.unwrap();
     assert_eq!(scalar(&pinned, "select 'pinned'").await, "pinned");
-    oracle.batch_execute("alter system set default_transaction_read_only = on").await.unwrap();
-    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    node_read_only(&oracle, true).await;
     // Its backend reports the reload with its next command; the transaction itself still completes.
     let told = common::eventually(Duration::from_secs(5), || async {
         match pinned.simple_query("select 1").await {
@@ -215,8 +226,7 @@ async fn a_pinned_client_whose_node_turns_read_only_is_told_and_disconnected() {
     });
     assert!(told.await, "the pinned client kept its read-only node");
     assert!(pinned.is_closed() || pinned.simple_query("select 1").await.is_err(), "and was disconnected");
-    oracle.batch_execute("alter system reset default_transaction_read_only").await.unwrap();
-    oracle.batch_execute("select pg_reload_conf()").await.unwrap();
+    node_read_only(&oracle, false).await;
 }
 
 /// Stops (or resumes) a PostgreSQL server and every backend of it, as `kill -STOP` would a hung host.
@@ -315,7 +325,7 @@ async fn query_timeout_cancels_the_query_and_names_the_setting() {
 async fn idle_transaction_timeout_and_client_idle_timeout_close_idle_clients_naming_the_setting() {
     let fx = common::start("idle_transaction_timeout = \"1s\"\nclient_idle_timeout = \"2s\"").await;
     let oracle = common::direct(&fx.pg).await;
-    oracle.batch_execute("create table ledger (v int); grant all on ledger to pgmux_app").await.unwrap();
+    create_ledger(&oracle).await;
     let c = fx.client().await;
     c.batch_execute("begin; insert into ledger values (1)").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1800)).await;
