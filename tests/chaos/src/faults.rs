@@ -59,7 +59,8 @@ pub const ALL: [Scenario; 15] = [
 ];
 
 /// The short form's scenarios: what the enforced goals need (idle, in-flight and first-write goals across a
-/// termination, a restart and a failover; the ledger; a killed client's locks) in about two minutes.
+/// termination, a restart and a failover; no write to a demoted writer; the ledger; a killed client's locks)
+/// in about two and a half minutes.
 pub const QUICK: [Scenario; 6] = [
     Scenario::TerminateIdle,
     Scenario::TerminateActive,

@@ -79,7 +79,7 @@ pub const GOALS: &[Goal] = &[
     Goal {
         id: "demoted-node",
         text: "0 writes reach a demoted node once its role is visible; its connections gone within 2 s of the flip",
-        enforced: false,
+        enforced: true,
         judge: |s, _| demoted(s),
     },
     Goal {
