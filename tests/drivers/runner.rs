@@ -6,7 +6,7 @@
 //! Settings, all optional: `MATRIX_ONLY=go,rust` (a subset of node, python, go, java, rust);
 //! `MATRIX_PGMUX_EXTRA` (TOML appended to pgmux's settings); `MATRIX_EXPECT_FAILURES=1` (negative control:
 //! report, do not assert); `MATRIX_REPORT` (where the Markdown goes, relative to the repository root);
-//! `MATRIX_CLIENTS`, `MATRIX_TXNS`, `MATRIX_TIMEOUT_S` (passed to the suites; 50, 100, 60);
+//! `MATRIX_CLIENTS`, `MATRIX_TXNS`, `MATRIX_TIMEOUT_S` (passed to the suites; 50, 100, 120);
 //! `MATRIX_DIRECT=1` (baseline: no pgmux, the suites talk to PostgreSQL itself, `PGPORT` = `DIRECT_PGPORT`;
 //! the report goes to `target/driver-matrix-direct.md`); `MATRIX_PGBOUNCER=1` (reference: PgBouncer in
 //! transaction mode in place of pgmux, with the pool size pgmux would get; reports without asserting, to
@@ -229,7 +229,7 @@ impl Stage {
             (None, None) => (pg.port(), pg.data_dir().parent().expect("the server's directory").to_owned()),
         };
         let contract = contract_env(&pg, port, &socket_dir, pool_max);
-        let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(60));
+        let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(120));
         Stage { pg, proxy, bouncer, pg_version, front, contract, timeout, _sockets: sockets }
     }
 
@@ -361,7 +361,7 @@ fn contract_env(pg: &PgServer, port: u16, socket_dir: &Path, pool_max: usize) ->
         ("DIRECT_PGPASSWORD".into(), SUPERUSER.password.into()),
         ("MATRIX_CLIENTS".into(), knob("MATRIX_CLIENTS", "50")),
         ("MATRIX_TXNS".into(), knob("MATRIX_TXNS", "100")),
-        ("MATRIX_TIMEOUT_S".into(), knob("MATRIX_TIMEOUT_S", "60")),
+        ("MATRIX_TIMEOUT_S".into(), knob("MATRIX_TIMEOUT_S", "120")),
         ("MATRIX_POOL_MAX".into(), pool_max.to_string()),
     ])
 }

@@ -203,6 +203,8 @@ def scenarios(driver: str, cache: int) -> list[tuple[str, Callable[[], str]]]:
         )
         sampler = BackendSampler()
 
+        slowest = [0.0]
+
         async def client(k: int) -> None:
             who, own = f"{driver}:{k}", own_sql(k, dollar=True)
             # One pool connection per client for its whole run, acquired again for the last transaction so
@@ -211,6 +213,7 @@ def scenarios(driver: str, cache: int) -> list[tuple[str, Callable[[], str]]]:
                 async with pool.acquire() as conn:
                     for n in range(first, last):
                         ident = s4_id(k, n, CFG.txns)
+                        began = time.monotonic()
                         async with conn.transaction():
                             before = await conn.fetchval(S4["lock"], ident)
                             eq(await conn.fetchval(S4["bump"], ident), before + 1, "updated f")
@@ -218,6 +221,7 @@ def scenarios(driver: str, cache: int) -> list[tuple[str, Callable[[], str]]]:
                             await conn.execute(S4["audit"], who, n)
                             eq(await conn.fetchval(own, n), n + k, "own statement")
                         eq(await conn.fetchval(S4["count"], who), n + 1, "audit rows so far")
+                        slowest[0] = max(slowest[0], time.monotonic() - began)
 
         try:
             results = await asyncio.gather(*(client(k) for k in range(CFG.clients)), return_exceptions=True)
@@ -225,7 +229,7 @@ def scenarios(driver: str, cache: int) -> list[tuple[str, Callable[[], str]]]:
             sampler.stop()
             await pool.close()
         raise_first([r for r in results if isinstance(r, BaseException)], CFG.clients)
-        return f"{check_audit(driver, CFG.clients * CFG.txns)}, {sampler.verdict()} (create_pool, a connection per client, released once)"
+        return f"{check_audit(driver, CFG.clients * CFG.txns)}, {sampler.verdict()}, slowest transaction {slowest[0] * 1000:.0f} ms (create_pool, a connection per client, released once)"
 
     async def s5() -> str:
         conn = await connect()
