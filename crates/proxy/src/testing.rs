@@ -128,7 +128,9 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
     }
     hold_while_hung(&counters).await;
     let delay = counters.login_delay_ms.load(Ordering::SeqCst) as u64;
-    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
     let mut out = BytesMut::new();
     if counters.refuse.load(Ordering::SeqCst) {
         let code =
