@@ -1,6 +1,7 @@
 //! Moving messages between the client and its server: what to do with each message, found by its tag and at
 //! most one small field, and the one poll that drives both sockets.
 
+use std::ops::Range;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -11,8 +12,10 @@ use pgmux_proto::{Step, backend};
 
 use super::{End, Session};
 use crate::io::{MAX_QUEUED, ReadOutcome};
+use crate::params::ClientParams;
+use crate::pool::ServerPool;
 use crate::router::{Mode, ServerView, Verdict};
-use crate::server::{SERVER_READ_CHUNK, ServerFailure};
+use crate::server::{SERVER_READ_CHUNK, ServerConn, ServerFailure};
 use crate::tracker::Route;
 
 /// Something happened on a socket.
@@ -318,21 +321,7 @@ impl Session {
             }
             let body = &server.io.rbuf[run + 5..run + len];
             let routed = if tag == b'S' {
-                if let Ok((name, value)) = backend::parameter_status(body) {
-                    server.params.report(name, value);
-                    self.params.report(name, value);
-                    match name {
-                        // A demotion: no session can set this, so it is the node's role.
-                        "in_hot_standby" if value == "on" => {
-                            server.role = server.reported_role().or(server.role);
-                            self.shared.pool.role_seen(server);
-                        }
-                        // A promotion, the client's own SET, or a reload that turned the node read-only: the
-                        // server is asked which when the transaction ends.
-                        "in_hot_standby" | "default_transaction_read_only" => server.role_unconfirmed = true,
-                        _ => {}
-                    }
-                }
+                parameter_status(server, run + 5..run + len, &mut self.params, &self.shared.pool);
                 Ok(Route::Forward)
             } else {
                 if tag == b'E' && !server.role_unconfirmed && refuses_writes(body) {
@@ -364,6 +353,25 @@ impl Session {
             server.tracker.take_answers(|b| out.push(b));
         }
         progress
+    }
+}
+
+/// A ParameterStatus from the server, its body at `body` in the read buffer: both sides' parameters learn
+/// the value, and a report that may say the node changed role is acted on (the caller forwards it).
+fn parameter_status(server: &mut ServerConn, body: Range<usize>, client: &mut ClientParams, pool: &ServerPool) {
+    let Ok((name, value)) = backend::parameter_status(&server.io.rbuf[body]) else { return };
+    server.params.report(name, value);
+    client.report(name, value);
+    match name {
+        // A demotion: no session can set this, so it is the node's role.
+        "in_hot_standby" if value == "on" => {
+            server.role = server.reported_role().or(server.role);
+            pool.role_seen(server);
+        }
+        // A promotion, the client's own SET, or a reload that turned the node read-only: the server is
+        // asked which when the transaction ends.
+        "in_hot_standby" | "default_transaction_read_only" => server.role_unconfirmed = true,
+        _ => {}
     }
 }
 
