@@ -12,6 +12,9 @@
 //! shares one or two connections instead of opening one each. (With nothing
 //! open at all there is nothing to wait for: the first connection is opened at once.)
 //!
+//! A caller may wait until a deadline ([`Pool::acquire_until`]). Deadlines and lazy growth are kept by one
+//! timer per pool, not one per waiter (see the `clock` module).
+//!
 //! The limit can change while the pool runs ([`Pool::set_max_size`]). A connection that comes back while
 //! the pool is over its limit is not kept: it goes to the closer given to [`Pool::with_closer`].
 //!
@@ -22,6 +25,7 @@
 //! returns its connection inline on drop (no task is spawned: inside Lambda a spawned task may only run after
 //! the environment thaws).
 
+mod clock;
 mod lease;
 
 use std::collections::VecDeque;
@@ -29,7 +33,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 pub use lease::{Grant, Lease, Meta, Slot};
 
@@ -53,6 +58,15 @@ impl std::fmt::Display for Closed {
 }
 
 impl std::error::Error for Closed {}
+
+/// Why [`Pool::acquire_until`] came back without a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// The pool was closed.
+    Closed,
+    /// The deadline passed first.
+    TimedOut,
+}
 
 /// A snapshot of the pool's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,6 +103,15 @@ pub type Closer<C> = Box<dyn Fn(C) + Send + Sync>;
 pub(crate) struct Inner<C> {
     state: Mutex<State<C>>,
     closer: Option<Closer<C>>,
+    /// Wakes the clock's task (see the `clock` module).
+    bell: Arc<Notify>,
+}
+
+impl<C> Drop for Inner<C> {
+    fn drop(&mut self) {
+        // A parked clock finds the pool gone and ends.
+        self.bell.notify_one();
+    }
 }
 
 impl<C: fmt::Debug> fmt::Debug for Inner<C> {
@@ -112,15 +135,25 @@ struct State<C> {
     last_returned: Option<tokio::time::Instant>,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
-    next_waiter: u64,
     closed: bool,
     paused: bool,
+    clock: clock::Clock,
 }
 
 #[derive(Debug)]
 struct Waiter<C> {
-    id: u64,
-    tx: oneshot::Sender<Grant<C>>,
+    tx: oneshot::Sender<Handout<C>>,
+    /// When it started waiting: lazy growth lets it open a connection `grow_after` later.
+    since: Instant,
+    /// When it gives up, if ever.
+    deadline: Option<Instant>,
+}
+
+/// What a waiter is sent.
+#[derive(Debug)]
+enum Handout<C> {
+    Grant(Grant<C>),
+    TimedOut,
 }
 
 impl<C> Pool<C> {
@@ -145,11 +178,11 @@ impl<C> Pool<C> {
             last_returned: None,
             config,
             waiters: VecDeque::new(),
-            next_waiter: 0,
             closed: false,
             paused: false,
+            clock: clock::Clock::default(),
         };
-        Pool { shared: Arc::new(Inner { state: Mutex::new(state), closer }) }
+        Pool { shared: Arc::new(Inner { state: Mutex::new(state), closer, bell: Arc::default() }) }
     }
 
     /// An idle connection or the right to open one, if either is available right now without waiting
@@ -186,50 +219,54 @@ impl<C> Pool<C> {
         Some(st.reserve(&self.shared))
     }
 
-    /// Waits for an idle connection or the right to open one, in arrival order. Callers bound the wait
-    /// with a timeout; dropping the future leaves the queue cleanly.
-    pub async fn acquire(&self) -> Result<Grant<C>, Closed> {
-        let (id, grow_after, mut rx) = {
-            let mut st = self.shared.lock();
-            if let Some(grant) = self.take_now(&mut st)? {
-                return Ok(grant);
-            }
-            let id = st.next_waiter;
-            st.next_waiter += 1;
-            let (tx, rx) = oneshot::channel();
-            st.waiters.push_back(Waiter { id, tx });
-            (id, st.config.grow_after, rx)
-        };
-        if grow_after.is_zero() {
-            return rx.await.map_err(|_| Closed);
-        }
-        // Lazy growth: every `grow_after` spent waiting, try to open a connection; it is refused while
-        // another one is being opened or the pool is at its limit, and then the wait goes on.
-        loop {
-            tokio::select! {
-                grant = &mut rx => return grant.map_err(|_| Closed),
-                _ = tokio::time::sleep(grow_after) => {
-                    if let Some(slot) = self.grow_for(id) {
-                        return Ok(Grant::Open(slot));
-                    }
-                }
-            }
-        }
+    /// Waits for an idle connection or the right to open one, in arrival order, for as long as it takes.
+    /// Dropping the future leaves the queue cleanly.
+    pub async fn acquire(&self) -> Result<Grant<C>, Closed>
+    where
+        C: Send + 'static,
+    {
+        self.wait(None).await.map_err(|_| Closed)
     }
 
-    /// Lets waiter `id` open a connection if it is still queued, the pool is below its limit, no other
-    /// connection is being opened, and the last one opened has had `grow_after` to serve the queue.
-    fn grow_for(&self, id: u64) -> Option<Slot<C>> {
-        let mut st = self.shared.lock();
-        if st.closed || st.paused || st.size >= st.config.max_size || st.opening > 0 {
-            return None;
+    /// Waits for an idle connection or the right to open one, in arrival order, until `deadline`. No timer
+    /// is armed for the wait: the pool's clock keeps every waiter's deadline. Dropping the future leaves
+    /// the queue cleanly.
+    pub async fn acquire_until(&self, deadline: Instant) -> Result<Grant<C>, WaitError>
+    where
+        C: Send + 'static,
+    {
+        self.wait(Some(deadline)).await
+    }
+
+    async fn wait(&self, deadline: Option<Instant>) -> Result<Grant<C>, WaitError>
+    where
+        C: Send + 'static,
+    {
+        let (rx, start, ring) = {
+            let mut st = self.shared.lock();
+            if let Some(grant) = self.take_now(&mut st).map_err(|_| WaitError::Closed)? {
+                return Ok(grant);
+            }
+            let since = Instant::now();
+            if deadline.is_some_and(|at| at <= since) {
+                return Err(WaitError::TimedOut);
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push_back(Waiter { tx, since, deadline });
+            // Usually false: behind other waiters, nothing of this one's comes due before theirs.
+            let ring = clock::earlier(deadline, st.growth_due()).is_some_and(|at| st.due_at(at));
+            (rx, st.start_clock(), ring)
+        };
+        if start {
+            tokio::spawn(clock::run(Arc::downgrade(&self.shared), Arc::clone(&self.shared.bell)));
+        } else if ring {
+            self.shared.bell.notify_one();
         }
-        if st.last_opened.is_some_and(|t| t.elapsed() < st.config.grow_after) {
-            return None;
+        match rx.await {
+            Ok(Handout::Grant(grant)) => Ok(grant),
+            Ok(Handout::TimedOut) => Err(WaitError::TimedOut),
+            Err(_) => Err(WaitError::Closed),
         }
-        let pos = st.waiters.iter().position(|w| w.id == id)?;
-        st.waiters.remove(pos);
-        Some(st.reserve(&self.shared))
     }
 
     /// Counters at this moment.
@@ -267,7 +304,7 @@ impl<C> Pool<C> {
         };
         for (waiter, (conn, meta)) in handed {
             // A waiter that left meanwhile hands the lease back; dropping it returns the connection.
-            let _ = waiter.tx.send(Grant::Idle(Lease::new(&self.shared, conn, meta)));
+            let _ = waiter.tx.send(Handout::Grant(Grant::Idle(Lease::new(&self.shared, conn, meta))));
         }
         Inner::deliver_slots(&self.shared, slots);
     }
@@ -348,8 +385,9 @@ impl<C> Pool<C> {
             st.closed = true;
             std::mem::take(&mut st.waiters)
         };
-        // Dropping the senders wakes every waiter with an error.
+        // Dropping the senders wakes every waiter with an error; the clock's task ends.
         drop(waiters);
+        self.shared.bell.notify_one();
     }
 
     /// Takes every idle connection out of the pool for the caller to close.
@@ -392,10 +430,10 @@ impl<C> Inner<C> {
             };
             // Sent outside the lock: a failed send hands the lease back, and dropping a lease locks.
             let lease = Lease::new(self, item.0, item.1);
-            match waiter.tx.send(Grant::Idle(lease)) {
+            match waiter.tx.send(Handout::Grant(Grant::Idle(lease))) {
                 Ok(()) => return,
-                Err(Grant::Idle(lease)) => item = lease.into_parts(),
-                Err(Grant::Open(_)) => unreachable!("sent an idle grant"),
+                Err(Handout::Grant(Grant::Idle(lease))) => item = lease.into_parts(),
+                Err(_) => unreachable!("sent an idle grant"),
             }
         }
     }
@@ -422,17 +460,27 @@ impl<C> Inner<C> {
         Self::deliver_slots(self, slots);
     }
 
-    /// A slot was filled: its connection is no longer being opened.
+    /// A slot was filled: its connection is no longer being opened, and lazy growth counts from now.
     pub(crate) fn opened(&self) {
-        let mut st = self.lock();
-        st.opening -= 1;
-        st.last_opened = Some(tokio::time::Instant::now());
+        let ring = {
+            let mut st = self.lock();
+            st.opening -= 1;
+            st.last_opened = Some(tokio::time::Instant::now());
+            st.growth_due().is_some_and(|at| st.due_at(at))
+        };
+        if ring {
+            self.bell.notify_one();
+        }
     }
 
-    fn deliver_slots(self: &Arc<Self>, mut waiters: Vec<Waiter<C>>) {
-        for w in waiters.drain(..) {
+    /// Sends each waiter given a place its slot, and wakes the clock if something came due sooner.
+    fn deliver_slots(self: &Arc<Self>, Freed { mut slots, ring }: Freed<C>) {
+        for w in slots.drain(..) {
             // If the waiter is gone the slot comes back as an error and its drop frees the place again.
-            let _ = w.tx.send(Grant::Open(Slot::new(self)));
+            let _ = w.tx.send(Handout::Grant(Grant::Open(Slot::new(self))));
+        }
+        if ring {
+            self.bell.notify_one();
         }
     }
 }
@@ -454,17 +502,26 @@ impl<C> State<C> {
         Slot::new(shared)
     }
 
-    /// Reserves a place for each waiter that may open a connection now (see `may_open_now`).
-    fn grant_free_slots(&mut self) -> Vec<Waiter<C>> {
-        let mut out = Vec::new();
+    /// Reserves a place for each waiter that may open a connection now (see `may_open_now`), and sees
+    /// whether lazy growth now comes due sooner than the clock will wake.
+    fn grant_free_slots(&mut self) -> Freed<C> {
+        let mut slots = Vec::new();
         while self.may_open_now() {
             let Some(w) = self.waiters.pop_front() else { break };
             self.size += 1;
             self.opening += 1;
-            out.push(w);
+            slots.push(w);
         }
-        out
+        let ring = self.growth_due().is_some_and(|at| self.due_at(at));
+        Freed { slots, ring }
     }
+}
+
+/// What a change that freed places or raised the limit hands on: waiters that may open a connection now,
+/// and whether the clock must wake (lazy growth came due sooner).
+struct Freed<C> {
+    slots: Vec<Waiter<C>>,
+    ring: bool,
 }
 
 #[cfg(test)]

@@ -408,3 +408,97 @@ async fn an_idle_connection_can_be_taken_out_of_turn_for_a_check_and_returns_are
     drop(checked);
     assert_eq!(third.await.unwrap(), 1, "given back, to the client in line");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_told_when_its_deadline_passes_and_leaves_the_queue() {
+    let p = pool(1, 0);
+    let held = open(&p, 1).await;
+    let start = Instant::now();
+    let waited = p.acquire_until(start + Duration::from_millis(30)).await;
+    assert!(matches!(waited, Err(WaitError::TimedOut)), "{waited:?}");
+    let late = start.elapsed() - Duration::from_millis(30);
+    assert!(late <= Duration::from_millis(1), "told {late:?} after its deadline");
+    assert_eq!(p.status().waiting, 0, "the clock took it out of the line");
+    drop(held);
+    assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1, paused: false });
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_waiter_keeps_its_own_deadline_even_out_of_order() {
+    let p = pool(1, 0);
+    let _held = open(&p, 1).await;
+    let start = Instant::now();
+    // Three waiters in line, the last with the earliest deadline (a shorter query_wait_timeout after a
+    // reload, or a client that waited before).
+    let waiters: Vec<_> = [50u64, 20, 10]
+        .into_iter()
+        .map(|ms| {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let outcome = p.acquire_until(start + Duration::from_millis(ms)).await;
+                assert!(matches!(outcome, Err(WaitError::TimedOut)), "{outcome:?}");
+                start.elapsed().as_millis()
+            })
+        })
+        .collect();
+    let mut told = Vec::new();
+    for waiter in waiters {
+        told.push(waiter.await.unwrap());
+    }
+    assert_eq!(told, [50, 20, 10]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_already_passed_is_answered_at_once_but_a_free_connection_still_wins() {
+    let p = pool(1, 0);
+    let past = Instant::now();
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let held = match p.acquire_until(past).await {
+        Ok(Grant::Open(slot)) => slot.fill(1),
+        other => panic!("a free place is granted whatever the deadline: {other:?}"),
+    };
+    assert!(matches!(p.acquire_until(past).await, Err(WaitError::TimedOut)));
+    assert_eq!(p.status().waiting, 0);
+    drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_left_does_not_hold_back_lazy_growth_for_the_next() {
+    let p = pool(2, 5);
+    let _held = open(&p, 1).await;
+    let mut gone = Box::pin(p.acquire());
+    assert!(futures_poll(&mut gone).is_none());
+    drop(gone);
+    let start = Instant::now();
+    let second = open(&p, 2).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(5), "the next in line opened after grow_after");
+    assert_eq!(p.status().waiting, 0);
+    drop(second);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lazy_growth_resumes_when_a_connection_being_opened_arrives() {
+    let p = pool(3, 5);
+    let _first = open(&p, 1).await;
+    let opener = tokio::spawn({
+        let p = p.clone();
+        async move {
+            let Grant::Open(slot) = p.acquire().await.unwrap() else { panic!("expected a slot") };
+            // A slow login: 40 ms. Nothing else opens meanwhile.
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            slot.fill(2)
+        }
+    });
+    tokio::task::yield_now().await;
+    let start = Instant::now();
+    let third = tokio::spawn({
+        let p = p.clone();
+        async move { open(&p, 3).await }
+    });
+    let second = opener.await.unwrap();
+    let third = third.await.unwrap();
+    // The second connection arrived at 5 + 40 ms; the third waiter may open grow_after after that.
+    assert_eq!(start.elapsed(), Duration::from_millis(50));
+    assert_eq!(p.status().size, 3);
+    drop((second, third));
+}

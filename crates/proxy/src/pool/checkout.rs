@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use pgmux_metrics::ServerCloseReason;
-use pgmux_pool::Grant;
+use pgmux_pool::{Grant, WaitError};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 use tokio::time::Instant;
@@ -143,18 +143,18 @@ impl ServerPool {
         }
     }
 
-    /// An idle connection or the right to open one: at once if there is one (no timer, no queue), else in
-    /// line until the client's deadline.
+    /// An idle connection or the right to open one: at once if there is one (no clock read, no queue), else
+    /// in line until the client's deadline (kept by the pool's one timer, not one of the client's own).
     async fn grant(&self, wait: &mut Wait) -> Result<Grant<Box<ServerConn>>, CheckoutError> {
         match self.pool.try_acquire() {
             Err(_closed) => return Err(CheckoutError::Closed),
             Ok(Some(grant)) => return Ok(grant),
             Ok(None) => {}
         }
-        match tokio::time::timeout_at(wait.deadline(), self.pool.acquire()).await {
-            Ok(Ok(grant)) => Ok(grant),
-            Ok(Err(_closed)) => Err(CheckoutError::Closed),
-            Err(_) => Err(wait.give_up(self.limit.current())),
+        match self.pool.acquire_until(wait.deadline()).await {
+            Ok(grant) => Ok(grant),
+            Err(WaitError::Closed) => Err(CheckoutError::Closed),
+            Err(WaitError::TimedOut) => Err(wait.give_up(self.limit.current())),
         }
     }
 

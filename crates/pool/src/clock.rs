@@ -1,0 +1,137 @@
+//! The pool's one timer. Waiters do not arm timers of their own: each records when it started waiting and
+//! when it gives up, and a single task per pool wakes at the earliest moment anything is due — a waiter's
+//! deadline, or the moment lazy growth lets the first waiter in line open a connection — hands out what is
+//! due, and sleeps until the next such moment. A checkout that waits costs a place in the queue and a clock
+//! reading, not a timer registered and cancelled.
+//!
+//! The task is started by the first waiter and parks (no timer) while nobody waits. Whoever makes something
+//! due sooner than the task's next wake-up rings its bell; a new waiter behind others never needs to, since
+//! nothing of its own comes due before theirs.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::{Grant, Handout, Inner, State, Waiter};
+
+/// What a tick hands out: each waiter with what it is sent.
+type Handouts<C> = Vec<(Waiter<C>, Handout<C>)>;
+
+/// The least time between two wake-ups for deadlines: with many waiters whose deadlines all differ, the task
+/// wakes at most this often, and a deadline is kept at most this late.
+const DEADLINE_GRAIN: Duration = Duration::from_millis(1);
+
+/// The task's side of the timer: what it has promised to wake up for.
+#[derive(Debug, Default)]
+pub(crate) struct Clock {
+    /// When the task will next wake up by itself; `None` while it is parked (or not started).
+    next: Option<Instant>,
+    started: bool,
+}
+
+impl<C> State<C> {
+    /// Something comes due at `at`: true if the clock's task must be woken for it (it would sleep past
+    /// it). Marks the task as woken for `at`, so that later callers with later moments do not ring again.
+    pub(crate) fn due_at(&mut self, at: Instant) -> bool {
+        if self.clock.next.is_some_and(|next| next <= at) {
+            return false;
+        }
+        self.clock.next = Some(at);
+        true
+    }
+
+    /// When lazy growth will let the first waiter in line open a connection, if nothing changes before
+    /// then; `None` if it cannot (no lazy growth, at the limit, paused, or a connection is being opened:
+    /// its arrival re-counts, see `Inner::opened`).
+    pub(crate) fn growth_due(&self) -> Option<Instant> {
+        let grow_after = self.config.grow_after;
+        if grow_after.is_zero() || self.closed || self.paused || self.opening > 0 || self.size >= self.config.max_size {
+            return None;
+        }
+        let first = self.waiters.front()?.since;
+        Some(self.last_opened.map_or(first, |opened| opened.max(first)) + grow_after)
+    }
+
+    /// Hands out everything due at `now`: waiters past their deadline are told so, and the first waiter in
+    /// line may open a connection if lazy growth allows. Returns what to send (outside the lock) and when
+    /// the task should wake up next (`None`: park until rung).
+    fn tick(&mut self, now: Instant, shared: &Arc<Inner<C>>) -> (Handouts<C>, Option<Instant>) {
+        let mut out = Vec::new();
+        // Waiters whose future was dropped hold nobody's place.
+        self.waiters.retain(|w| !w.tx.is_closed());
+        let mut earliest: Option<Instant> = None;
+        let mut i = 0;
+        while i < self.waiters.len() {
+            match self.waiters[i].deadline {
+                Some(deadline) if deadline <= now => {
+                    // Usually the first in line: removing it moves nothing.
+                    if let Some(w) = self.waiters.remove(i) {
+                        out.push((w, Handout::TimedOut));
+                    }
+                }
+                deadline => {
+                    earliest = earlier(earliest, deadline);
+                    i += 1;
+                }
+            }
+        }
+        if self.growth_due().is_some_and(|at| at <= now)
+            && let Some(w) = self.waiters.pop_front()
+        {
+            out.push((w, Handout::Grant(Grant::Open(self.reserve(shared)))));
+        }
+        let deadline = earliest.map(|at| at.max(now + DEADLINE_GRAIN));
+        let next = earlier(deadline, self.growth_due());
+        self.clock.next = next;
+        (out, next)
+    }
+
+    /// Starts the clock's task the first time someone waits; true if this call must start it.
+    pub(crate) fn start_clock(&mut self) -> bool {
+        !std::mem::replace(&mut self.clock.started, true)
+    }
+}
+
+/// The earlier of two moments, either of which may be missing.
+pub(crate) fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The clock's task: runs until the pool is closed or gone.
+pub(crate) async fn run<C: Send + 'static>(pool: Weak<Inner<C>>, bell: Arc<Notify>) {
+    let sleep = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(sleep);
+    loop {
+        let next = {
+            let Some(inner) = pool.upgrade() else { return };
+            let (out, next, closed) = {
+                let mut st = inner.lock();
+                let (out, next) = st.tick(Instant::now(), &inner);
+                (out, next, st.closed)
+            };
+            for (waiter, handout) in out {
+                // A waiter that left meanwhile hands its grant back; dropping it returns it to the pool.
+                let _ = waiter.tx.send(handout);
+            }
+            if closed {
+                return;
+            }
+            next
+        };
+        match next {
+            Some(at) => {
+                sleep.as_mut().reset(at);
+                tokio::select! {
+                    () = &mut sleep => {}
+                    () = bell.notified() => {}
+                }
+            }
+            None => bell.notified().await,
+        }
+    }
+}
