@@ -12,6 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -46,6 +47,8 @@ struct Target {
     waiting: bool,
     /// A cancel came while it waited.
     cancelled: bool,
+    /// The waiting session's task, woken by such a cancel.
+    waker: Option<Waker>,
 }
 
 /// Every live client's cancel key. A client's pid is its slot index plus one: unique among live clients,
@@ -57,8 +60,6 @@ pub(crate) struct CancelRegistry {
     generations: std::sync::atomic::AtomicU32,
     /// Signalled whenever a forwarded cancel completes, for sessions waiting to unlink.
     done: Notify,
-    /// Signalled when a cancel comes for a client waiting in line.
-    queued: Notify,
 }
 
 /// A client's registration; dropping it removes the key.
@@ -114,14 +115,25 @@ impl Registration {
     pub(crate) fn wait_end(&self) -> bool {
         self.with(|t| {
             t.waiting = false;
+            t.waker = None;
             std::mem::take(&mut t.cancelled)
         })
         .unwrap_or(false)
     }
 
-    /// Resolves once a cancel has come for this client since [`Registration::wait_begin`].
-    pub(crate) async fn cancelled(&self) {
-        wait_for(&self.registry.queued, || self.with(|t| t.cancelled).unwrap_or(false)).await;
+    /// Ready once a cancel has come for this client since [`Registration::wait_begin`]; until then the
+    /// task is woken by one (its own waker, kept with its key: no queue of every waiting client to wake).
+    pub(crate) fn poll_cancelled(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.with(|t| {
+            if t.cancelled {
+                return Poll::Ready(());
+            }
+            if !t.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                t.waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .unwrap_or(Poll::Pending)
     }
 }
 
@@ -161,6 +173,7 @@ impl CancelRegistry {
             in_flight: 0,
             waiting: false,
             cancelled: false,
+            waker: None,
         };
         let slot = self.lock().insert(target);
         let pid = i32::try_from(slot).map_or(i32::MAX, |s| s.saturating_add(1));
@@ -180,7 +193,10 @@ impl CancelRegistry {
                 Some(t) => match t.server {
                     None if t.waiting => {
                         t.cancelled = true;
-                        self.queued.notify_waiters();
+                        // Woken under the lock: waking only schedules the task.
+                        if let Some(waker) = t.waker.take() {
+                            waker.wake();
+                        }
                         Err("cancel request for a client waiting for a server connection: answered by pgmux")
                     }
                     None => Err("cancel request for a client with no query running"),
@@ -311,7 +327,7 @@ mod tests {
         r.wait_begin();
         let heard = tokio::spawn({
             let r = Arc::clone(&r);
-            async move { r.cancelled().await }
+            async move { std::future::poll_fn(|cx| r.poll_cancelled(cx)).await }
         });
         tokio::task::yield_now().await;
         assert!(!heard.is_finished());

@@ -263,3 +263,45 @@ fn the_console_answers_while_pgmux_drains_and_other_clients_are_turned_away() {
     let gone = poll(Duration::from_secs(10), || Some(()).filter(|_| !pgmux.running()));
     assert!(gone.is_some(), "pgmux exits once the transaction is done\n{}", pgmux.log());
 }
+
+#[test]
+fn kill_client_ends_a_client_waiting_in_line_for_a_server_connection() {
+    let pg = PgServer::start();
+    let pgmux = Pgmux::start(&pg, false, "query_wait_timeout = \"60s\"\n");
+    runtime().block_on(async {
+        // The pool's two connections held by open transactions: a third client's query waits in line.
+        let mut holders = Vec::new();
+        for _ in 0..2 {
+            let client = connect(&pgmux, DATABASE).await.expect("a client");
+            client.simple_query("BEGIN; SELECT 1").await.expect("BEGIN");
+            holders.push(client);
+        }
+        let waiting = connect(&pgmux, DATABASE).await.expect("a third client");
+        let query = tokio::spawn(async move { waiting.simple_query("SELECT 1").await });
+        let admin = connect(&pgmux, "pgbouncer").await.expect("the console");
+        let mut id = None;
+        for _ in 0..100 {
+            let messages = admin.simple_query("SHOW CLIENTS").await.expect("SHOW CLIENTS");
+            id = messages.iter().find_map(|m| match m {
+                SimpleQueryMessage::Row(r) if r.get("state") == Some("waiting") => r.get("id").map(str::to_owned),
+                _ => None,
+            });
+            if id.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let id = id.expect("a client in state waiting in SHOW CLIENTS");
+        admin.simple_query(&format!("KILL_CLIENT {id}")).await.expect("KILL_CLIENT");
+        let answer = tokio::time::timeout(Duration::from_secs(10), query)
+            .await
+            .expect("the killed client is answered at once, not when a connection comes free")
+            .expect("the query task");
+        let err = answer.expect_err("the killed client's query fails");
+        assert_eq!(err.code().map(|c| c.code()), Some("57P01"), "{err}");
+        // The others are untouched.
+        for client in &holders {
+            client.simple_query("COMMIT").await.expect("COMMIT");
+        }
+    });
+}

@@ -1,13 +1,14 @@
 //! Lending a server connection to a client and taking it back: linking (with the client's parameters
 //! applied), releasing it between transactions, losing it, and cleaning up after a client that left.
 
+use std::task::Poll;
 use std::time::Duration;
 
 use pgmux_metrics::ServerCloseReason;
 use pgmux_proto::encode::{ErrorMessage, Severity};
 use pgmux_proto::sqlstate;
 
-use super::{End, Linked, Session, shutting_down};
+use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::{self, Param};
@@ -113,7 +114,7 @@ impl Session {
     /// its query meanwhile (a connection that came at the same moment goes back to the pool unused).
     async fn wait_for_server(&mut self) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
         self.meter.waiting();
-        let Session { shared, client, stop, cancel, .. } = self;
+        let Session { shared, client, watch, cancel, .. } = self;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.
         let client_left = async {
             loop {
@@ -125,12 +126,20 @@ impl Session {
             }
         };
         cancel.wait_begin();
+        // The cancel and the stop wake this task directly (no queue to join and leave per wait), and the
+        // checkout is polled first: once it is ready, nothing else is looked at.
+        let cancelled = std::future::poll_fn(|cx| cancel.poll_cancelled(cx));
+        let stopped = std::future::poll_fn(|cx| match watch.poll(cx) {
+            Level::Hard => Poll::Ready(()),
+            _ => Poll::Pending,
+        });
         let waited = tokio::select! {
+            biased;
             r = shared.pool.checkout() => Some(r),
-            () = cancel.cancelled() => None,
+            () = cancelled => None,
             _ = client_left => return Err(End::ClientGone),
-            _ = stop.reached(Level::Hard) => {
-                client.out.push(shutting_down().to_bytes());
+            () = stopped => {
+                client.out.push(goodbye(watch).to_bytes());
                 return Err(End::Shutdown);
             }
         };

@@ -192,6 +192,16 @@ impl Drop for ClientSlot {
     }
 }
 
+/// What a client whose session `watch` stopped is told: pgmux shuts down, or an admin killed it.
+fn goodbye(watch: &Watch) -> ErrorMessage {
+    if watch.killed() {
+        ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "terminating connection due to administrator command")
+            .with_detail("An admin ran KILL_CLIENT on the pgmux console.")
+    } else {
+        shutting_down()
+    }
+}
+
 fn shutting_down() -> ErrorMessage {
     ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
 }
@@ -199,12 +209,7 @@ fn shutting_down() -> ErrorMessage {
 impl Session {
     /// What the client is told when its session is stopped: pgmux shuts down, or an admin killed it.
     fn goodbye(&self) -> ErrorMessage {
-        if self.watch.killed() {
-            ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "terminating connection due to administrator command")
-                .with_detail("An admin ran KILL_CLIENT on the pgmux console.")
-        } else {
-            shutting_down()
-        }
+        goodbye(&self.watch)
     }
 }
 
