@@ -243,6 +243,10 @@ fn statement_end(b: &[u8], mut at: usize) -> Option<usize> {
 /// for every statement a client sends.
 pub(crate) fn may_commit(sql: &str, mut in_transaction: bool) -> bool {
     let b = sql.as_bytes();
+    // A lone statement (no `;` before the trailing ones, most statements): nothing follows it, so its text
+    // is not walked to its end. An unterminated quote in it is then a syntax error, not a second statement.
+    let body = b.iter().rposition(|c| !(c.is_ascii_whitespace() || *c == b';')).map_or(0, |p| p + 1);
+    let lone = memchr::memchr(b';', &b[..body]).is_none();
     let mut at = 0;
     loop {
         let Some(start) = skip_blank(b, at) else { return true };
@@ -260,6 +264,9 @@ pub(crate) fn may_commit(sql: &str, mut in_transaction: bool) -> bool {
             in_transaction = false;
         } else if !(in_transaction || reads_only(first, second)) {
             return true;
+        }
+        if lone {
+            return false;
         }
         let Some(next) = statement_end(b, start) else { return true };
         at = next;
@@ -315,7 +322,13 @@ mod tests {
             ("select ';insert'; select $$;insert$$", false, false),
             ("select 1; update t set v = 2", false, true),
             ("with x as (insert into t values (1) returning *) select * from x", false, true),
-            ("select 'unterminated", false, true),
+            // Text it cannot follow counts as a write, unless it is one statement: PostgreSQL refuses it whole.
+            ("select 'unterminated; insert into t values (1)", false, true),
+            ("select 'unterminated", false, false),
+            ("select 1 -- a comment; with a semicolon\n", false, false),
+            ("select 1; -- insert\n;  ", false, false),
+            ("  ;; select 1 ;; ", false, false),
+            ("update t set v = 1;", false, true),
             ("", false, false),
         ] {
             assert_eq!(may_commit(sql, in_tx), want, "{sql:?} in a transaction: {in_tx}");
