@@ -126,15 +126,17 @@ impl ServerPool {
                     tracing::debug!(server_id = lease.id, "idle server connection failed its check; closing it");
                     self.retire(lease.discard());
                 }
+                // Opening is rare and its futures are large (a login, TLS): boxed, so that the future of
+                // every checkout that waits, moved into the session's box, stays small.
                 Grant::Open(slot) => {
-                    if !self.room_to_grow().await {
+                    if !Box::pin(self.room_to_grow()).await {
                         continue;
                     }
-                    match self.open().await {
+                    match Box::pin(self.open()).await {
                         Ok(conn) => return Ok(slot.fill(Box::new(conn))),
                         Err(CheckoutError::Connect(e)) => {
                             drop(slot);
-                            self.after_failed_open(e, &mut wait).await?;
+                            Box::pin(self.after_failed_open(e, &mut wait)).await?;
                         }
                         Err(e) => return Err(e),
                     }
@@ -255,7 +257,7 @@ impl ServerPool {
             Fitness::Unfit => false,
             Fitness::NeedsRoundTrip => {
                 let timeout = self.config().server_connect_timeout;
-                lease.simple_query("", timeout).await.is_ok()
+                Box::pin(lease.simple_query("", timeout)).await.is_ok()
             }
         }
     }

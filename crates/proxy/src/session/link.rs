@@ -159,7 +159,8 @@ impl Session {
             lease.params.mark_in_sync(&self.params);
             return Ok(lease);
         };
-        let Err(failure) = lease.simple_query(&sql, self.shared.config().server_connect_timeout).await else {
+        // Boxed: a round trip's future is large, and most links never need one.
+        let Err(failure) = Box::pin(lease.simple_query(&sql, self.shared.config().server_connect_timeout)).await else {
             params::synced(&self.params, &mut lease.params);
             return Ok(lease);
         };
