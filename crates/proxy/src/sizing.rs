@@ -109,9 +109,22 @@ impl Gauge for ControlConnection {
         Box::pin(async move {
             let timeout = pool.config().server_probe_timeout;
             let Some(conn) = self.conn.as_mut().filter(|_| !timeout.is_zero()) else { return };
+            let asked = Instant::now();
             if let Err(failure) = conn.simple_query("", timeout).await {
-                if matches!(failure, ServerFailure::Timeout(_)) {
-                    pool.distrust(conn.addr, crate::pool::Distrust::Dead, "the control connection's probe timed out");
+                match failure {
+                    ServerFailure::Timeout(_) if pool.completing_on(conn.addr, asked) => tracing::warn!(
+                        node = %conn.addr, ?timeout,
+                        "the control connection's probe got no answer in time, but transactions on that node \
+                         completed meanwhile: the node is not declared dead; the control connection is replaced"
+                    ),
+                    ServerFailure::Timeout(_) => {
+                        pool.distrust(
+                            conn.addr,
+                            crate::pool::Distrust::Dead,
+                            "the control connection's probe timed out",
+                        );
+                    }
+                    _ => {}
                 }
                 self.conn = None;
             }

@@ -359,6 +359,16 @@ impl ServerPool {
         true
     }
 
+    /// Whether transactions on `node` were seen completing since `since`: a lent connection came back, and
+    /// every pool connection is on that node (so the one that came back was). A node that completes
+    /// transactions is not hung, whatever one connection's probe says; a machine short of CPU can hold a
+    /// probe's answer past `server_probe_timeout` while the pool keeps serving. With connections on other
+    /// nodes too (a failover under way) the pool cannot tell which node answered, and says no.
+    pub(crate) fn completing_on(&self, node: std::net::SocketAddr, since: tokio::time::Instant) -> bool {
+        self.pool.last_returned().is_some_and(|at| at >= since)
+            && self.observer.servers.all().iter().all(|entry| entry.addr == node)
+    }
+
     /// Whether a connection's node was declared dead: its session gives it up at once.
     pub(crate) fn is_dead(&self, conn: &ServerConn) -> bool {
         conn.checked_epoch != self.nodes.epoch() && self.nodes.verdict(conn.addr) == Some(Distrust::Dead)

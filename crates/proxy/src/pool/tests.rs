@@ -312,3 +312,26 @@ async fn a_checkout_future_stays_small() {
     assert!(size <= 1024, "the checkout future is {size} bytes");
     drop(checkout);
 }
+
+#[tokio::test]
+async fn transactions_completing_on_a_node_show_it_alive_unless_other_nodes_share_the_pool() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3")));
+    let (first, _second) = (pool.checkout().await.unwrap(), pool.checkout().await.unwrap());
+    let node = first.addr;
+    let asked = tokio::time::Instant::now();
+    assert!(!pool.completing_on(node, asked), "nothing came back since the probe asked");
+    drop(first);
+    assert!(pool.completing_on(node, asked), "a transaction on it completed");
+    assert!(!pool.completing_on(node, tokio::time::Instant::now() + Duration::from_millis(1)), "not since then");
+    // New connections go to another node (a failover under way): which node answered cannot be told.
+    let other = FakeServer::start().await;
+    let config = other.config(FIXED);
+    let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
+    pool.replace_access(Arc::new(StaticCredentials::from_config(&config)), tls);
+    let again = pool.checkout().await.expect("the idle connection to the first node");
+    let elsewhere = pool.checkout().await.expect("a new connection, to the other node");
+    assert_ne!(elsewhere.addr, node);
+    drop(again);
+    assert!(!pool.completing_on(node, asked), "a return, but the pool also holds another node's connections");
+}
