@@ -111,20 +111,8 @@ impl Gauge for ControlConnection {
             let Some(conn) = self.conn.as_mut().filter(|_| !timeout.is_zero()) else { return };
             let asked = Instant::now();
             if let Err(failure) = conn.simple_query("", timeout).await {
-                match failure {
-                    ServerFailure::Timeout(_) if pool.completing_on(conn.addr, asked) => tracing::warn!(
-                        node = %conn.addr, ?timeout,
-                        "the control connection's probe got no answer in time, but transactions on that node \
-                         completed meanwhile: the node is not declared dead; the control connection is replaced"
-                    ),
-                    ServerFailure::Timeout(_) => {
-                        pool.distrust(
-                            conn.addr,
-                            crate::pool::Distrust::Dead,
-                            "the control connection's probe timed out",
-                        );
-                    }
-                    _ => {}
+                if matches!(failure, ServerFailure::Timeout(_)) {
+                    pool.silent(conn.addr, asked, "the control connection's probe timed out");
                 }
                 self.conn = None;
             }

@@ -364,9 +364,21 @@ impl ServerPool {
     /// transactions is not hung, whatever one connection's probe says; a machine short of CPU can hold a
     /// probe's answer past `server_probe_timeout` while the pool keeps serving. With connections on other
     /// nodes too (a failover under way) the pool cannot tell which node answered, and says no.
-    pub(crate) fn completing_on(&self, node: std::net::SocketAddr, since: tokio::time::Instant) -> bool {
+    fn completing_on(&self, node: std::net::SocketAddr, since: tokio::time::Instant) -> bool {
         self.pool.last_returned().is_some_and(|at| at >= since)
             && self.observer.servers.all().iter().all(|entry| entry.addr == node)
+    }
+
+    /// A probe of `node` sent at `asked` got no answer within `server_probe_timeout`: the node is declared
+    /// dead, unless transactions on it completed meanwhile (see `completing_on`).
+    pub(crate) fn silent(&self, node: std::net::SocketAddr, asked: tokio::time::Instant, reason: &str) {
+        if self.completing_on(node, asked) {
+            tracing::warn!(%node, reason,
+                "a probe got no answer in time, but transactions on that node completed meanwhile: \
+                 the node is not declared dead");
+            return;
+        }
+        self.distrust(node, Distrust::Dead, reason);
     }
 
     /// Whether a connection's node was declared dead: its session gives it up at once.

@@ -117,6 +117,7 @@ impl ServerPool {
             if self.nodes.verdict(node) == Some(Distrust::Dead) {
                 continue;
             }
+            let asked = Instant::now();
             let answer = match self.pool.take_idle(|conn| conn.addr == node) {
                 Some(mut lease) => match ask(&mut lease, timeout).await {
                     Answer::Answered => Answer::Answered,
@@ -129,7 +130,7 @@ impl ServerPool {
                 None => continue,
             };
             if answer == Answer::Silent {
-                self.distrust(node, Distrust::Dead, "it did not answer within server_probe_timeout");
+                self.silent(node, asked, "it did not answer within server_probe_timeout");
             }
         }
     }

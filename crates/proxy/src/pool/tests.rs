@@ -253,6 +253,24 @@ async fn an_idle_connection_that_does_not_answer_declares_its_node_dead_at_once(
 }
 
 #[tokio::test]
+async fn a_silent_idle_connection_declares_nothing_while_a_transaction_on_its_node_completes() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let busy = pool.checkout().await.unwrap();
+    let node = busy.addr;
+    drop(pool.checkout().await.unwrap());
+    fake.hang(true);
+    // The busy connection's transaction ends while the probe waits on the idle one.
+    let done = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(busy);
+    });
+    pool.probe_liveness().await;
+    done.await.unwrap();
+    assert_eq!(pool.nodes.verdict(node), None, "a node that completes transactions is not hung");
+}
+
+#[tokio::test]
 async fn the_probes_own_round_trip_is_no_sign_of_life_for_the_next_round() {
     let fake = FakeServer::start().await;
     let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
