@@ -286,6 +286,25 @@ async fn lazy_growth_opens_one_connection_at_a_time() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn lazy_growth_opens_nothing_for_a_line_that_drains_before_it_could_help() {
+    // At 20 ms the first in line has waited long enough, but ten have been served in those 20 ms and one
+    // is left: the one connection serves it sooner than a new one could be ready.
+    let p = pool(10, 20);
+    let (peak, opened) = burst(&p, 12, Duration::ZERO, Duration::from_millis(2)).await;
+    assert_eq!((peak, opened.len()), (1, 1), "opened at {opened:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn lazy_growth_opens_for_a_line_that_would_outlast_a_new_connection() {
+    // Twenty-nine left after 20 ms, at ten per 20 ms: the line lasts 58 ms more, a new connection ready in
+    // 20 helps, and opens when growth is due.
+    let p = pool(10, 20);
+    let (peak, opened) = burst(&p, 40, Duration::ZERO, Duration::from_millis(2)).await;
+    assert!(peak >= 2, "peak {peak}");
+    assert_eq!(opened[1], Duration::from_millis(20), "opened at {opened:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_slow_connect_holds_back_further_growth() {
     let p = pool(10, 5);
     let held = open(&p, 1).await;
