@@ -23,10 +23,6 @@ type Handouts<C> = Vec<(Waiter<C>, Handout<C>)>;
 /// wakes at most this often, and a deadline is kept at most this late.
 const DEADLINE_GRAIN: Duration = Duration::from_millis(1);
 
-/// When lazy growth finds that the line would drain without a new connection, it looks again after this
-/// fraction of `grow_after`: long enough to see the line move, short enough to catch one that keeps growing.
-const RECHECKS: u32 = 4;
-
 /// The task's side of the timer: what it has promised to wake up for.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
@@ -55,21 +51,7 @@ impl<C> State<C> {
             return None;
         }
         let first = self.waiters.front()?.since;
-        let due = self.last_opened.map_or(first, |opened| opened.max(first)) + grow_after;
-        Some(self.recheck_at.map_or(due, |recheck| recheck.max(due)))
-    }
-
-    /// Whether the connections already open would serve everyone in line before a new one could be ready
-    /// (`grow_after` from now): at the rate they have come back since the line formed (or since the last
-    /// connection opened), the line takes no longer than that to drain. With nothing back yet there is no
-    /// rate, and no reason to believe the line moves.
-    fn line_drains_first(&self, now: Instant) -> bool {
-        let (since, mark) = self.rate_since;
-        let served = u128::from(self.returns - mark);
-        let waiting = self.waiters.len() as u128;
-        // The line drains in `waiting × elapsed / served`: compared without dividing.
-        let line = waiting * now.duration_since(since).as_nanos();
-        served > 0 && line <= served * self.config.grow_after.as_nanos()
+        Some(self.last_opened.map_or(first, |opened| opened.max(first)) + grow_after)
     }
 
     /// Hands out everything due at `now`: waiters past their deadline are told so, and the first waiter in
@@ -95,12 +77,10 @@ impl<C> State<C> {
                 }
             }
         }
-        if self.growth_due().is_some_and(|at| at <= now) {
-            if self.line_drains_first(now) {
-                self.recheck_at = Some(now + (self.config.grow_after / RECHECKS).max(DEADLINE_GRAIN));
-            } else if let Some(w) = self.waiters.pop_front() {
-                out.push((w, Handout::Grant(Grant::Open(self.reserve(shared)))));
-            }
+        if self.growth_due().is_some_and(|at| at <= now)
+            && let Some(w) = self.waiters.pop_front()
+        {
+            out.push((w, Handout::Grant(Grant::Open(self.reserve(shared)))));
         }
         let deadline = earliest.map(|at| at.max(now + DEADLINE_GRAIN));
         let next = earlier(deadline, self.growth_due());

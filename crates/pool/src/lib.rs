@@ -10,11 +10,7 @@
 //! to come back before it is allowed to open another, only one connection is opened at a time, and each new
 //! one gets `grow_after` to shorten the queue before the next is opened, so a burst of short transactions
 //! shares one or two connections instead of opening one each. (With nothing
-//! open at all there is nothing to wait for: the first connection is opened at once.) Nor is a connection
-//! opened for a line that would be gone before it could help: when growth comes due, the pool reads from
-//! the rate at which connections have been coming back how long the line would take to drain without a new
-//! one, and if that is no longer than a new one takes to be ready (`grow_after`, which the caller sets to
-//! about a login's time), it looks again a little later instead.
+//! open at all there is nothing to wait for: the first connection is opened at once.)
 //!
 //! A caller may wait until a deadline ([`Pool::acquire_until`]). Deadlines and lazy growth are kept by one
 //! timer per pool, not one per waiter (see the `clock` module).
@@ -137,13 +133,6 @@ struct State<C> {
     last_opened: Option<tokio::time::Instant>,
     /// When a lent connection last came back (to a waiter or the idle list).
     last_returned: Option<tokio::time::Instant>,
-    /// Connections that have come back, ever: lazy growth reads the rate at which the line moves from it.
-    returns: u64,
-    /// Where that rate is measured from: the moment the line last formed or a connection was last opened,
-    /// and `returns` then.
-    rate_since: (Instant, u64),
-    /// Lazy growth found the line would drain without a new connection, and looks again at this moment.
-    recheck_at: Option<Instant>,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
     closed: bool,
@@ -187,9 +176,6 @@ impl<C> Pool<C> {
             opening: 0,
             last_opened: None,
             last_returned: None,
-            returns: 0,
-            rate_since: (Instant::now(), 0),
-            recheck_at: None,
             config,
             waiters: VecDeque::new(),
             closed: false,
@@ -266,9 +252,6 @@ impl<C> Pool<C> {
                 return Err(WaitError::TimedOut);
             }
             let (tx, rx) = oneshot::channel();
-            if st.waiters.is_empty() {
-                st.rate_since = (since, st.returns);
-            }
             st.waiters.push_back(Waiter { tx, since, deadline });
             // Usually false: behind other waiters, nothing of this one's comes due before theirs.
             let ring = clock::earlier(deadline, st.growth_due()).is_some_and(|at| st.due_at(at));
@@ -427,7 +410,6 @@ impl<C> Inner<C> {
             let waiter = {
                 let mut st = self.lock();
                 st.last_returned = Some(item.1.idle_since);
-                st.returns += 1;
                 if let Some(closer) = &self.closer
                     && !st.closed
                     && st.size > st.config.max_size
@@ -483,9 +465,7 @@ impl<C> Inner<C> {
         let ring = {
             let mut st = self.lock();
             st.opening -= 1;
-            let now = Instant::now();
-            st.last_opened = Some(now);
-            st.rate_since = (now, st.returns);
+            st.last_opened = Some(tokio::time::Instant::now());
             st.growth_due().is_some_and(|at| st.due_at(at))
         };
         if ring {
