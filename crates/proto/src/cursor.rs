@@ -43,11 +43,17 @@ impl<'a> Cursor<'a> {
 
     /// A NUL-terminated string that must be UTF-8.
     pub(crate) fn cstr(&mut self) -> Result<&'a str, ParseError> {
+        let b = self.cstr_bytes()?;
+        std::str::from_utf8(b).map_err(|_| ParseError::new(self.what, "string is not valid UTF-8"))
+    }
+
+    /// A NUL-terminated string, as bytes: for text pgmux only looks into, which the server checks against
+    /// the client's encoding anyway.
+    pub(crate) fn cstr_bytes(&mut self) -> Result<&'a [u8], ParseError> {
         // Every client Query and Parse comes through here: memchr looks at a word at a time.
         let end = memchr::memchr(0, self.buf).ok_or_else(|| ParseError::new(self.what, "string is not terminated"))?;
-        let s = std::str::from_utf8(&self.buf[..end])
-            .map_err(|_| ParseError::new(self.what, "string is not valid UTF-8"))?;
-        self.buf = &self.buf[end + 1..];
+        let (s, rest) = (&self.buf[..end], &self.buf[end + 1..]);
+        self.buf = rest;
         Ok(s)
     }
 

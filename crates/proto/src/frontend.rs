@@ -155,7 +155,7 @@ pub fn parse_name(body: &[u8]) -> Result<(&str, &[u8]), ParseError> {
     let rest = c.rest();
     // The rest must hold a terminated query and a parameter count.
     let mut check = Cursor::new(rest, "Parse");
-    check.cstr()?;
+    check.cstr_bytes()?;
     check.bytes(2)?;
     Ok((name, rest))
 }
@@ -180,6 +180,20 @@ pub fn query(body: &[u8]) -> Result<&str, ParseError> {
     let sql = c.cstr()?;
     c.finish()?;
     Ok(sql)
+}
+
+/// A Query body's SQL text as bytes, not checked to be UTF-8 (the server checks it against the client's
+/// encoding): for reading what a statement does, on every simple Query.
+pub fn query_bytes(body: &[u8]) -> Result<&[u8], ParseError> {
+    let mut c = Cursor::new(body, "Query");
+    let sql = c.cstr_bytes()?;
+    c.finish()?;
+    Ok(sql)
+}
+
+/// [`parse_query`] as bytes, not checked to be UTF-8.
+pub fn parse_query_bytes(rest: &[u8]) -> Result<&[u8], ParseError> {
+    Cursor::new(rest, "Parse").cstr_bytes()
 }
 
 #[cfg(test)]

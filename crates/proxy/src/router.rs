@@ -316,7 +316,7 @@ impl Router {
                 if !sql::starts_deallocate(body) {
                     return None;
                 }
-                let name = sql::deallocate_name(frontend::query(body).ok()?)?;
+                let name = sql::deallocate_name(frontend::query_bytes(body).ok()?)?;
                 self.names.named.remove(&name)?;
                 Some(Verdict::Answer(deallocated(TxStatus::Idle)))
             }
@@ -344,7 +344,7 @@ impl Router {
     }
 
     /// Notes what a statement's text does to the session.
-    fn note_sql(&mut self, sql: &str) {
+    fn note_sql(&mut self, sql: &[u8]) {
         self.note_facts(sql::scan(sql));
     }
 
@@ -356,12 +356,12 @@ impl Router {
     }
 
     /// Notes a statement about to run: whether it may commit (see [`sql::may_commit`]).
-    fn note_run(&mut self, sql: &str, server: &ServerView<'_>) {
+    fn note_run(&mut self, sql: &[u8], server: &ServerView<'_>) {
         self.commit_in_flight |= sql::may_commit(sql, server.tracker.status() != TxStatus::Idle);
     }
 
     fn route_query(&mut self, msg: Bytes, server: &mut ServerView<'_>) {
-        let Ok(sql) = frontend::query(&msg[5..]) else { return server.forward(b'Q', msg) };
+        let Ok(sql) = frontend::query_bytes(&msg[5..]) else { return server.forward(b'Q', msg) };
         self.note_sql(sql);
         self.note_run(sql, server);
         if self.tracking
@@ -385,7 +385,7 @@ impl Router {
         if name.is_empty() {
             // Drivers send the same unnamed Parse transaction after transaction: its text is read once.
             if self.names.unnamed.as_ref() != Some(&msg) {
-                let text = frontend::parse_query(key).unwrap_or_default();
+                let text = frontend::parse_query_bytes(key).unwrap_or_default();
                 self.unnamed_facts = sql::scan(text);
                 self.unnamed_may_commit = [sql::may_commit(text, false), sql::may_commit(text, true)];
             }
@@ -395,7 +395,7 @@ impl Router {
             server.statements.unnamed = Some((self.client_id, self.names.unnamed_generation));
             return server.forward(b'P', msg);
         }
-        if let Ok(sql) = frontend::parse_query(key) {
+        if let Ok(sql) = frontend::parse_query_bytes(key) {
             self.note_sql(sql);
         }
         if self.names.named.contains_key(name) {

@@ -101,8 +101,8 @@ static WORD: [bool; 256] = word_bytes();
 
 /// Reads a statement's text for session state. One pass: candidates are found at word starts by their first
 /// letter (it runs for every statement a client sends).
-pub(crate) fn scan(sql: &str) -> SqlFacts {
-    let b = sql.as_bytes();
+pub(crate) fn scan<S: AsRef<[u8]> + ?Sized>(sql: &S) -> SqlFacts {
+    let b = sql.as_ref();
     let mut facts = SqlFacts::default();
     let mut temp = false;
     let mut in_word = false;
@@ -147,10 +147,11 @@ pub(crate) fn scan(sql: &str) -> SqlFacts {
 
 /// The statement name of a lone `DEALLOCATE [PREPARE] name`, as PostgreSQL would fold it; `None` for
 /// anything else (including `DEALLOCATE ALL`).
-pub(crate) fn deallocate_name(sql: &str) -> Option<String> {
-    if !starts_deallocate(sql.as_bytes()) {
+pub(crate) fn deallocate_name<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Option<String> {
+    if !starts_deallocate(sql.as_ref()) {
         return None;
     }
+    let sql = std::str::from_utf8(sql.as_ref()).ok()?;
     let s = sql.trim().trim_end_matches(';').trim_end();
     let b = s.as_bytes();
     if !starts_with_ci(b, b"deallocate") {
@@ -241,8 +242,8 @@ fn statement_end(b: &[u8], mut at: usize) -> Option<usize> {
 /// Reads (SELECT, SHOW, VALUES, ...) and transaction control are not writes; a SELECT that calls a function
 /// which writes counts as a read. Text it cannot follow counts as a write. One pass, no allocation: it runs
 /// for every statement a client sends.
-pub(crate) fn may_commit(sql: &str, mut in_transaction: bool) -> bool {
-    let b = sql.as_bytes();
+pub(crate) fn may_commit<S: AsRef<[u8]> + ?Sized>(sql: &S, mut in_transaction: bool) -> bool {
+    let b = sql.as_ref();
     // A lone statement (no `;` before the trailing ones, most statements): nothing follows it, so its text
     // is not walked to its end. An unterminated quote in it is then a syntax error, not a second statement.
     let body = b.iter().rposition(|c| !(c.is_ascii_whitespace() || *c == b';')).map_or(0, |p| p + 1);
@@ -303,6 +304,15 @@ fn reads_only<'a>(first: &[u8], second: impl Fn() -> &'a [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_that_is_not_utf8_is_read_all_the_same() {
+        // A client whose encoding is LATIN1 sends bytes that are not UTF-8; what pins is still ASCII.
+        let latin1: &[u8] = b"select pg_advisory_lock(1), 'caf\xe9'";
+        assert_eq!(scan(latin1).pin, Some(PinReason::AdvisoryLock));
+        assert!(may_commit(b"insert into t values ('\xe9')".as_slice(), false));
+        assert_eq!(deallocate_name(b"deallocate s\xe9".as_slice()), None);
+    }
 
     #[test]
     fn what_may_commit_if_the_connection_is_lost_mid_flight() {

@@ -209,9 +209,12 @@ impl Session {
         self.meter.unlinked();
         self.replay.finish();
         let mut lease = linked.take();
-        // Its own jittered server_lifetime, as when it is lent (and no configuration read per release).
+        // Its own jittered server_lifetime, as when it is lent (and no configuration read per release). Timed
+        // at the last ReadyForQuery, which a release follows in the same turn of the loop (one clock reading
+        // less); a connection released later than that is timed again when it is next lent.
         let lifetime = lease.lifetime;
-        let too_old = !lifetime.is_zero() && lease.meta().created.elapsed() >= lifetime;
+        let too_old =
+            !lifetime.is_zero() && self.meter.last_ready().saturating_duration_since(lease.meta().created) >= lifetime;
         let unfit = !self.shared.pool.keeps(&mut lease) || !self.shared.pool.fits(lease.role);
         if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
             lease.closing(match (too_old, unfit) {

@@ -55,6 +55,12 @@ impl Meter {
         self.last_ready = now;
     }
 
+    /// When the server last said ReadyForQuery (or the session began).
+    #[inline]
+    pub(super) fn last_ready(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.last_ready)
+    }
+
     /// The client starts to wait in line for a server connection.
     pub(super) fn waiting(&mut self) {
         let now = Instant::now();

@@ -65,3 +65,13 @@ fn a_server_status_in_a_transaction_keeps_the_link_until_idle() {
     rig.serve(&[done("COMMIT"), ready(b'I')]);
     assert!(rig.servers[0].tracker.may_release());
 }
+
+#[test]
+fn a_query_that_is_not_utf8_is_read_for_state_all_the_same() {
+    // A LATIN1 client's advisory lock, with an accented literal in the same statement.
+    let mut rig = Rig::new(10);
+    let mut body = b"select pg_advisory_lock(1), 'caf\xe9'".to_vec();
+    body.push(0);
+    assert_eq!(rig.client(&[pgmux_testkit::wire::msg(b'Q', &body)]), strs(&["Q"]));
+    assert_eq!(rig.router.pin(), Some(PinReason::AdvisoryLock));
+}
