@@ -174,17 +174,9 @@ pub fn bind_names(body: &[u8]) -> Result<(&str, &str, std::ops::Range<usize>), P
     Ok((portal, statement, start..start + statement.len() + 1))
 }
 
-/// A Query body's SQL text.
-pub fn query(body: &[u8]) -> Result<&str, ParseError> {
-    let mut c = Cursor::new(body, "Query");
-    let sql = c.cstr()?;
-    c.finish()?;
-    Ok(sql)
-}
-
 /// A Query body's SQL text as bytes, not checked to be UTF-8 (the server checks it against the client's
 /// encoding): for reading what a statement does, on every simple Query.
-pub fn query_bytes(body: &[u8]) -> Result<&[u8], ParseError> {
+pub fn query(body: &[u8]) -> Result<&[u8], ParseError> {
     let mut c = Cursor::new(body, "Query");
     let sql = c.cstr_bytes()?;
     c.finish()?;
@@ -276,7 +268,8 @@ mod tests {
         assert_eq!(sasl_initial_response(&body).unwrap(), ("SCRAM-SHA-256", &b"n,,n="[..]));
         assert!(sasl_initial_response(&body[..body.len() - 1]).is_err());
         assert_eq!(password(b"md5abc\0").unwrap(), "md5abc");
-        assert_eq!(query(b"select 1\0").unwrap(), "select 1");
+        assert_eq!(query(b"select 1\0").unwrap(), b"select 1");
+        assert!(query(b"select 1\0trailing").is_err());
         assert_eq!(describe_or_close(b"Ss1\0").unwrap(), (b'S', "s1"));
     }
 }

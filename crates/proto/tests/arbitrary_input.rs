@@ -124,7 +124,6 @@ fn parse_everything(input: &[u8], secret: &ScramSecret) {
         let _ = frontend::parse_query(b);
         let _ = frontend::bind_names(b);
         let _ = frontend::query(b);
-        let _ = frontend::query_bytes(b);
         let _ = frontend::parse_query_bytes(b);
         let _ = backend::ready_for_query(b);
         let _ = backend::ErrorFields::parse(b);

@@ -316,7 +316,7 @@ impl Router {
                 if !sql::starts_deallocate(body) {
                     return None;
                 }
-                let name = sql::deallocate_name(frontend::query_bytes(body).ok()?)?;
+                let name = sql::deallocate_name(frontend::query(body).ok()?)?;
                 self.names.named.remove(&name)?;
                 Some(Verdict::Answer(deallocated(TxStatus::Idle)))
             }
@@ -361,7 +361,7 @@ impl Router {
     }
 
     fn route_query(&mut self, msg: Bytes, server: &mut ServerView<'_>) {
-        let Ok(sql) = frontend::query_bytes(&msg[5..]) else { return server.forward(b'Q', msg) };
+        let Ok(sql) = frontend::query(&msg[5..]) else { return server.forward(b'Q', msg) };
         self.note_sql(sql);
         self.note_run(sql, server);
         if self.tracking

@@ -135,7 +135,7 @@ impl Registry {
         let mut parse = BytesMut::with_capacity(key.len() + name.len() + 6);
         encode::parse_with_name(&mut parse, &name, key);
         let key = Bytes::copy_from_slice(key);
-        let text = pgmux_proto::frontend::parse_query(&key).unwrap_or_default();
+        let text = pgmux_proto::frontend::parse_query_bytes(&key).unwrap_or_default();
         let may_commit = [crate::sql::may_commit(text, false), crate::sql::may_commit(text, true)];
         let stmt = Arc::new(Statement {
             id,
@@ -424,6 +424,15 @@ mod tests {
         assert_eq!(a.name, server_name(a.id));
         assert_eq!(&a.parse[5..], format!("{}\0select 1\0\0\0", a.name).as_bytes());
         assert_eq!(a.query(), "select 1");
+    }
+
+    #[test]
+    fn a_named_statement_that_is_not_utf8_is_read_like_an_unnamed_one() {
+        // A LATIN1 client's INSERT with an accented literal: a write, outside a transaction block.
+        let r = Registry::default();
+        let mut k = b"insert into t values ('caf\xe9')".to_vec();
+        k.extend_from_slice(b"\0\0\0");
+        assert!(r.intern(&k).may_commit(false));
     }
 
     #[test]
