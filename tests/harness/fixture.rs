@@ -91,17 +91,25 @@ pub async fn direct(pg: &PgServer) -> Client {
     connect(addr, &crate::SUPERUSER, |_| {}).await.expect("connect directly")
 }
 
-/// Server connections pgmux holds right now (its user's client backends).
+/// Server connections in pgmux's pool right now (its user's client backends), not counting the liveness
+/// probe's own connection (`application_name` `pgmux-probe`), which a full pool opens beside it when no
+/// connection came back for a second; a loaded machine can stall that long.
 pub async fn pgmux_backends(oracle: &Client) -> i64 {
-    try_pgmux_backends(oracle).await.expect("count backends")
+    count_backends(oracle, false).await.expect("count backends")
 }
 
-/// [`pgmux_backends`], with the error for callers that outlive the server.
-pub async fn try_pgmux_backends(oracle: &Client) -> Result<i64, tokio_postgres::Error> {
+/// Every connection of pgmux's user right now, the probe's too: what a database's connection budget sees.
+/// An error for callers that outlive the server.
+pub async fn try_pgmux_connections(oracle: &Client) -> Result<i64, tokio_postgres::Error> {
+    count_backends(oracle, true).await
+}
+
+async fn count_backends(oracle: &Client, with_probe: bool) -> Result<i64, tokio_postgres::Error> {
     let row = oracle
         .query_one(
-            "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend'",
-            &[&APP_USER.user],
+            "select count(*) from pg_stat_activity where usename = $1 and backend_type = 'client backend' \
+             and ($2 or application_name is distinct from 'pgmux-probe')",
+            &[&APP_USER.user, &with_probe],
         )
         .await?;
     Ok(row.get(0))

@@ -59,7 +59,7 @@ async fn await_fleet(oracle: &Client, what: &str, want: impl Fn(&[Member]) -> bo
     }
 }
 
-/// Samples the backends of pgmux's role (pool and control connections) every 10 ms until dropped.
+/// Samples the backends of pgmux's role (pool, control and probe connections) every 10 ms until dropped.
 struct Sampler {
     peak: Arc<AtomicI64>,
     running: Arc<AtomicBool>,
@@ -72,7 +72,7 @@ impl Sampler {
         let (p, r) = (Arc::clone(&peak), Arc::clone(&running));
         tokio::spawn(async move {
             while r.load(Ordering::Relaxed) {
-                let Ok(n) = common::try_pgmux_backends(&oracle).await else { return };
+                let Ok(n) = common::try_pgmux_connections(&oracle).await else { return };
                 p.fetch_max(n, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

@@ -62,11 +62,13 @@ func (o *oracle) exec(ctx context.Context, sql string, args ...any) error {
 	return nil
 }
 
-// backends counts the application user's server connections, other than the oracle's own.
+// backends counts the application user's pool connections: not the oracle's own, not pgmux's probe
+// connection (pgmux-probe; see tests/drivers/README.md).
 func (o *oracle) backends(ctx context.Context) (int, error) {
 	var n int
 	err := o.queryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE usename = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`,
+		WHERE usename = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+		AND application_name IS DISTINCT FROM 'pgmux-probe'`,
 		[]any{o.env.user}, &n)
 	return n, err
 }

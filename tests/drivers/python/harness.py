@@ -145,7 +145,8 @@ class Oracle:
     def app_backends(self) -> int:
         return self.rows(
             "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
-            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            " AND application_name IS DISTINCT FROM 'pgmux-probe'",
             (CFG.user,),
         )[0][0]
 

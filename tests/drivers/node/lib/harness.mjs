@@ -144,11 +144,13 @@ export class Oracle {
     return (await this.client.query(text, values)).rows
   }
 
-  /** Backends of the application role now (the oracle is another role, so never counted). */
+  /** Pool backends of the application role now (the oracle is another role, so never counted; pgmux's probe
+   * connection, `pgmux-probe`, is not the pool's: see tests/drivers/README.md). */
   async appBackends() {
     const rows = await this.query(
       `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE usename = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`,
+        WHERE usename = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+          AND application_name IS DISTINCT FROM 'pgmux-probe'`,
       [cfg.user],
     )
     return rows[0].n

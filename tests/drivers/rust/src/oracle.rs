@@ -63,10 +63,12 @@ impl Oracle {
         row.try_get(0).map_err(|e| Failure::from(e).context("oracle"))
     }
 
-    /// Client backends of the application user right now.
+    /// Client backends of the application user right now: the pool's, not pgmux's liveness probe connection
+    /// (`pgmux-probe`, opened beside a full pool that went a second without a connection coming back).
     pub async fn backends(&self) -> Result<i64, Failure> {
         self.count(
-            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'client backend'",
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'client backend' \
+             AND application_name IS DISTINCT FROM 'pgmux-probe'",
             &[&self.app_user],
         )
         .await

@@ -77,7 +77,8 @@ final class Oracle implements AutoCloseable {
     }
 
     static final String BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE usename = ? "
-            + "AND backend_type = 'client backend' AND pid <> pg_backend_pid()";
+            + "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+            + "AND application_name IS DISTINCT FROM 'pgmux-probe'";
 
     /**
      * Gives the server up to {@code wait} to settle; returns null, or why a backend of the application user
