@@ -301,6 +301,41 @@ async fn a_server_that_stops_answering_while_every_connection_is_lent_is_found_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sizing_on_the_control_connection_asks_a_full_pool_s_node_and_pool_max_holds() {
+    // Sizing on, pool_max = 3: two pool connections and the control connection. Both pool connections run
+    // long queries, so the pool goes quiet; the control connection asks the node, and no probe connection
+    // opens (checked: with the pool's probe not deferring to it, the peak is 4).
+    let fx = common::start("pool_max = 3\nmax_connections_percent = 90\nserver_probe_timeout = \"2s\"").await;
+    let oracle = common::direct(&fx.pg).await;
+    let (a, b) = (fx.client().await, fx.client().await);
+    let started = Instant::now();
+    let (long_a, long_b) = (a.simple_query("select pg_sleep(60)"), b.simple_query("select pg_sleep(60)"));
+    let watch_then_stop = async {
+        // Three quiet seconds, every connection of pgmux's role counted, the probe's too.
+        let mut peak = 0;
+        while started.elapsed() < Duration::from_millis(3500) {
+            peak = peak.max(common::try_pgmux_connections(&oracle).await.expect("count connections"));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        signal_server(&fx.pg, "STOP");
+        peak
+    };
+    let (answer_a, answer_b, peak) =
+        tokio::time::timeout(Duration::from_secs(40), async { tokio::join!(long_a, long_b, watch_then_stop) })
+            .await
+            .expect("pgmux must not wait for a hung server as long as it hangs");
+    let waited = started.elapsed();
+    signal_server(&fx.pg, "CONT");
+    assert_eq!(peak, 3, "pool_max = 3 caps every connection pgmux opens, and the two pool connections were lent");
+    for answer in [answer_a, answer_b] {
+        let err = answer.unwrap_err();
+        assert_eq!(common::code(&err), "08006", "{}", common::message(&err));
+    }
+    assert!(waited < Duration::from_secs(20), "found out after {waited:?}");
+    assert_eq!(scalar(&a, "select 'resumed'").await, "resumed", "the next transaction works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_timeout_cancels_the_query_and_names_the_setting() {
     let fx = common::start("query_timeout = \"1s\"").await;
     let c = fx.client().await;

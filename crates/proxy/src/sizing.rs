@@ -78,17 +78,40 @@ impl ControlConnection {
             Some(conn) => conn,
             // Named at login: until its first query, an unnamed control connection would look like a pool
             // connection to another instance counting the fleet.
-            None => self.conn.insert(Box::new(pool.open_control(tag).await?)),
+            None => {
+                let conn = self.conn.insert(Box::new(pool.open_control(tag).await?));
+                pool.control_on(Some(conn.addr));
+                conn
+            }
+        };
+        // While clients hold connections the pool's probe leaves this node to the control connection, so a
+        // reading is held to the probe's timeout and its silence counts as the probe's would.
+        let config = pool.config();
+        let status = pool.status();
+        let probing = status.size > status.idle + status.opening && !config.server_probe_timeout.is_zero();
+        let timeout = match probing {
+            true => config.server_probe_timeout.min(config.server_connect_timeout),
+            false => config.server_connect_timeout,
         };
         let sql = format!("SET application_name = '{tag}'; {READ_SQL}");
-        match conn.query_rows(&sql, pool.config().server_connect_timeout).await {
+        let asked = Instant::now();
+        match conn.query_rows(&sql, timeout).await {
             Ok(rows) => Reading::from_row(rows.first().ok_or_else(|| SizingError::BadRow("no row".into()))?)
                 .map_err(SizingError::BadRow),
             Err(e) => {
-                self.conn = None;
+                if probing && matches!(e, ServerFailure::Timeout(_)) {
+                    pool.silent(conn.addr, asked, "the control connection's reading timed out");
+                }
+                self.lost(pool);
                 Err(e.into())
             }
         }
+    }
+
+    /// The control connection failed: it is dropped, and the pool's probe asks its node again.
+    fn lost(&mut self, pool: &ServerPool) {
+        self.conn = None;
+        pool.control_on(None);
     }
 }
 
@@ -114,7 +137,7 @@ impl Gauge for ControlConnection {
                 if matches!(failure, ServerFailure::Timeout(_)) {
                     pool.silent(conn.addr, asked, "the control connection's probe timed out");
                 }
-                self.conn = None;
+                self.lost(pool);
             }
         })
     }

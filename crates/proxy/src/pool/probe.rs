@@ -7,7 +7,9 @@
 //! - on an idle connection to that node, taken out of turn, when there is one (a moment's work);
 //! - otherwise only when the pool is *quiet*: connections were lent all through the last second and none
 //!   came back. That is what a hang looks like (and a pool busy with long queries, too). The round trip then
-//!   goes over a probe connection opened to that node's address, kept while the quiet lasts, closed after.
+//!   goes over a probe connection opened to that node's address, kept while the quiet lasts, closed after;
+//!   unless sizing's control connection is on that node, which asks it every second itself. `pool_max`
+//!   counts the control connection, so in the default setting the probe opens nothing beyond the cap.
 //!
 //! A node that does not answer in time, or does not finish a login in time, is declared dead: its sessions
 //! give up their connections (their clients get one error), and new connections go wherever the host name
@@ -38,6 +40,8 @@ struct State {
     conns: Vec<Box<ServerConn>>,
     /// At the previous round: whether connections were lent, and when one last came back.
     previous: Option<(bool, Option<Instant>)>,
+    /// The node sizing's control connection is on, while it is open: it probes that node itself.
+    control: Option<SocketAddr>,
 }
 
 impl Probes {
@@ -59,6 +63,10 @@ impl Probes {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let at = state.conns.iter().position(|c| c.addr == node)?;
         Some(state.conns.swap_remove(at))
+    }
+
+    fn control(&self) -> Option<SocketAddr> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).control
     }
 
     fn keep(&self, conn: Box<ServerConn>) {
@@ -126,6 +134,13 @@ impl ServerPool {
                         failed
                     }
                 },
+                // The control connection's own probe asks that node (sizing's loop, every second).
+                None if quiet && self.probes.control() == Some(node) => {
+                    if let Some(conn) = self.probes.take(node) {
+                        self.retire(conn);
+                    }
+                    continue;
+                }
                 None if quiet => self.ask_apart(node, timeout).await,
                 None => continue,
             };
@@ -175,6 +190,11 @@ impl ServerPool {
                 Err(Answer::Failed)
             }
         }
+    }
+
+    /// Sizing's control connection is open on `node` (it probes that node itself), or closed (`None`).
+    pub(crate) fn control_on(&self, node: Option<SocketAddr>) {
+        self.probes.state.lock().unwrap_or_else(|e| e.into_inner()).control = node;
     }
 
     /// Probe connections open now (they count in `pg_stat_activity`, not in the pool).

@@ -240,6 +240,26 @@ async fn long_queries_keep_one_probe_connection_and_a_return_closes_it() {
 }
 
 #[tokio::test]
+async fn a_quiet_pool_opens_no_probe_connection_to_the_node_the_control_connection_asks() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let held = [pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
+    let node = held[0].addr;
+    pool.probe_liveness().await;
+    probe_round(&pool).await;
+    assert_eq!((pool.probes_open(), fake.accepted()), (1, 3), "quiet, no control connection: one probe");
+    pool.control_on(Some(node));
+    probe_round(&pool).await;
+    assert_eq!(pool.probes_open(), 0, "the control connection asks that node: the probe's is closed");
+    probe_round(&pool).await;
+    assert_eq!((pool.probes_open(), fake.accepted()), (0, 3), "and none is opened while it is there");
+    pool.control_on(None);
+    probe_round(&pool).await;
+    assert_eq!((pool.probes_open(), fake.accepted()), (1, 4), "the control connection gone: the probe asks");
+    drop(held);
+}
+
+#[tokio::test]
 async fn an_idle_connection_that_does_not_answer_declares_its_node_dead_at_once() {
     let fake = FakeServer::start().await;
     let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
