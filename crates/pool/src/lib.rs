@@ -85,6 +85,13 @@ pub struct Status {
     pub paused: bool,
 }
 
+impl Status {
+    /// Whether any connection is lent out (open, and neither idle nor still being opened).
+    pub fn lent(&self) -> bool {
+        self.size > self.idle + self.opening
+    }
+}
+
 /// A pool of `C`. Cheap to clone; clones share the pool.
 #[derive(Debug)]
 pub struct Pool<C> {

@@ -87,8 +87,7 @@ impl ControlConnection {
         // While clients hold connections the pool's probe leaves this node to the control connection, so a
         // reading is held to the probe's timeout and its silence counts as the probe's would.
         let config = pool.config();
-        let status = pool.status();
-        let probing = status.size > status.idle + status.opening && !config.server_probe_timeout.is_zero();
+        let probing = pool.status().lent() && !config.server_probe_timeout.is_zero();
         let timeout = match probing {
             true => config.server_probe_timeout.min(config.server_connect_timeout),
             false => config.server_connect_timeout,
@@ -225,8 +224,7 @@ impl<G: Gauge> Control<G> {
         let changed = (pool.status().size, pool.limit()) != self.published;
         let republish = changed && self.retry.is_zero() && now.duration_since(self.published_at) >= PUBLISH_DEBOUNCE;
         if now < self.due && !republish {
-            let status = pool.status();
-            if now.duration_since(self.probed_at) >= PROBE_EVERY && status.size > status.idle + status.opening {
+            if now.duration_since(self.probed_at) >= PROBE_EVERY && pool.status().lent() {
                 self.probed_at = now;
                 self.gauge.probe(pool).await;
             }

@@ -100,8 +100,7 @@ impl ServerPool {
     /// One round of the liveness probe (see the module's comment); the pool's maintenance task calls it
     /// every second.
     pub(crate) async fn probe_liveness(&self) {
-        let status = self.pool.status();
-        let lent = status.size > status.idle + status.opening;
+        let lent = self.pool.status().lent();
         let quiet = self.probes.quiet(lent, self.pool.last_returned());
         if !quiet {
             for conn in self.probes.take_all() {
