@@ -395,25 +395,7 @@ impl Config {
         if self.database_url.login.host.is_empty() && self.secret_arn.is_empty() {
             return Err(ConfigError::Missing("database_url"));
         }
-        if self.pool_max == Some(0) {
-            return Err(invalid("pool_max", "must be at least 1 (leave it unset to size from the database)"));
-        }
-        if self.max_connections_percent > 100 {
-            return Err(invalid("max_connections_percent", "must be between 0 (off) and 100"));
-        }
-        if self.max_connections_percent > 0 && self.pool_max == Some(1) {
-            return Err(invalid(
-                "pool_max",
-                "1 leaves no room for the control connection that sizing from the database keeps open (pool_max \
-                 counts every connection pgmux opens): set it to 2 or more, or max_connections_percent = 0 for a \
-                 fixed pool",
-            ));
-        }
-        if let Some(max) = self.pool_max
-            && self.min_pool_size > max - usize::from(self.max_connections_percent > 0)
-        {
-            return Err(invalid("min_pool_size", "must leave room within pool_max (less the control connection)"));
-        }
+        self.validate_pool(&invalid)?;
         if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
             return Err(invalid(
                 "max_client_message",
@@ -465,6 +447,30 @@ impl Config {
             if d.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));
             }
+        }
+        Ok(())
+    }
+
+    /// The pool's size settings, which bound one another and the control connection.
+    fn validate_pool(&self, invalid: &impl Fn(&'static str, &str) -> ConfigError) -> Result<(), ConfigError> {
+        if self.pool_max == Some(0) {
+            return Err(invalid("pool_max", "must be at least 1 (leave it unset to size from the database)"));
+        }
+        if self.max_connections_percent > 100 {
+            return Err(invalid("max_connections_percent", "must be between 0 (off) and 100"));
+        }
+        if self.max_connections_percent > 0 && self.pool_max == Some(1) {
+            return Err(invalid(
+                "pool_max",
+                "1 leaves no room for the control connection that sizing from the database keeps open (pool_max \
+                 counts every connection pgmux opens): set it to 2 or more, or max_connections_percent = 0 for a \
+                 fixed pool",
+            ));
+        }
+        if let Some(max) = self.pool_max
+            && self.min_pool_size > max - usize::from(self.max_connections_percent > 0)
+        {
+            return Err(invalid("min_pool_size", "must leave room within pool_max (less the control connection)"));
         }
         Ok(())
     }
