@@ -216,6 +216,11 @@ impl Watch {
 
 impl Watch {
     /// Whether this session was killed (`KILL_CLIENT`), rather than the whole pooler stopping.
+    /// The current level, without registering for the next raise.
+    pub(crate) fn level(&self) -> Level {
+        self.stop.level()
+    }
+
     pub(crate) fn killed(&self) -> bool {
         self.kill.as_ref().is_some_and(|k| k.fired())
     }

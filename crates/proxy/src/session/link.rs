@@ -274,7 +274,7 @@ impl Session {
         let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
         // A pinned client's session state (listeners, locks, temporary tables) must not reach another.
         let pinned = self.router.pin().is_some();
-        if broken || pinned || self.stop.level() == Level::Hard {
+        if broken || pinned || self.watch.level() == Level::Hard {
             lease.closing(match (pinned, broken) {
                 (true, _) => ServerCloseReason::PinnedClientLeft,
                 (_, true) => ServerCloseReason::Broken,

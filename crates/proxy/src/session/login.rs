@@ -79,7 +79,6 @@ pub(super) async fn login(
         shared,
         watch: stop.watch_with(Arc::clone(&meter.seen.kill)),
         meter,
-        stop,
         client: conn,
         server: None,
         params,

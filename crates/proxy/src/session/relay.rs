@@ -13,7 +13,7 @@ use pgmux_proto::{Step, backend};
 use super::{End, Session};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::ClientParams;
-use crate::pool::ServerPool;
+use crate::pool::{ServerLease, ServerPool};
 use crate::router::{Mode, ServerView, Verdict};
 use crate::server::{SERVER_READ_CHUNK, ServerConn, ServerFailure};
 use crate::tracker::Route;
@@ -31,6 +31,31 @@ pub(super) enum Event {
     Timeout(super::timers::Deadline),
     /// The client's message is too large for the memory left to clients' large messages.
     OutOfMemory,
+}
+
+/// What an event leaves the relay loop to do.
+pub(super) enum Then {
+    Nothing,
+    /// The transaction is over: give the server back (which may first have to ask it something).
+    Release,
+}
+
+/// A message that begins a unit and found no server connection free at once: it waits, out of the read
+/// buffer, while the session links one.
+pub(super) struct Waiting {
+    tag: u8,
+    msg: Bytes,
+    piece: Piece,
+    /// The connection [`Session::link_at_once`] took but could not use as it was (its parameters differ).
+    taken: Option<ServerLease>,
+}
+
+/// How much of the message the router sees.
+#[derive(Clone, Copy)]
+enum Piece {
+    Whole,
+    /// The first piece of a large Bind (its names), the rest streamed past.
+    BindHead,
 }
 
 /// What the server's messages led to.
@@ -94,8 +119,8 @@ impl Session {
         }
     }
 
-    /// Acts on one socket event.
-    pub(super) async fn handle(&mut self, event: Event) -> Result<(), End> {
+    /// Acts on one socket event; what it leaves to do is the caller's, which may wait.
+    pub(super) fn handle(&mut self, event: Event) -> Result<Then, End> {
         match event {
             Event::Client(Ok(ReadOutcome::Data)) => {
                 self.meter.client_data();
@@ -103,9 +128,9 @@ impl Session {
                 if let Some(idle) = self.deadline().filter(|(kind, _)| *kind != super::timers::Deadline::Query) {
                     self.timer.set(Some(idle), true);
                 }
-                Ok(())
+                Ok(Then::Nothing)
             }
-            Event::Wake => self.woken(),
+            Event::Wake => self.woken().map(|()| Then::Nothing),
             Event::OutOfMemory => Err(End::closed(
                 ErrorMessage::fatal(
                     sqlstate::OUT_OF_MEMORY,
@@ -118,26 +143,26 @@ impl Session {
                 )
                 .with_hint("send smaller messages (COPY, batches), or raise max_client_buffers"),
             )),
-            Event::Timeout(kind) => self.timed_out(kind),
+            Event::Timeout(kind) => self.timed_out(kind).map(|()| Then::Nothing),
             Event::Client(Ok(ReadOutcome::Eof)) | Event::Client(Err(_)) | Event::ClientWriteFailed => {
                 Err(End::ClientGone)
             }
             Event::Server(Ok(ReadOutcome::Data)) => loop {
                 match self.relay_server() {
-                    ServerProgress::Continue => return Ok(()),
-                    ServerProgress::Release => {
-                        return self.release().await;
-                    }
-                    ServerProgress::Lost(failure) => return self.server_lost(failure),
+                    ServerProgress::Continue => return Ok(Then::Nothing),
+                    ServerProgress::Release => return Ok(Then::Release),
+                    ServerProgress::Lost(failure) => return self.server_lost(failure).map(|()| Then::Nothing),
                     // Replayed (nothing left to relay), or not (relay the refusal as it is).
                     ServerProgress::ReadOnly => self.refused_read_only()?,
                 }
                 if self.server.is_none() {
-                    return Ok(());
+                    return Ok(Then::Nothing);
                 }
             },
-            Event::Server(Ok(ReadOutcome::Eof)) => self.server_lost(ServerFailure::Closed),
-            Event::Server(Err(e)) | Event::ServerWriteFailed(e) => self.server_lost(ServerFailure::Io(e)),
+            Event::Server(Ok(ReadOutcome::Eof)) => self.server_lost(ServerFailure::Closed).map(|()| Then::Nothing),
+            Event::Server(Err(e)) | Event::ServerWriteFailed(e) => {
+                self.server_lost(ServerFailure::Io(e)).map(|()| Then::Nothing)
+            }
         }
     }
 
@@ -150,9 +175,13 @@ impl Session {
         Ok(())
     }
 
-    /// Handles every whole message the client has sent: forwards, rewrites, drops or answers each, linking
-    /// a server when a unit begins.
-    pub(super) async fn relay_client(&mut self) -> Result<(), End> {
+    /// Handles every whole message the client has sent: forwards, rewrites, drops or answers each. Returns
+    /// early with the message that begins a unit when no server connection was free at once: the caller
+    /// links one ([`link_waiting`](Self::link_waiting)) and calls this again for the rest.
+    ///
+    /// Not async, so that the relay loop's future (most of an idle client's memory) does not carry the
+    /// space of everything that runs between two waits.
+    pub(super) fn relay_client(&mut self) -> Result<Option<Waiting>, End> {
         // Bytes at the front of the read buffer already judged "forward as they are", not yet moved.
         let mut run = 0;
         // While the router waits for the server (a check), the client's next messages stay unread.
@@ -170,7 +199,9 @@ impl Session {
                     self.forward_client(run);
                     run = 0;
                     let head = self.client.rbuf.split_to(take).freeze();
-                    self.dispatch_bind_head(head).await?;
+                    if let Some(waiting) = self.dispatch(b'B', head, Piece::BindHead)? {
+                        return Ok(Some(waiting));
+                    }
                     continue;
                 }
                 Ok(Step::Stream { take, .. }) => {
@@ -199,14 +230,16 @@ impl Session {
             self.forward_client(run);
             run = 0;
             let msg = self.client.rbuf.split_to(len).freeze();
-            self.dispatch(tag, msg).await?;
+            if let Some(waiting) = self.dispatch(tag, msg, Piece::Whole)? {
+                return Ok(Some(waiting));
+            }
         }
         self.forward_client(run);
         if let Some(linked) = self.server.as_mut() {
             let out = &mut self.client.out;
             linked.conn().tracker.take_answers(|b| out.push(b));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Moves `n` judged bytes to the server's write queue.
@@ -222,61 +255,58 @@ impl Session {
         }
     }
 
-    /// One message, taken out of the read buffer, that needs more than forwarding.
-    async fn dispatch(&mut self, tag: u8, msg: Bytes) -> Result<(), End> {
+    /// One message, taken out of the read buffer, that needs more than forwarding: routed on the linked
+    /// server, answered or dropped without one, or handed back to wait for a server.
+    fn dispatch(&mut self, tag: u8, msg: Bytes, piece: Piece) -> Result<Option<Waiting>, End> {
         if tag == b'X' {
             // With a server linked, `finish` cleans it up.
             return Err(End::ClientGone);
         }
-        if !self.linked_for(tag, &msg).await? {
-            return Ok(());
-        }
-        let Some(linked) = self.server.as_mut() else { return Ok(()) };
-        self.replay.record(&msg);
-        let server = linked.conn();
-        let mut view =
-            ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
-        self.router.linked(tag, msg, &mut view, &self.shared.statements);
-        Ok(())
-    }
-
-    /// The first piece of a large Bind: like [`dispatch`](Self::dispatch), but the router sees only the
-    /// message's start (enough for its names) and its declared length.
-    async fn dispatch_bind_head(&mut self, head: Bytes) -> Result<(), End> {
-        if !self.linked_for(b'B', &head).await? {
-            return Ok(());
-        }
-        // The rest streams past: it cannot be kept to run again elsewhere.
-        self.replay.close();
-        let Some(linked) = self.server.as_mut() else { return Ok(()) };
-        let server = linked.conn();
-        let mut view =
-            ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
-        self.router.linked_bind_head(head, &mut view, &self.shared.statements);
-        Ok(())
-    }
-
-    /// Links a server for the unit `msg` begins, if none is linked and the router wants one. False when
-    /// the message is done with here (dropped, or answered without a server).
-    async fn linked_for(&mut self, tag: u8, msg: &[u8]) -> Result<bool, End> {
-        if self.server.is_some() {
-            return Ok(true);
-        }
-        match self.router.unlinked(tag, msg) {
-            Verdict::Drop => Ok(false),
-            Verdict::Answer(reply) => {
-                self.client.out.push(reply);
-                Ok(false)
-            }
-            Verdict::NeedServer => {
-                // Boxed: linking is a large future, and an idle session should not carry its space.
-                if let Err(taken) = self.link_at_once()
-                    && let Some(Verdict::Answer(reply)) = Box::pin(self.link(tag, taken)).await?
-                {
+        if self.server.is_none() {
+            match self.router.unlinked(tag, &msg) {
+                Verdict::Drop => return Ok(None),
+                Verdict::Answer(reply) => {
                     self.client.out.push(reply);
-                    return Ok(false);
+                    return Ok(None);
                 }
-                Ok(true)
+                Verdict::NeedServer => {
+                    if let Err(taken) = self.link_at_once() {
+                        return Ok(Some(Waiting { tag, msg, piece, taken }));
+                    }
+                }
+            }
+        }
+        self.route_linked(tag, msg, piece);
+        Ok(None)
+    }
+
+    /// Links a server for the message that waited for one, then routes it there (or answers it with the
+    /// reason there is none).
+    pub(super) async fn link_waiting(&mut self, waiting: Waiting) -> Result<(), End> {
+        let Waiting { tag, msg, piece, taken } = waiting;
+        if let Some(Verdict::Answer(reply)) = self.link(tag, taken).await? {
+            self.client.out.push(reply);
+            return Ok(());
+        }
+        self.route_linked(tag, msg, piece);
+        Ok(())
+    }
+
+    /// A message of a unit on the linked server (none: a unit that got no server, nothing to do).
+    fn route_linked(&mut self, tag: u8, msg: Bytes, piece: Piece) {
+        let Some(linked) = self.server.as_mut() else { return };
+        let server = linked.conn();
+        let mut view =
+            ServerView { tracker: &mut server.tracker, statements: &mut server.statements, out: &mut server.io.out };
+        match piece {
+            Piece::Whole => {
+                self.replay.record(&msg);
+                self.router.linked(tag, msg, &mut view, &self.shared.statements);
+            }
+            Piece::BindHead => {
+                // The rest streams past: it cannot be kept to run again elsewhere.
+                self.replay.close();
+                self.router.linked_bind_head(msg, &mut view, &self.shared.statements);
             }
         }
     }
