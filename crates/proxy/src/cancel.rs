@@ -67,11 +67,15 @@ pub(crate) struct CancelRegistry {
 pub(crate) struct Registration {
     registry: Arc<CancelRegistry>,
     slot: u32,
-    pub(crate) pid: i32,
     pub(crate) secret: i32,
 }
 
 impl Registration {
+    /// The pid in the client's key: its slot plus one (worked out, not kept: every idle client has one).
+    pub(crate) fn pid(&self) -> i32 {
+        pid_of(self.slot)
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Target) -> R) -> Option<R> {
         self.registry.lock().get_mut(self.slot).map(f)
     }
@@ -137,6 +141,10 @@ impl Registration {
     }
 }
 
+fn pid_of(slot: u32) -> i32 {
+    i32::try_from(slot).map_or(i32::MAX, |s| s.saturating_add(1))
+}
+
 /// Waits on `notify` until `ready()` holds. It registers before each check, so a signal between the check
 /// and the wait is not missed.
 async fn wait_for(notify: &Notify, mut ready: impl FnMut() -> bool) {
@@ -176,8 +184,7 @@ impl CancelRegistry {
             waker: None,
         };
         let slot = self.lock().insert(target);
-        let pid = i32::try_from(slot).map_or(i32::MAX, |s| s.saturating_add(1));
-        Registration { registry: Arc::clone(self), slot, pid, secret }
+        Registration { registry: Arc::clone(self), slot, secret }
     }
 
     /// Forwards a client's cancel request to the server that serves it now, or, if its query waits for a
@@ -257,12 +264,12 @@ mod tests {
         let reg = Arc::new(CancelRegistry::default());
         let a = reg.register();
         let b = reg.register();
-        assert!(a.pid > 0 && b.pid > 0 && a.pid != b.pid);
+        assert!(a.pid() > 0 && b.pid() > 0 && a.pid() != b.pid());
         assert_eq!(reg.lock().len(), 2);
-        let a_pid = a.pid;
+        let a_pid = a.pid();
         drop(a);
         assert_eq!(reg.lock().len(), 1);
-        assert_eq!(reg.register().pid, a_pid, "a freed pid is reused");
+        assert_eq!(reg.register().pid(), a_pid, "a freed pid is reused");
     }
 
     #[tokio::test]
@@ -273,7 +280,7 @@ mod tests {
         r.link(key(server.local_addr().unwrap().port()));
 
         let forward = tokio::spawn({
-            let (reg, pid, secret) = (Arc::clone(&reg), r.pid, r.secret.to_be_bytes());
+            let (reg, pid, secret) = (Arc::clone(&reg), r.pid(), r.secret.to_be_bytes());
             async move { reg.cancel(pid, &secret).await }
         });
         let (mut conn, _) = server.accept().await.unwrap();
@@ -304,10 +311,10 @@ mod tests {
         let r = reg.register();
         let idle = reg.register();
         r.link(key(server.local_addr().unwrap().port()));
-        reg.cancel(r.pid, &(r.secret ^ 1).to_be_bytes()).await;
-        reg.cancel(r.pid + 1000, &r.secret.to_be_bytes()).await;
+        reg.cancel(r.pid(), &(r.secret ^ 1).to_be_bytes()).await;
+        reg.cancel(r.pid() + 1000, &r.secret.to_be_bytes()).await;
         reg.cancel(0, &r.secret.to_be_bytes()).await;
-        reg.cancel(idle.pid, &idle.secret.to_be_bytes()).await;
+        reg.cancel(idle.pid(), &idle.secret.to_be_bytes()).await;
         let nothing = tokio::time::timeout(Duration::from_millis(200), server.accept()).await;
         assert!(nothing.is_err(), "a wrong key must not reach the server");
     }
@@ -320,7 +327,7 @@ mod tests {
         other.wait_begin();
 
         // Idle: ignored, and not remembered for a later wait.
-        reg.cancel(r.pid, &r.secret.to_be_bytes()).await;
+        reg.cancel(r.pid(), &r.secret.to_be_bytes()).await;
         r.wait_begin();
         assert!(!r.wait_end());
 
@@ -331,10 +338,10 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!heard.is_finished());
-        reg.cancel(r.pid, &(r.secret ^ 1).to_be_bytes()).await;
+        reg.cancel(r.pid(), &(r.secret ^ 1).to_be_bytes()).await;
         tokio::task::yield_now().await;
         assert!(!heard.is_finished(), "a wrong secret cancels nothing");
-        reg.cancel(r.pid, &r.secret.to_be_bytes()).await;
+        reg.cancel(r.pid(), &r.secret.to_be_bytes()).await;
         tokio::time::timeout(Duration::from_secs(5), heard).await.expect("the waiting session hears it").unwrap();
         assert!(r.wait_end());
         assert!(!other.wait_end(), "another waiting client's query is not cancelled");

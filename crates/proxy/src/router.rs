@@ -299,7 +299,7 @@ impl Router {
                 let (kind, name) = frontend::describe_or_close(body).ok()?;
                 if kind == b'S' {
                     if name.is_empty() {
-                        self.names.unnamed = None;
+                        self.names.close_unnamed();
                     } else {
                         self.names.named.remove(name);
                     }
@@ -384,15 +384,14 @@ impl Router {
         server.statements.client_parse();
         if name.is_empty() {
             // Drivers send the same unnamed Parse transaction after transaction: its text is read once.
-            if self.names.unnamed.as_ref() != Some(&msg) {
+            if self.names.unnamed() != Some(&msg) {
                 let text = frontend::parse_query_bytes(key).unwrap_or_default();
                 self.unnamed_facts = sql::scan(text);
                 self.unnamed_may_commit = [sql::may_commit(text, false), sql::may_commit(text, true)];
             }
             self.note_facts(self.unnamed_facts);
-            self.names.unnamed_generation += 1;
-            self.names.unnamed = Some(msg.clone());
-            server.statements.unnamed = Some((self.client_id, self.names.unnamed_generation));
+            let generation = self.names.parse_unnamed(msg.clone());
+            server.statements.unnamed = Some((self.client_id, generation));
             return server.forward(b'P', msg);
         }
         if let Ok(sql) = frontend::parse_query_bytes(key) {
@@ -446,8 +445,8 @@ impl Router {
 
     /// Replays the client's last `Parse('')` if the server's unnamed statement is not that one.
     fn ensure_unnamed(&mut self, server: &mut ServerView<'_>) {
-        let owner = (self.client_id, self.names.unnamed_generation);
-        let Some(parse) = self.names.unnamed.clone() else { return };
+        let owner = (self.client_id, self.names.unnamed_generation());
+        let Some(parse) = self.names.unnamed().cloned() else { return };
         if server.statements.unnamed != Some(owner) {
             server.statements.unnamed = Some(owner);
             server.send(parse, Reply::Parse, Fate::Swallow, None);
@@ -567,8 +566,9 @@ impl Router {
             return server.forward(b'C', msg);
         }
         if name.is_empty() {
-            self.names.unnamed = None;
-            if server.statements.unnamed == Some((self.client_id, self.names.unnamed_generation)) {
+            let generation = self.names.unnamed_generation();
+            self.names.close_unnamed();
+            if server.statements.unnamed == Some((self.client_id, generation)) {
                 server.statements.unnamed = None;
             }
             return server.forward(b'C', msg);

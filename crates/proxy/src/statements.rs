@@ -169,10 +169,43 @@ impl Registry {
 #[derive(Debug, Default)]
 pub(crate) struct ClientStatements {
     pub(crate) named: Names,
+    /// Boxed on its first `Parse('')` and kept: as with `named`, an idle client pays for every byte here.
+    unnamed: Option<Box<Unnamed>>,
+}
+
+#[derive(Debug, Default)]
+struct Unnamed {
     /// The client's last `Parse('')`, to replay where its `Bind('')` lands.
-    pub(crate) unnamed: Option<Bytes>,
+    parse: Option<Bytes>,
     /// Bumped on every `Parse('')`.
-    pub(crate) unnamed_generation: u64,
+    generation: u64,
+}
+
+impl ClientStatements {
+    /// The client's last `Parse('')`, unless it closed it since.
+    pub(crate) fn unnamed(&self) -> Option<&Bytes> {
+        self.unnamed.as_ref()?.parse.as_ref()
+    }
+
+    /// Which of the client's `Parse('')` messages the last one was (0: none yet).
+    pub(crate) fn unnamed_generation(&self) -> u64 {
+        self.unnamed.as_ref().map_or(0, |u| u.generation)
+    }
+
+    /// A new `Parse('')`; returns its generation.
+    pub(crate) fn parse_unnamed(&mut self, parse: Bytes) -> u64 {
+        let unnamed = self.unnamed.get_or_insert_with(Box::default);
+        unnamed.generation += 1;
+        unnamed.parse = Some(parse);
+        unnamed.generation
+    }
+
+    /// `Close('')`, or the server lost it.
+    pub(crate) fn close_unnamed(&mut self) {
+        if let Some(unnamed) = &mut self.unnamed {
+            unnamed.parse = None;
+        }
+    }
 }
 
 /// What a client's statement name stands for.

@@ -115,19 +115,11 @@ impl Stop {
     pub(crate) fn watch(&self) -> Watch {
         Watch {
             stop: self.clone(),
-            slot: None,
+            slot: NO_SLOT,
             waker: None,
             seen: Level::Running,
             pokes: self.inner.pokes.load(Ordering::Acquire),
-            kill: None,
         }
-    }
-
-    /// A watch that also answers to one session's own kill switch (`KILL_CLIENT`).
-    pub(crate) fn watch_with(&self, kill: Arc<KillSwitch>) -> Watch {
-        let mut watch = self.watch();
-        watch.kill = Some(kill);
-        watch
     }
 
     /// Ends one session: its watch reads [`Level::Hard`] from now on, and its task is woken.
@@ -145,17 +137,22 @@ impl Stop {
     }
 }
 
-/// One session's own stop, fired by `KILL_CLIENT`; the session's [`Watch`] reads it on every turn.
+/// A watch's slot before it registers its waker (a `u32` rather than an `Option`: every idle session has
+/// one, and the four bytes saved keep its task in a smaller size class).
+const NO_SLOT: u32 = u32::MAX;
+
+/// One session's own stop, fired by `KILL_CLIENT`; the session's [`Watch`] reads it on every turn. Kept in
+/// the session's entry in the console's list of clients, where `KILL_CLIENT` finds it.
 #[derive(Debug)]
 pub(crate) struct KillSwitch {
     fired: AtomicBool,
-    /// The slot of the session's waker in [`Stop`]'s list, `u32::MAX` until it registers.
+    /// The slot of the session's waker in [`Stop`]'s list, [`NO_SLOT`] until it registers.
     slot: AtomicU32,
 }
 
 impl Default for KillSwitch {
     fn default() -> Self {
-        KillSwitch { fired: AtomicBool::new(false), slot: AtomicU32::new(u32::MAX) }
+        KillSwitch { fired: AtomicBool::new(false), slot: AtomicU32::new(NO_SLOT) }
     }
 }
 
@@ -170,39 +167,35 @@ impl KillSwitch {
 #[derive(Debug)]
 pub(crate) struct Watch {
     stop: Stop,
-    slot: Option<u32>,
+    /// Its waker's slot in [`Stop`]'s list, [`NO_SLOT`] until it registers.
+    slot: u32,
     waker: Option<Waker>,
     /// The level when the waker was last registered.
     seen: Level,
     /// Pokes already seen.
     pokes: u64,
-    /// This session's own kill switch, if it has one.
-    kill: Option<Arc<KillSwitch>>,
 }
 
 impl Watch {
-    /// The current level; until it is `Hard`, makes sure that raising it further wakes this task.
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Level {
+    /// The current level, `Hard` too once the session's own `kill` switch fired; until it is `Hard`, makes
+    /// sure that raising it further, or firing the switch, wakes this task.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>, kill: &KillSwitch) -> Level {
         let level = self.stop.level();
-        if level == Level::Hard || self.killed() {
+        if level == Level::Hard || kill.fired() {
             return Level::Hard;
         }
         // Registered again after each new level too, so that no raise is ever missed.
         if self.seen != level || !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             let w = cx.waker().clone();
             let mut sessions = self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            match self.slot {
-                Some(slot) => sessions.set(slot, w.clone()),
-                None => {
-                    let slot = sessions.insert(w.clone());
-                    self.slot = Some(slot);
-                    if let Some(kill) = &self.kill {
-                        kill.slot.store(slot, Ordering::Release);
-                    }
-                }
+            if self.slot == NO_SLOT {
+                self.slot = sessions.insert(w.clone());
+                kill.slot.store(self.slot, Ordering::Release);
+            } else {
+                sessions.set(self.slot, w.clone());
             }
             drop(sessions);
-            if self.killed() {
+            if kill.fired() {
                 return Level::Hard;
             }
             self.waker = Some(w);
@@ -215,14 +208,9 @@ impl Watch {
 }
 
 impl Watch {
-    /// Whether this session was killed (`KILL_CLIENT`), rather than the whole pooler stopping.
     /// The current level, without registering for the next raise.
     pub(crate) fn level(&self) -> Level {
         self.stop.level()
-    }
-
-    pub(crate) fn killed(&self) -> bool {
-        self.kill.as_ref().is_some_and(|k| k.fired())
     }
 
     /// Whether the session was poked since the last call (one atomic load; the waker is the one `poll`
@@ -235,8 +223,8 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot {
-            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(slot);
+        if self.slot != NO_SLOT {
+            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(self.slot);
         }
     }
 }
@@ -255,14 +243,14 @@ mod tests {
         let task = tokio::spawn(async move {
             let mut seen = Vec::new();
             for want in [Level::Graceful, Level::Hard] {
-                let level = poll_fn(|cx| match watch.poll(cx) {
+                let level = poll_fn(|cx| match watch.poll(cx, &KillSwitch::default()) {
                     l if l >= want => Poll::Ready(l),
                     _ => Poll::Pending,
                 })
                 .await;
                 seen.push(level);
                 // Like the relay loop after graceful: poll again at the level already seen, and sleep.
-                let again = poll_fn(|cx| Poll::Ready(watch.poll(cx))).await;
+                let again = poll_fn(|cx| Poll::Ready(watch.poll(cx, &KillSwitch::default()))).await;
                 assert_eq!(again, level);
             }
             seen
@@ -290,7 +278,7 @@ mod tests {
         let mut watch = stop.watch();
         let task = tokio::spawn(async move {
             poll_fn(|cx| {
-                let level = watch.poll(cx);
+                let level = watch.poll(cx, &KillSwitch::default());
                 if watch.poked() { Poll::Ready(level) } else { Poll::Pending }
             })
             .await
@@ -304,20 +292,23 @@ mod tests {
     async fn a_kill_switch_ends_one_session_and_no_other() {
         let stop = Stop::new();
         let kill = Arc::new(KillSwitch::default());
-        let mut killed = stop.watch_with(Arc::clone(&kill));
+        let mut killed = stop.watch();
         let mut other = stop.watch();
-        let task = tokio::spawn(async move {
-            poll_fn(|cx| match killed.poll(cx) {
-                Level::Hard => Poll::Ready(killed.killed()),
-                _ => Poll::Pending,
-            })
-            .await
+        let task = tokio::spawn({
+            let kill = Arc::clone(&kill);
+            async move {
+                poll_fn(|cx| match killed.poll(cx, &kill) {
+                    Level::Hard => Poll::Ready(kill.fired()),
+                    _ => Poll::Pending,
+                })
+                .await
+            }
         });
         tokio::task::yield_now().await;
         stop.kill(&kill);
         assert!(task.await.unwrap(), "woken, and it knows it was killed");
         let mut cx = Context::from_waker(Waker::noop());
-        assert_eq!(other.poll(&mut cx), Level::Running);
+        assert_eq!(other.poll(&mut cx, &KillSwitch::default()), Level::Running);
         assert_eq!(stop.level(), Level::Running);
     }
 
@@ -326,7 +317,7 @@ mod tests {
         let stop = Stop::new();
         let mut watch = stop.watch();
         let mut cx = Context::from_waker(Waker::noop());
-        assert_eq!(watch.poll(&mut cx), Level::Running);
+        assert_eq!(watch.poll(&mut cx, &KillSwitch::default()), Level::Running);
         assert_eq!(stop.inner.sessions.lock().unwrap().len(), 1);
         drop(watch);
         assert_eq!(stop.inner.sessions.lock().unwrap().len(), 0);

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::admin::{self, Access, Command, table};
 use crate::config::{Config, LoginInfo};
 use crate::io::{Conn, ReadOutcome};
-use crate::observe::{ClientTicket, NewClient, unix_now};
+use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::shared::Shared;
 use crate::startup::OpeningError;
 use crate::stop::{Level, Stop};
@@ -92,14 +92,17 @@ pub(crate) async fn serve(
     let _slot = ConsoleSlot(Arc::clone(&shared));
     let console = match admit(&shared, &mut conn, &startup, &stop).await {
         Ok((access, served, user)) => {
-            let seen = shared.observer().clients.add(NewClient {
-                id,
-                peer,
-                connected_unix: unix_now(),
-                application_name: startup.get("application_name").filter(|a| !a.is_empty()).map(Box::from),
-                user: Some(user.into()),
-                console: true,
-            });
+            let seen = ClientBook::add(
+                shared.observer(),
+                NewClient {
+                    id,
+                    peer,
+                    connected_unix: unix_now(),
+                    application_name: startup.get("application_name").filter(|a| !a.is_empty()).map(Box::from),
+                    user: Some(user.into()),
+                    console: true,
+                },
+            );
             Console { shared, conn, stop, access, served, seen }
         }
         Err(OpeningError::Refused(err)) => {

@@ -196,11 +196,11 @@ fn clients(console: &Console) -> Built {
     let mut set = ResultSet::new(columns::CONNECTIONS);
     for c in obs.clients.all() {
         let waited = c.wait_since_us().map_or(0, |since| now.saturating_sub(since));
-        let (user, database) = match (&c.user, c.console) {
-            (Some(u), true) => (u.to_string(), DATABASE.to_owned()),
+        let (user, database) = match (c.user(), c.console) {
+            (Some(u), true) => (u.to_owned(), DATABASE.to_owned()),
             _ => (console.served.user.clone(), console.served.dbname.clone()),
         };
-        let request = if c.request_us() > 0 { obs.unix_at(c.request_us()) } else { c.connected_unix };
+        let request = if c.request_us() > 0 { obs.unix_at(c.request_us()) } else { c.connected_unix() };
         let server = c.server();
         set.push([
             "C".into(),
@@ -212,7 +212,7 @@ fn clients(console: &Console) -> Built {
             c.peer.port().into(),
             listen.ip().to_string().into(),
             listen.port().into(),
-            timestamp(c.connected_unix).into(),
+            timestamp(c.connected_unix()).into(),
             timestamp(request).into(),
             (waited / 1_000_000).into(),
             (waited % 1_000_000).into(),

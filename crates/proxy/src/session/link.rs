@@ -114,7 +114,8 @@ impl Session {
     /// its query meanwhile (a connection that came at the same moment goes back to the pool unused).
     async fn wait_for_server(&mut self) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
         self.meter.waiting();
-        let Session { shared, client, watch, cancel, .. } = self;
+        let Session { shared, client, watch, cancel, meter, .. } = self;
+        let kill = &meter.seen.kill;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.
         let client_left = async {
             loop {
@@ -129,7 +130,7 @@ impl Session {
         // The cancel and the stop wake this task directly (no queue to join and leave per wait), and the
         // checkout is polled first: once it is ready, nothing else is looked at.
         let cancelled = std::future::poll_fn(|cx| cancel.poll_cancelled(cx));
-        let stopped = std::future::poll_fn(|cx| match watch.poll(cx) {
+        let stopped = std::future::poll_fn(|cx| match watch.poll(cx, kill) {
             Level::Hard => Poll::Ready(()),
             _ => Poll::Pending,
         });
@@ -139,7 +140,7 @@ impl Session {
             () = cancelled => None,
             _ = client_left => return Err(End::ClientGone),
             () = stopped => {
-                client.out.push(goodbye(watch).to_bytes());
+                client.out.push(goodbye(kill).to_bytes());
                 return Err(End::Shutdown);
             }
         };
@@ -175,22 +176,35 @@ impl Session {
     }
 
     /// Gives the server connection back after `ReadyForQuery('I')` with nothing outstanding, unless the
-    /// client holds session state there (it is pinned). Settings the client changed are read back first.
-    /// `Err`: a pinned client's node is no longer trusted, and its session state cannot move.
+    /// client holds session state there (it is pinned), when no step of [`release`](Self::release) has to
+    /// wait: the usual case, done without a future. `Ok(false)`: one has to (settings to read back, a role
+    /// to confirm, a cancel on its way to the server), and nothing was done; the caller awaits `release`.
+    pub(super) fn release_at_once(&mut self) -> Result<bool, End> {
+        let role_unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
+        let pinned = self.router.pin().is_some();
+        // Unlinking the cancel key first is safe: when pgmux sends nothing more to the server, a cancel
+        // could only reach the client's own finished transaction.
+        if role_unconfirmed || (!pinned && (self.router.settings_dirty() || !self.cancel.try_unlink())) {
+            return Ok(false);
+        }
+        if let Some(reason) = self.transaction_over() {
+            return self.stay_pinned(reason).map(|()| true);
+        }
+        self.meter.unpinned();
+        self.give_back();
+        Ok(true)
+    }
+
+    /// [`release_at_once`](Self::release_at_once), with the steps that wait. Settings the client changed
+    /// are read back first. `Err`: a pinned client's node is no longer trusted, and its session state
+    /// cannot move.
     pub(super) async fn release(&mut self) -> Result<(), End> {
-        self.meter.transaction_done(self.client.received, self.client.out.sent());
-        if let Some(reason) = self.router.pin() {
-            if let Some(reason) = self.router.pin_to_report() {
-                self.meter.pinned(reason);
-                tracing::info!(%reason, "client pinned to its server connection until it disconnects");
-            }
-            let Some(linked) = self.server.as_mut() else { return Ok(()) };
-            linked.next_transaction();
-            let server = linked.conn();
-            if server.role_unconfirmed && !Box::pin(self.confirm_role()).await {
+        if let Some(reason) = self.transaction_over() {
+            let unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
+            if unconfirmed && !Box::pin(self.confirm_role()).await {
                 return Ok(());
             }
-            return self.still_trusted(reason);
+            return self.stay_pinned(reason);
         }
         self.meter.unpinned();
         let role_unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
@@ -200,12 +214,36 @@ impl Session {
         if role_unconfirmed && !Box::pin(self.confirm_role()).await {
             return Ok(());
         }
-        // A cancel on its way to this server must land before anyone else can use it. That wait is rare
-        // and boxed, so that the relay loop's future stays small.
+        // A cancel on its way to this server must land before anyone else can use it.
         if !self.cancel.try_unlink() {
             Box::pin(self.cancel.unlink()).await;
         }
-        let Some(linked) = self.server.take() else { return Ok(()) };
+        self.give_back();
+        Ok(())
+    }
+
+    /// The transaction is counted as done; the pin that keeps the server, if any (reported the first time).
+    fn transaction_over(&mut self) -> Option<crate::sql::PinReason> {
+        self.meter.transaction_done(self.client.received, self.client.out.sent());
+        let reason = self.router.pin()?;
+        if let Some(reason) = self.router.pin_to_report() {
+            self.meter.pinned(reason);
+            tracing::info!(%reason, "client pinned to its server connection until it disconnects");
+        }
+        Some(reason)
+    }
+
+    /// A pinned client keeps its server for its next transaction, if the server's node is still trusted.
+    fn stay_pinned(&mut self, reason: crate::sql::PinReason) -> Result<(), End> {
+        let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        linked.next_transaction();
+        self.still_trusted(reason)
+    }
+
+    /// Unlinks the server connection and returns it to the pool, or closes it if it is too old, on a node
+    /// no longer wanted, or not clean.
+    fn give_back(&mut self) {
+        let Some(linked) = self.server.take() else { return };
         self.meter.unlinked();
         self.replay.finish();
         let mut lease = linked.take();
@@ -227,7 +265,6 @@ impl Session {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
             drop(lease);
         }
-        Ok(())
     }
 
     /// The linked server connection died or broke the protocol. The client learns it with SQLSTATE 08006

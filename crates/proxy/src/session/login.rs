@@ -17,7 +17,7 @@ use super::{ClientSlot, Session, shutting_down};
 use crate::cancel::Registration;
 use crate::console;
 use crate::io::Conn;
-use crate::observe::{ClientTicket, NewClient, unix_now};
+use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::params::{self, ClientParams, Param};
 use crate::router::Router;
 use crate::server::ServerFailure;
@@ -74,10 +74,10 @@ pub(super) async fn login(
     }
     tracing::debug!(user = startup.get("user"), "client logged in");
     let router = Router::new(id, shared.config().max_prepared_statements > 0);
-    let meter = Meter::new(Arc::clone(shared.observer()), enter(&shared, &startup, id, peer));
+    let meter = Meter::new(enter(&shared, &startup, id, peer));
     Some(Session {
-        shared,
-        watch: stop.watch_with(Arc::clone(&meter.seen.kill)),
+        shared: slot,
+        watch: stop.watch(),
         meter,
         client: conn,
         server: None,
@@ -88,7 +88,6 @@ pub(super) async fn login(
         reservation: Default::default(),
         cancel,
         closing: false,
-        _slot: slot,
     })
 }
 
@@ -96,14 +95,17 @@ pub(super) async fn login(
 fn enter(shared: &Shared, startup: &StartupMessage, id: u64, peer: Peer) -> ClientTicket {
     let observer = shared.observer();
     observer.metrics.client_logins.inc(LoginResult::Accepted);
-    observer.clients.add(NewClient {
-        id,
-        peer,
-        connected_unix: unix_now(),
-        application_name: startup.get("application_name").filter(|a| !a.is_empty()).map(Box::from),
-        user: None,
-        console: false,
-    })
+    ClientBook::add(
+        observer,
+        NewClient {
+            id,
+            peer,
+            connected_unix: unix_now(),
+            application_name: startup.get("application_name").filter(|a| !a.is_empty()).map(Box::from),
+            user: None,
+            console: false,
+        },
+    )
 }
 
 /// The opening packets up to the start-up message; `None` for a cancel request, which is served here.
@@ -178,7 +180,7 @@ async fn greet(shared: &Shared, conn: &mut Conn, params: &ClientParams, cancel: 
     for (name, value) in shared.pool.defaults().for_client(params) {
         encode::parameter_status(&mut buf, name, value);
     }
-    encode::backend_key_data(&mut buf, cancel.pid, cancel.secret);
+    encode::backend_key_data(&mut buf, cancel.pid(), cancel.secret);
     encode::ready_for_query(&mut buf, TxStatus::Idle);
     conn.send(buf.freeze()).await
 }

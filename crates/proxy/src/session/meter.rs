@@ -4,7 +4,6 @@
 //! client's entry in the admin console's list. No lock, no allocation. Bytes are counted by the sockets
 //! and published once per transaction.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
@@ -16,8 +15,7 @@ use crate::sql::PinReason;
 /// One session's clocks and what it has published.
 #[derive(Debug)]
 pub(super) struct Meter {
-    obs: Arc<Observer>,
-    /// Its entry in the console's list of clients.
+    /// Its entry in the console's list of clients, and the observer its counters go to.
     pub(super) seen: ClientTicket,
     /// When the query now running (or the next one the client sent) began.
     query_start: Option<Instant>,
@@ -30,9 +28,13 @@ pub(super) struct Meter {
 }
 
 impl Meter {
-    pub(super) fn new(obs: Arc<Observer>, seen: ClientTicket) -> Meter {
+    pub(super) fn new(seen: ClientTicket) -> Meter {
         let now = Instant::now();
-        Meter { obs, seen, query_start: None, xact_start: now, last_ready: now, published: (0, 0) }
+        Meter { seen, query_start: None, xact_start: now, last_ready: now, published: (0, 0) }
+    }
+
+    fn obs(&self) -> &Observer {
+        self.seen.observer()
     }
 
     /// The client sent bytes: if no query is running, one begins now.
@@ -48,7 +50,7 @@ impl Meter {
     #[inline]
     pub(super) fn ready_for_query(&mut self, more_owed: bool) {
         let now = Instant::now();
-        let m = &self.obs.metrics;
+        let m = &self.obs().metrics;
         m.queries.inc();
         m.query_time.record(micros_between(self.query_start.unwrap_or(now), now));
         self.query_start = more_owed.then_some(now);
@@ -64,7 +66,7 @@ impl Meter {
     /// The client starts to wait in line for a server connection.
     pub(super) fn waiting(&mut self) {
         let now = Instant::now();
-        self.seen.waiting(self.obs.micros_at(self.query_start.unwrap_or(now)));
+        self.seen.waiting(self.obs().micros_at(self.query_start.unwrap_or(now)));
     }
 
     /// The wait in line is over (parameters may still be applied before the link).
@@ -80,9 +82,9 @@ impl Meter {
     pub(super) fn linked(&mut self, server: u64) {
         let now = Instant::now();
         let began = self.query_start.unwrap_or(now);
-        self.obs.metrics.server_wait.record(micros_between(began, now));
+        self.obs().metrics.server_wait.record(micros_between(began, now));
         self.xact_start = now;
-        self.seen.linked(server, self.obs.micros_at(began));
+        self.seen.linked(server, self.obs().micros_at(began));
     }
 
     /// No server connection came; the client is told why.
@@ -91,7 +93,7 @@ impl Meter {
         self.query_start = None;
         if let CheckoutError::Timeout { refused, .. } = error {
             let cause = if refused.is_some() { TooManyCause::DatabaseRefused } else { TooManyCause::QueryWaitTimeout };
-            self.obs.metrics.too_many.inc(cause);
+            self.obs().metrics.too_many.inc(cause);
         }
     }
 
@@ -101,7 +103,7 @@ impl Meter {
     pub(super) fn transaction_done(&mut self, received: u64, sent: u64) {
         // Release follows the ReadyForQuery that allowed it, in the same turn of the loop.
         let now = self.last_ready;
-        let m = &self.obs.metrics;
+        let m = &self.obs().metrics;
         m.transactions.inc();
         m.transaction_time.record(micros_between(self.xact_start, now));
         self.xact_start = now;
@@ -116,7 +118,7 @@ impl Meter {
 
     /// Adds the bytes not yet counted.
     pub(super) fn publish_bytes(&mut self, received: u64, sent: u64) {
-        let m = &self.obs.metrics;
+        let m = &self.obs().metrics;
         m.client_received_bytes.add(received.saturating_sub(self.published.0));
         m.client_sent_bytes.add(sent.saturating_sub(self.published.1));
         self.published = (received.max(self.published.0), sent.max(self.published.1));
@@ -124,7 +126,7 @@ impl Meter {
 
     /// The client became pinned to its server connection.
     pub(super) fn pinned(&mut self, reason: PinReason) {
-        self.obs.metrics.pins.inc(metric_pin(reason));
+        self.obs().metrics.pins.inc(metric_pin(reason));
         self.seen.pinned(reason, unix_now());
     }
 

@@ -31,7 +31,7 @@ use crate::params::ClientParams;
 use crate::router::Router;
 use crate::server::ServerConn;
 use crate::shared::Shared;
-use crate::stop::{Level, Stop, Watch};
+use crate::stop::{KillSwitch, Level, Stop, Watch};
 use relay::{Event, Then};
 
 /// Why a session ended.
@@ -118,7 +118,8 @@ impl Drop for Linked {
 
 /// A logged-in client.
 struct Session {
-    shared: Arc<Shared>,
+    /// What the sessions share; while it lives, the client counts toward max_client_conn.
+    shared: ClientSlot,
     /// Shutdown and the admin's kill switch, as this session sees them.
     watch: Watch,
     client: Conn,
@@ -138,7 +139,6 @@ struct Session {
     meter: meter::Meter,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
-    _slot: ClientSlot,
 }
 
 /// Serves one accepted client connection until it ends.
@@ -193,8 +193,17 @@ async fn live(login: Pin<Box<impl Future<Output = Option<Session>>>>) {
     Box::pin(session.finish(end)).await;
 }
 
-/// Counts a client connection in `Shared::clients` for as long as it lives.
+/// A client connection's handle on what the sessions share, counting it in `Shared::clients` for as long as
+/// it lives.
 struct ClientSlot(Arc<Shared>);
+
+impl std::ops::Deref for ClientSlot {
+    type Target = Arc<Shared>;
+
+    fn deref(&self) -> &Arc<Shared> {
+        &self.0
+    }
+}
 
 impl ClientSlot {
     fn new(shared: &Arc<Shared>) -> Self {
@@ -214,9 +223,9 @@ impl Drop for ClientSlot {
     }
 }
 
-/// What a client whose session `watch` stopped is told: pgmux shuts down, or an admin killed it.
-fn goodbye(watch: &Watch) -> ErrorMessage {
-    if watch.killed() {
+/// What a client whose session stopped is told: pgmux shuts down, or an admin killed it (`kill` fired).
+fn goodbye(kill: &KillSwitch) -> ErrorMessage {
+    if kill.fired() {
         ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "terminating connection due to administrator command")
             .with_detail("An admin ran KILL_CLIENT on the pgmux console.")
     } else {
@@ -231,7 +240,7 @@ fn shutting_down() -> ErrorMessage {
 impl Session {
     /// What the client is told when its session is stopped: pgmux shuts down, or an admin killed it.
     fn goodbye(&self) -> ErrorMessage {
-        goodbye(&self.watch)
+        goodbye(&self.meter.seen.kill)
     }
 }
 
@@ -276,17 +285,22 @@ impl Session {
                     Err(end) => return end,
                 }
             };
-            if let Then::Release = then
-                && let Err(end) = self.release().await
-            {
-                return end;
+            if let Then::Release = then {
+                let released = match self.release_at_once() {
+                    Ok(released) => released,
+                    Err(end) => return end,
+                };
+                // Boxed: the steps that wait are rare, and an idle session should not carry their space.
+                if !released && let Err(end) = Box::pin(self.release()).await {
+                    return end;
+                }
             }
         }
     }
 
     /// The next thing to act on: shutdown (`None`: at once), a timeout, or a socket event.
     fn next_event(&mut self) -> impl Future<Output = Option<Event>> + '_ {
-        std::future::poll_fn(|cx| match self.watch.poll(cx) {
+        std::future::poll_fn(|cx| match self.watch.poll(cx, &self.meter.seen.kill) {
             Level::Hard => Poll::Ready(None),
             Level::Graceful if !self.closing => {
                 self.closing = true;
@@ -343,11 +357,12 @@ mod tests {
     use tokio_util::task::TaskTracker;
 
     #[tokio::test]
-    async fn a_client_s_task_fits_the_768_byte_size_class() {
+    async fn a_client_s_task_fits_the_640_byte_size_class() {
         // An idle client costs mostly its task: this future inside tokio's task cell, which adds 120 bytes
-        // (header, scheduler, id, stage, the tracker's token, trailer) and rounds up to 128. At 656 bytes or
-        // less the cell is 768 bytes, one of jemalloc's size classes; at 657 it is 896. The relay loop's
-        // work between two waits is not async for this reason, and the span is boxed when it is on.
+        // (header, scheduler, id, stage, the tracker's token, trailer) and rounds up to 128. At 528 bytes or
+        // less the cell is 640 bytes, one of jemalloc's size classes; at 529 it is 768. The relay loop's
+        // work between two waits is not async for this reason, the span is boxed when it is on, and what an
+        // idle session keeps is counted in bytes (see docs/benchmarks.md, "W6").
         let fake = FakeServer::start().await;
         let config = fake.config("");
         let credentials = Arc::new(StaticCredentials::from_config(&config));
@@ -360,6 +375,6 @@ mod tests {
         let peer = Peer::Tcp(stream.local_addr().expect("connected"));
         let task = serve(shared, Stream::Tcp(stream), peer, 1, stop);
         let size = std::mem::size_of_val(&task);
-        assert!(size <= 656, "a client's task future is {size} bytes");
+        assert!(size <= 528, "a client's task future is {size} bytes");
     }
 }
