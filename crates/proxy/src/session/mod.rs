@@ -118,8 +118,6 @@ impl Drop for Linked {
 
 /// A logged-in client.
 struct Session {
-    /// What the sessions share; while it lives, the client counts toward max_client_conn.
-    shared: ClientSlot,
     /// Shutdown and the admin's kill switch, as this session sees them.
     watch: Watch,
     client: Conn,
@@ -139,6 +137,9 @@ struct Session {
     meter: meter::Meter,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
+    /// What the sessions share; while it lives, the client counts toward max_client_conn. Last, so that it
+    /// is dropped last: the client stops counting once everything else it held is gone.
+    shared: ClientSlot,
 }
 
 /// Serves one accepted client connection until it ends.
