@@ -223,6 +223,40 @@ async fn two_instances_share_one_budget() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_started_together_stays_within_its_budget_under_load() {
+    // Budget 33 of 37 usable. Four instances start one after another, each taking its first reading before
+    // the next exists: the first sees a fleet of one (a share of 30), the second of two, and so on, which
+    // adds up to twice the budget. The load comes at once, before any periodic reading (every 60 s), with
+    // trusted logins and growth at once, so that each instance could fill its first share in well under a
+    // second. The sampler and the oracle are the outsiders (2): the fleet, control connections included,
+    // may hold 31.
+    let opts = PgOptions { max_connections: 40, trust_loopback: true, ..Default::default() };
+    let pg = tokio::task::spawn_blocking(move || PgServer::start_with(&opts)).await.expect("start PostgreSQL");
+    let oracle = common::direct(&pg).await;
+    let sampler = Sampler::start(common::direct(&pg).await);
+    let config = || sizing_config(&pg, "pool_sizing_interval = \"60s\"\npool_grow_after = \"0s\"");
+    let mut fleet_of = Vec::new();
+    for n in 1..=4 {
+        fleet_of.push(Listener::start(config()).await.expect("start pgmux"));
+        await_fleet(&oracle, "the new instance's first reading", |f| f.len() == n).await;
+    }
+    let proxies: Vec<&ListenerHandle> = fleet_of.iter().collect();
+    let errors = load(&proxies, 80, 3, 0.2).await;
+    assert!(errors.is_empty(), "{} of 80 clients failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    // Without a reading before each new connection, the first instances grow on their first shares until
+    // the database refuses logins (checked: both assertions fail with the re-read left to readings older
+    // than a second). An instance reads, then opens, so the others' opens in between are unseen: up to one
+    // each, which the 4 usable connections outside the budget absorb.
+    let peak = sampler.peak();
+    assert!(peak <= 31 + 3, "the fleet held {peak} connections at once; its budget left it 31");
+    let log = pg.log_tail(4000);
+    assert!(!log.contains("remaining connection slots are reserved"), "the fleet drove the database to refuse logins");
+    for proxy in fleet_of {
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_max_connections_is_picked_up() {
     let mut pg = start_pg(40).await;
     let oracle = common::direct(&pg).await;

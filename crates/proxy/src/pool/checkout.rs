@@ -197,14 +197,18 @@ impl ServerPool {
         Ok(())
     }
 
-    /// Before the pool grows past its first connection on a budget reading older than a second, has sizing
-    /// read the database again, so that connections others opened since are not squeezed out. False if the
-    /// fresh limit leaves no room for the connection about to open (its slot is then given back).
+    /// Before the pool grows past its first connection, has sizing read the database again, so that
+    /// connections others opened since the last reading are not squeezed out: another application's, and
+    /// those of pgmux instances that started at the same moment and have not yet published what they hold
+    /// (a fleet started together would otherwise each take the whole budget, and reach the database's own
+    /// limit). A reading is one round trip on the control connection; opening a connection is several, so
+    /// growth slows little. False if the fresh limit leaves no room for the connection about to open (its
+    /// slot is then given back).
     async fn room_to_grow(&self) -> bool {
         if self.config().max_connections_percent == 0 || self.pool.status().size <= 1 {
             return true;
         }
-        if !self.budget.refresh_if_older(Duration::from_secs(1), Duration::from_secs(1)).await {
+        if !self.budget.refresh_if_older(Duration::ZERO, Duration::from_secs(1)).await {
             return true;
         }
         self.pool.status().size <= self.limit.current()
