@@ -4,8 +4,8 @@
 //!
 //! `usable = max_connections − reserved`, `budget = usable × max_connections_percent / 100`; everything that
 //! is not a pgmux connection counts against it first, then the instances split the rest equally (an instance
-//! capped below its share by `pool_max` leaves the difference to the others), each keeping one connection for
-//! control. An instance never goes below one pool connection: when the budget is gone, the database's own
+//! capped below its share by `pool_max` leaves the difference to the others; what equal shares leave over goes
+//! one each to the first instances in the order of their ids), each keeping one connection for control. An instance never goes below one pool connection: when the budget is gone, the database's own
 //! refusals take over (the server pool lowers its limit on SQLSTATE 53300).
 //!
 //! Every instance names its control connection `pgmux <id> open=<n> limit=<n> cap=<n|->`, so that each sees
@@ -118,22 +118,23 @@ pub struct Plan {
     pub members: usize,
     /// This instance's equal share of the pool connections left (before `pool_max`).
     pub share: usize,
-    /// The limit this instance takes: the share, capped by `pool_max`, at least 1.
+    /// The limit this instance takes: the share (and one more for the first instances in id order, while
+    /// equal shares leave some over), capped by `pool_max`, at least 1.
     pub limit: usize,
 }
 
-/// Works out this instance's limit from a reading, given what it holds (`own_open` pool connections plus
-/// its control connection) and its `pool_max`.
-pub fn plan(r: &Reading, own_open: usize, percent: usize, cap: Option<usize>) -> Plan {
+/// Works out this instance's limit from a reading, given this instance as it is about to publish itself:
+/// its id, the pool connections it holds (`open`, besides its control connection) and its `pool_max`.
+pub fn plan(r: &Reading, me: &Member, percent: usize) -> Plan {
     let usable = r.max_connections.saturating_sub(r.reserved_total());
     let budget = usable * percent / 100;
-    let fleet_held: usize = r.others.iter().map(|m| m.open + 1).sum::<usize>() + own_open + 1;
+    let fleet_held: usize = r.others.iter().map(|m| m.open + 1).sum::<usize>() + me.open + 1;
     let outsiders = r.in_use.saturating_sub(fleet_held);
     let members = r.others.len() + 1;
     // Pool connections the fleet may hold: the budget less everyone else's, less a control connection each.
     let mut left = budget.saturating_sub(outsiders).saturating_sub(members);
     // Equal shares; whoever is capped below the share takes only its cap, the rest split what remains.
-    let mut caps: Vec<Option<usize>> = r.others.iter().map(|m| m.cap).chain([cap]).collect();
+    let mut caps: Vec<Option<usize>> = r.others.iter().map(|m| m.cap).chain([me.cap]).collect();
     caps.sort_by_key(|c| c.unwrap_or(usize::MAX));
     let mut uncapped = caps.len();
     for c in &caps {
@@ -146,7 +147,14 @@ pub fn plan(r: &Reading, own_open: usize, percent: usize, cap: Option<usize>) ->
         }
     }
     let share = left / uncapped.max(1);
-    let limit = cap.map_or(share, |c| share.min(c)).max(1);
+    // What equal shares leave over goes one connection each to the first instances in the order of their
+    // ids that can take one more. Every instance works that out alike from the same tags, so the fleet uses
+    // its whole budget and no slot is taken twice.
+    let spare = left - share * uncapped;
+    let takes_more = |m: &Member| m.cap.is_none_or(|c| c > share);
+    let ahead = r.others.iter().filter(|m| takes_more(m) && m.id < me.id).count();
+    let extra = usize::from(takes_more(me) && ahead < spare);
+    let limit = me.cap.map_or(share + extra, |c| (share + extra).min(c)).max(1);
     Plan { usable, budget, outsiders, members, share, limit }
 }
 

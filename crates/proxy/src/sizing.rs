@@ -251,7 +251,7 @@ impl<G: Gauge> Control<G> {
         let me = Member { id: self.id.clone(), open: held, limit: pool.limit(), cap: pool.cap() };
         let reading =
             self.gauge.read(pool, &me).await.inspect_err(|e| pool.observer().sizing_read(Err(e.to_string())))?;
-        let plan = plan(&reading, held, pool.config().max_connections_percent, pool.cap());
+        let plan = plan(&reading, &me, pool.config().max_connections_percent);
         pool.observer().sizing_read(Ok((&reading, &plan)));
         if !reading.sees_all && self.last.is_none() {
             tracing::warn!(
@@ -287,7 +287,9 @@ pub(crate) async fn check(pool: &ServerPool) -> Result<Report, SizingError> {
     gauge.close().await;
     let reading = reading?;
     let (percent, cap) = (pool.config().max_connections_percent, pool.cap());
-    let plan = plan(&reading, 0, percent, cap);
+    // A new instance, with an id that sorts after every other: it is told its equal share.
+    let me = Member { id: "~".to_owned(), open: 0, limit: 0, cap };
+    let plan = plan(&reading, &me, percent);
     Ok(Report { reading, plan, percent, cap })
 }
 

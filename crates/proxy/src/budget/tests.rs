@@ -18,14 +18,19 @@ fn reading(max_connections: usize, in_use: usize, others: &[(usize, Option<usize
     }
 }
 
+/// The plan of an instance whose id sorts after every other's: it gets no spare connection.
+fn plan_as_last(r: &Reading, open: usize, percent: usize, cap: Option<usize>) -> Plan {
+    plan(r, &Member { id: "~".into(), open, limit: 0, cap }, percent)
+}
+
 #[test]
 fn a_lone_instance_takes_its_percentage_less_everyone_else() {
     // 40 slots, 3 reserved: 37 usable, 90 % = 33. 30 held by others, 1 by our control connection.
-    let p = plan(&reading(40, 31, &[]), 0, 90, None);
+    let p = plan_as_last(&reading(40, 31, &[]), 0, 90, None);
     assert_eq!((p.usable, p.budget, p.outsiders, p.members), (37, 33, 30, 1));
     assert_eq!((p.share, p.limit), (2, 2));
     // Our own pool connections are not outsiders.
-    let p = plan(&reading(40, 33, &[]), 2, 90, None);
+    let p = plan_as_last(&reading(40, 33, &[]), 2, 90, None);
     assert_eq!((p.outsiders, p.limit), (30, 2));
 }
 
@@ -34,15 +39,48 @@ fn instances_split_the_budget_and_a_capped_one_leaves_the_rest() {
     // 100 slots: 97 usable, 87 budget; two other instances holding 4 and 10; 5 outsiders.
     // 5 outsiders, the two others with their control connections, and our control connection.
     let r = reading(100, 5 + (4 + 1) + (10 + 1) + 1, &[(4, None), (10, None)]);
-    let p = plan(&r, 0, 90, None);
+    let p = plan_as_last(&r, 0, 90, None);
     assert_eq!((p.budget, p.outsiders, p.members), (87, 5, 3));
     assert_eq!(p.share, (87 - 5 - 3) / 3);
     // One of the others is capped at 5: the two uncapped split what it leaves.
     let r = reading(100, 5 + 5 + 11 + 1, &[(4, Some(5)), (10, None)]);
-    let p = plan(&r, 0, 90, None);
+    let p = plan_as_last(&r, 0, 90, None);
     assert_eq!(p.share, (87 - 5 - 3 - 5) / 2);
     // Our own cap applies after the share.
-    assert_eq!(plan(&r, 0, 90, Some(3)).limit, 3);
+    assert_eq!(plan_as_last(&r, 0, 90, Some(3)).limit, 3);
+}
+
+/// Each of `ids` plans from the same reading, seeing the others' tags (all holding nothing, with `caps`):
+/// their limits, in the order of `ids`.
+fn fleet_limits(max_connections: usize, outsiders: usize, ids: &[&str], caps: &[Option<usize>]) -> Vec<usize> {
+    let members: Vec<Member> =
+        ids.iter().zip(caps).map(|(id, &cap)| Member { id: (*id).to_owned(), open: 0, limit: 0, cap }).collect();
+    members
+        .iter()
+        .map(|me| {
+            let mut r = reading(max_connections, outsiders + members.len(), &[]);
+            r.others = members.iter().filter(|m| m.id != me.id).cloned().collect();
+            plan(&r, me, 90).limit
+        })
+        .collect()
+}
+
+#[test]
+fn what_equal_shares_leave_over_goes_to_the_first_ids_and_the_fleet_uses_its_whole_budget() {
+    // W9's fleet: 50 slots, 3 reserved: 47 usable, 42 budget; 12 outsiders and 8 control connections leave
+    // 22 pool connections: 2 each, and 6 over for the six first in id order.
+    let ids = ["c19fc58b", "4fb47d75", "0000000a", "ffffffff", "77777777", "12345678", "abcdef01", "00000001"];
+    let limits = fleet_limits(50, 12, &ids, &[None; 8]);
+    // In id order: 00000001 0000000a 12345678 4fb47d75 77777777 abcdef01 take 3; c19fc58b and ffffffff 2.
+    assert_eq!(limits, [2, 3, 3, 2, 3, 3, 3, 3]);
+    assert_eq!(limits.iter().sum::<usize>(), 22, "the fleet's limits add up to what its budget leaves");
+    assert_eq!(plan_as_last(&reading(50, 12 + 1, &[]), 0, 90, None).limit, 42 - 12 - 1, "a lone instance");
+    // An instance capped at its share takes no spare: the next in line does, and the total holds.
+    let mut caps = [None; 8];
+    caps[7] = Some(2);
+    let limits = fleet_limits(50, 12, &ids, &caps);
+    assert_eq!(limits, [3, 3, 3, 2, 3, 3, 3, 2]);
+    assert_eq!(limits.iter().sum::<usize>(), 22);
 }
 
 #[test]
@@ -50,9 +88,9 @@ fn every_reserved_slot_counts_and_the_limit_never_reaches_zero() {
     let mut r = reading(20, 19, &[]);
     r.reserved = 2;
     r.rds_reserved = 2;
-    let p = plan(&r, 0, 100, None);
+    let p = plan_as_last(&r, 0, 100, None);
     assert_eq!((p.usable, p.budget, p.share, p.limit), (13, 13, 0, 1));
-    assert_eq!(plan(&reading(3, 1, &[]), 0, 90, None).budget, 0);
+    assert_eq!(plan_as_last(&reading(3, 1, &[]), 0, 90, None).budget, 0);
 }
 
 #[test]
