@@ -113,6 +113,8 @@ metrics! {
     FleetServerPeak => ("W9 fleet: peak server connections of the application role", "W9", Count, false),
     FleetErrors => ("W9 fleet: failed transactions and connects", "W9", Count, false),
     FleetTps => ("W9 fleet: transactions per second", "W9", Count, false),
+    FleetOthersRefused =>
+        ("W9 fleet: another application's new connections refused (one tried every 100 ms)", "W9", Count, false),
 }
 
 impl Metric {
@@ -174,7 +176,7 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 41);
+        assert_eq!(Metric::ALL.len(), 42);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));
@@ -182,7 +184,7 @@ mod tests {
         assert_eq!((Metric::FleetErrors.world(), Metric::ConnectP99.world()), (World::Network, World::Network));
         assert!(!Metric::NetSimpleCpu.applies_to(Target::Direct) && Metric::FleetTps.applies_to(Target::Direct));
         assert!(Metric::NetSimpleTps.higher_is_better() && Metric::FleetTps.higher_is_better());
-        assert!(!Metric::ConnectP50.higher_is_better());
+        assert!(!Metric::ConnectP50.higher_is_better() && !Metric::FleetOthersRefused.higher_is_better());
         assert_eq!(Metric::BurstQueryP99.format(0.3123), "0.31");
         assert_eq!(Metric::BurstQueryP99.format(12.345), "12.3");
         assert_eq!(Metric::FleetTps.format(12345.6), "12,346");

@@ -192,9 +192,12 @@ impl Plan {
                 "W9: {} instances of the pooler, each with {} clients running `BEGIN`, `SELECT 1`, `COMMIT` (three \
                  round trips) with {} ms between transactions for {} s; a client that fails waits 100 ms and \
                  reconnects. PostgreSQL `max_connections={}` while another role holds {} connections: \
-                 {} − 3 reserved − {} = {} for the application role. pgmux with its defaults (sized from the \
-                 database, no `pool_max`); PgBouncer with its default `default_pool_size` (20); direct: {} × {} \
-                 clients with a connection each, as classic Lambda has. Server connections sampled every 50 ms.",
+                 {} − 3 reserved − {} = {} for the application role, the database's own limit. pgmux with its \
+                 defaults (sized from the database, no `pool_max`), whose budget is 90 % of the {} usable, less \
+                 everyone else's connections; PgBouncer with its default `default_pool_size` (20); direct: {} × \
+                 {} clients with a connection each, as classic Lambda has. Server connections sampled every 50 \
+                 ms. Meanwhile the other role opens a new connection every 100 ms (`select 1`, then closes it), \
+                 as another application would.",
                 self.fleet_instances,
                 self.fleet_clients,
                 self.fleet_think_secs * 1e3,
@@ -204,6 +207,7 @@ impl Plan {
                 self.fleet_max_connections,
                 self.fleet_held,
                 self.fleet_budget(),
+                self.fleet_max_connections - 3,
                 self.fleet_instances,
                 self.fleet_clients,
             ),

@@ -19,6 +19,9 @@ use crate::{PgmuxProcess, interrupt};
 /// How often W9 samples the server's connections: its peaks may be short.
 const FLEET_SAMPLING: Duration = Duration::from_millis(50);
 
+/// How often W9's other application opens a connection of its own while the fleet runs.
+const NEWCOMER_EVERY: Duration = Duration::from_millis(100);
+
 /// A W9 fleet's instances, stopped when dropped.
 enum Fleet {
     Pgmux(Vec<PgmuxProcess>),
@@ -108,26 +111,37 @@ impl Suite<'_> {
     /// W9: a fleet of poolers (or of direct clients) against `max_connections` small enough to run out,
     /// while another role holds some of it.
     pub(crate) fn fleet(&mut self, target: Target) -> Figures {
-        let metrics = [Metric::FleetServerPeak, Metric::FleetErrors, Metric::FleetTps];
+        let metrics = [Metric::FleetServerPeak, Metric::FleetErrors, Metric::FleetTps, Metric::FleetOthersRefused];
         match self.run_fleet(target) {
-            Ok((report, peak)) => {
+            Ok((report, peak, newcomers)) => {
                 let summary = report.error_summary();
                 if report.error_count() > 0 {
                     self.note(format!("W9 through {} (round {}): failures {summary}", target.label(), self.round + 1));
                 }
                 self.results.detail(Metric::FleetErrors, target, self.round, summary);
+                if newcomers.refused > 0 {
+                    self.note(format!(
+                        "W9 through {} (round {}): the other application was refused {} of {} new connections ({})",
+                        target.label(),
+                        self.round + 1,
+                        newcomers.refused,
+                        newcomers.tried,
+                        newcomers.example
+                    ));
+                }
                 let tps = report.transactions as f64 / report.elapsed_secs.max(1e-9);
                 vec![
                     (Metric::FleetServerPeak, Outcome::Value(peak as f64)),
                     (Metric::FleetErrors, Outcome::Value(report.error_count() as f64)),
                     (Metric::FleetTps, Outcome::Value(tps)),
+                    (Metric::FleetOthersRefused, Outcome::Value(newcomers.refused as f64)),
                 ]
             }
             Err(e) => fail_all(&metrics, &e),
         }
     }
 
-    fn run_fleet(&mut self, target: Target) -> Result<(FleetReport, u64), String> {
+    fn run_fleet(&mut self, target: Target) -> Result<(FleetReport, u64, Newcomers), String> {
         let plan = self.plan;
         let net = self.net_for(plan.fleet_max_connections)?;
         net.poolers.stop();
@@ -135,7 +149,7 @@ impl Suite<'_> {
             net.note(note);
         }
         let other = net.other_role();
-        let held = self.block_on(SLACK, hold(other, plan.fleet_held))??;
+        let held = self.block_on(SLACK, hold(other.clone(), plan.fleet_held))??;
         let net = self.lab.net(plan)?;
         let (fleet, endpoints) = match target {
             Target::Pgmux => {
@@ -158,7 +172,11 @@ impl Suite<'_> {
             think_secs: plan.fleet_think_secs,
         };
         let monitor = net.monitor(FLEET_SAMPLING);
+        let (stop_newcomers, stopped) = watch::channel(false);
+        let newcomers = self.runtime.spawn(newcomers(other, stopped));
         let outcome = self.watched(monitor, |net| net.run_job(&job, plan.fleet_duration() + SLACK));
+        let _ = stop_newcomers.send(true);
+        let newcomers = self.block_on(SLACK, newcomers)?.map_err(|e| format!("the other application: {e}"))?;
         let net = self.lab.net(plan)?;
         match fleet {
             Fleet::Pgmux(fleet) => fleet.into_iter().for_each(|p| net.poolers.absorb_pgmux(p)),
@@ -167,7 +185,7 @@ impl Suite<'_> {
         }
         drop(held);
         match outcome? {
-            (JobReport::Fleet(report), peak) => Ok((report, peak)),
+            (JobReport::Fleet(report), peak) => Ok((report, peak, newcomers)),
             _ => Err("the client answered with another report".to_owned()),
         }
     }
@@ -190,6 +208,47 @@ impl Suite<'_> {
             return Err("interrupted".to_owned());
         }
         outcome.map(|value| (value, peak))
+    }
+}
+
+/// What W9's other application got when it opened connections of its own while the fleet ran.
+#[derive(Debug, Default)]
+struct Newcomers {
+    tried: u64,
+    refused: u64,
+    /// The first refusal, as the client saw it.
+    example: String,
+}
+
+/// Another application (a cron job, a migration, an operator's psql) opening a connection every
+/// [`NEWCOMER_EVERY`], running `select 1` and closing it, until `stop` turns true: what a fleet of poolers
+/// leaves the database's other users.
+async fn newcomers(config: Config, mut stop: watch::Receiver<bool>) -> Newcomers {
+    let mut ticks = tokio::time::interval(NEWCOMER_EVERY);
+    let mut seen = Newcomers::default();
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.wait_for(|&stop| stop) => return seen,
+        }
+        seen.tried += 1;
+        let failure = match tokio::time::timeout(SLACK, config.connect(NoTls)).await {
+            Err(_) => Some(format!("no answer within {SLACK:?}")),
+            Ok(Err(e)) => Some(crate::endpoint::describe(&e)),
+            Ok(Ok((client, connection))) => {
+                let task = tokio::spawn(connection);
+                let failure = client.simple_query("select 1").await.err().map(|e| crate::endpoint::describe(&e));
+                drop(client);
+                let _ = task.await;
+                failure
+            }
+        };
+        if let Some(failure) = failure {
+            seen.refused += 1;
+            if seen.example.is_empty() {
+                seen.example = failure;
+            }
+        }
     }
 }
 
