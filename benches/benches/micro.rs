@@ -83,7 +83,7 @@ fn pool(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let mut g = c.benchmark_group("pool");
     g.bench_function("checkout and return, uncontended", |b| {
-        let pool = Pool::new(PoolConfig { max_size: 4, grow_after: Duration::ZERO });
+        let pool = Pool::new(PoolConfig::new(4, Duration::ZERO));
         if let Ok(Some(Grant::Open(slot))) = pool.try_acquire() {
             drop(slot.fill(0u32));
         }
@@ -95,7 +95,7 @@ fn pool(c: &mut Criterion) {
     g.throughput(Throughput::Elements(64 * 10));
     g.bench_function("64 waiters, 4 connections, 10 checkouts each", |b| {
         b.iter_batched(
-            || Pool::new(PoolConfig { max_size: 4, grow_after: Duration::ZERO }),
+            || Pool::new(PoolConfig::new(4, Duration::ZERO)),
             |pool| {
                 rt.block_on(async {
                     let mut tasks = tokio::task::JoinSet::new();

@@ -44,14 +44,22 @@ impl<C> State<C> {
 
     /// When lazy growth will let the first waiter in line open a connection, if nothing changes before
     /// then; `None` if it cannot (no lazy growth, at the limit, paused, or a connection is being opened:
-    /// its arrival re-counts, see `Inner::opened`).
+    /// its arrival re-counts, see `Inner::opened`). A line that has not emptied for `steady_after` waits
+    /// only `steady_grow_after` from then on.
     pub(crate) fn growth_due(&self) -> Option<Instant> {
         let grow_after = self.config.grow_after;
         if grow_after.is_zero() || self.closed || self.paused || self.opening > 0 || self.size >= self.config.max_size {
             return None;
         }
         let first = self.waiters.front()?.since;
-        Some(self.last_opened.map_or(first, |opened| opened.max(first)) + grow_after)
+        let from = self.last_opened.map_or(first, |opened| opened.max(first));
+        let due = from + grow_after;
+        match self.line_since {
+            Some(line) if !self.config.steady_after.is_zero() => {
+                Some(due.min((from + self.config.steady_grow_after).max(line + self.config.steady_after)))
+            }
+            _ => Some(due),
+        }
     }
 
     /// Hands out everything due at `now`: waiters past their deadline are told so, and the first waiter in

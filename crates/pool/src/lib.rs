@@ -45,6 +45,19 @@ pub struct PoolConfig {
     pub max_size: usize,
     /// How long a caller waits for an idle connection before it may open a new one (zero: at once).
     pub grow_after: Duration,
+    /// A line of callers that has not emptied for this long is steady load rather than a burst: a new
+    /// connection will find it still there however long it takes to open, so from then on growth waits
+    /// `steady_grow_after` instead of `grow_after` (zero: no such line).
+    pub steady_after: Duration,
+    /// How long the first caller of a steady line waits before it may open a new connection.
+    pub steady_grow_after: Duration,
+}
+
+impl PoolConfig {
+    /// `max_size` connections, lazy growth after `grow_after`, no distinction for a steady line.
+    pub fn new(max_size: usize, grow_after: Duration) -> PoolConfig {
+        PoolConfig { max_size, grow_after, steady_after: Duration::ZERO, steady_grow_after: grow_after }
+    }
 }
 
 /// The pool was closed; no more connections are handed out.
@@ -140,6 +153,8 @@ struct State<C> {
     last_opened: Option<tokio::time::Instant>,
     /// When a lent connection last came back (to a waiter or the idle list).
     last_returned: Option<tokio::time::Instant>,
+    /// When the line of waiters last went from empty to not empty.
+    line_since: Option<Instant>,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
     closed: bool,
@@ -182,6 +197,7 @@ impl<C> Pool<C> {
             size: 0,
             opening: 0,
             last_opened: None,
+            line_since: None,
             last_returned: None,
             config,
             waiters: VecDeque::new(),
@@ -259,6 +275,10 @@ impl<C> Pool<C> {
                 return Err(WaitError::TimedOut);
             }
             let (tx, rx) = oneshot::channel();
+            // A line whose first waiter has gone (its future dropped, not yet swept) counts as empty.
+            if st.waiters.front().is_none_or(|w| w.tx.is_closed()) {
+                st.line_since = Some(since);
+            }
             st.waiters.push_back(Waiter { tx, since, deadline });
             // Usually false: behind other waiters, nothing of this one's comes due before theirs.
             let ring = clock::earlier(deadline, st.growth_due()).is_some_and(|at| st.due_at(at));
@@ -321,11 +341,13 @@ impl<C> Pool<C> {
         self.shared.lock().config.grow_after
     }
 
-    /// Changes how long a caller waits for an idle connection before it may open a new one.
-    pub fn set_grow_after(&self, grow_after: Duration) {
+    /// Changes how long a caller waits for an idle connection before it may open a new one: `grow_after`,
+    /// or `steady_grow_after` in a steady line (see [`PoolConfig::steady_after`]).
+    pub fn set_grow_after(&self, grow_after: Duration, steady_grow_after: Duration) {
         let slots = {
             let mut st = self.shared.lock();
             st.config.grow_after = grow_after;
+            st.config.steady_grow_after = steady_grow_after;
             st.grant_free_slots()
         };
         Inner::deliver_slots(&self.shared, slots);

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::*;
 
 fn pool(max_size: usize, grow_after_ms: u64) -> Pool<u32> {
-    Pool::new(PoolConfig { max_size, grow_after: Duration::from_millis(grow_after_ms) })
+    Pool::new(PoolConfig::new(max_size, Duration::from_millis(grow_after_ms)))
 }
 
 async fn open(p: &Pool<u32>, id: u32) -> Lease<u32> {
@@ -319,6 +319,57 @@ async fn lazy_growth_opens_for_a_line_that_does_not_shrink() {
     assert_eq!(opened[1], Duration::from_millis(5), "opened at {opened:?}");
 }
 
+/// Ten clients that each come back for another 2 ms transaction as soon as one ends, for `run_ms`, on a pool
+/// that waits 50 ms before growing (a login's time) and treats a line that has not emptied for
+/// `steady_after_ms` as steady; when each connection was opened.
+async fn steady_line(steady_after_ms: u64, run_ms: u64) -> Vec<Duration> {
+    let config = PoolConfig {
+        steady_after: Duration::from_millis(steady_after_ms),
+        steady_grow_after: Duration::from_millis(5),
+        ..PoolConfig::new(10, Duration::from_millis(50))
+    };
+    let p = Pool::new(config);
+    let start = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..10 {
+        let p = p.clone();
+        clients.push(tokio::spawn(async move {
+            let mut opened = Vec::new();
+            while start.elapsed() < Duration::from_millis(run_ms) {
+                let lease = match p.acquire().await.unwrap() {
+                    Grant::Idle(lease) => lease,
+                    Grant::Open(slot) => {
+                        opened.push(start.elapsed());
+                        slot.fill(0)
+                    }
+                };
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                drop(lease);
+            }
+            opened
+        }));
+    }
+    let mut opened = Vec::new();
+    for c in clients {
+        opened.extend(c.await.unwrap());
+    }
+    opened.sort();
+    opened
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_steady_line_grows_without_waiting_a_login_s_time() {
+    // On one connection the first in line waits 18 ms at most, less than the 50 ms a login takes, so lazy
+    // growth alone never opens a second connection however long the load lasts.
+    let opened = steady_line(0, 400).await;
+    assert_eq!(opened.len(), 1, "without the steady line: opened at {opened:?}");
+    // The line has not emptied for 100 ms: it will be there when a new connection arrives.
+    let opened = steady_line(100, 400).await;
+    assert!(opened.len() >= 3, "opened at {opened:?}");
+    assert!(opened[1] >= Duration::from_millis(100), "grew before the line was steady: {opened:?}");
+    assert!(opened[1] <= Duration::from_millis(110), "the steady line waited too long: {opened:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_slow_connect_holds_back_further_growth() {
     let p = pool(10, 5);
@@ -347,7 +398,7 @@ async fn a_slow_connect_holds_back_further_growth() {
 #[tokio::test(start_paused = true)]
 async fn a_connection_returned_above_the_limit_goes_to_the_closer() {
     let closed = Arc::new(Mutex::new(Vec::new()));
-    let p = Pool::with_closer(PoolConfig { max_size: 3, grow_after: Duration::ZERO }, {
+    let p = Pool::with_closer(PoolConfig::new(3, Duration::ZERO), {
         let closed = Arc::clone(&closed);
         move |c| closed.lock().unwrap().push(c)
     });
