@@ -123,7 +123,7 @@ config_keys! {
     pool_sizing_interval: Duration = "10s";
     /// A client that has waited this long with no idle server connection may open a new one (one at a
     /// time); until then it waits for one to come back. Longer when the last login took longer (up to
-    /// 50 ms). 0 opens at once.
+    /// 50 ms), except in a line that has not emptied for half a second. 0 opens at once.
     pool_grow_after: Duration = "5ms";
     /// Server connections kept open even when idle (within the limit).
     min_pool_size: usize = "0";
