@@ -289,45 +289,14 @@ async fn lazy_growth_opens_one_connection_at_a_time() {
 async fn lazy_growth_opens_for_a_line_that_does_not_shrink() {
     // Ten clients that each come back for another 2 ms transaction as soon as one ends: the line stays
     // nine long, however many are served, so the pool grows when the first in line has waited 5 ms.
-    let p = pool(10, 5);
-    let start = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..10 {
-        let p = p.clone();
-        clients.push(tokio::spawn(async move {
-            let mut opened = Vec::new();
-            while start.elapsed() < Duration::from_millis(40) {
-                let lease = match p.acquire().await.unwrap() {
-                    Grant::Idle(lease) => lease,
-                    Grant::Open(slot) => {
-                        opened.push(start.elapsed());
-                        slot.fill(0)
-                    }
-                };
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                drop(lease);
-            }
-            opened
-        }));
-    }
-    let mut opened = Vec::new();
-    for c in clients {
-        opened.extend(c.await.unwrap());
-    }
-    opened.sort();
+    let opened = busy_clients(PoolConfig::new(10, Duration::from_millis(5)), 40).await;
     assert!(opened.len() >= 3, "opened at {opened:?}");
     assert_eq!(opened[1], Duration::from_millis(5), "opened at {opened:?}");
 }
 
 /// Ten clients that each come back for another 2 ms transaction as soon as one ends, for `run_ms`, on a pool
-/// that waits 50 ms before growing (a login's time) and treats a line that has not emptied for
-/// `steady_after_ms` as steady; when each connection was opened.
-async fn steady_line(steady_after_ms: u64, run_ms: u64) -> Vec<Duration> {
-    let config = PoolConfig {
-        steady_after: Duration::from_millis(steady_after_ms),
-        steady_grow_after: Duration::from_millis(5),
-        ..PoolConfig::new(10, Duration::from_millis(50))
-    };
+/// configured so; when each connection was opened.
+async fn busy_clients(config: PoolConfig, run_ms: u64) -> Vec<Duration> {
     let p = Pool::new(config);
     let start = Instant::now();
     let mut clients = Vec::new();
@@ -355,6 +324,17 @@ async fn steady_line(steady_after_ms: u64, run_ms: u64) -> Vec<Duration> {
     }
     opened.sort();
     opened
+}
+
+/// [`busy_clients`] for `run_ms` on a pool that waits 50 ms before growing (a login's time) and treats a line
+/// that has not emptied for `steady_after_ms` as steady.
+async fn steady_line(steady_after_ms: u64, run_ms: u64) -> Vec<Duration> {
+    let config = PoolConfig {
+        steady_after: Duration::from_millis(steady_after_ms),
+        steady_grow_after: Duration::from_millis(5),
+        ..PoolConfig::new(10, Duration::from_millis(50))
+    };
+    busy_clients(config, run_ms).await
 }
 
 #[tokio::test(start_paused = true)]
