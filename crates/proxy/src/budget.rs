@@ -5,8 +5,9 @@
 //! `usable = max_connections − reserved`, `budget = usable × max_connections_percent / 100`; everything that
 //! is not a pgmux connection counts against it first, then the instances split the rest equally (an instance
 //! capped below its share by `pool_max` leaves the difference to the others; what equal shares leave over goes
-//! one each to the first instances in the order of their ids), each keeping one connection for control. An instance never goes below one pool connection: when the budget is gone, the database's own
-//! refusals take over (the server pool lowers its limit on SQLSTATE 53300).
+//! one each to the first instances in the order of their ids), each keeping one connection for control. An
+//! instance never goes below one pool connection: when the budget is gone, the database's own refusals take
+//! over (the server pool lowers its limit on SQLSTATE 53300).
 //!
 //! Every instance names its control connection `pgmux <id> open=<n> limit=<n> cap=<n|->`, so that each sees
 //! the others, what they hold and what they may hold, in the same `pg_stat_activity` that shows everyone
