@@ -40,7 +40,7 @@ from pathlib import Path
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 CLIENTS = 50
-TOP = 12
+TOP = int(os.environ.get("TOP", "12"))
 # The system calls a pooler's data path makes, counted per transaction with --perf.
 SYSCALLS = ["recvfrom", "sendto", "read", "write", "readv", "writev", "recvmsg", "sendmsg", "epoll_wait",
             "epoll_pwait", "epoll_ctl"]
