@@ -211,11 +211,11 @@ pub fn row_description(body: &[u8]) -> Result<Vec<ResultColumn<'_>>, ParseError>
     Ok(out)
 }
 
-/// The command tag of a `CommandComplete` body, without its terminator.
-pub fn command_tag(body: &[u8]) -> Result<&str, ParseError> {
+/// The command tag of a `CommandComplete` body, without its terminator, as bytes: it is read after every
+/// statement, only ever compared with ASCII tags, and a tag that is not UTF-8 matches none of them.
+pub fn command_tag(body: &[u8]) -> Result<&[u8], ParseError> {
     let mut c = Cursor::new(body, "CommandComplete");
-    let tag = c.cstr()?;
-    Ok(tag)
+    c.cstr_bytes()
 }
 
 #[cfg(test)]
@@ -290,6 +290,6 @@ b\0\0\0\0\0\0\0\0\0\x04\x13\xff\xff\0\0\0\x0e\0\x01";
         key.extend_from_slice(&(-7i32).to_be_bytes());
         assert_eq!(backend_key_data(&key).unwrap(), (42, -7));
         assert_eq!(ready_for_query(b"T").unwrap(), TxStatus::InTransaction);
-        assert_eq!(command_tag(b"DISCARD ALL\0").unwrap(), "DISCARD ALL");
+        assert_eq!(command_tag(b"DISCARD ALL\0").unwrap(), b"DISCARD ALL");
     }
 }

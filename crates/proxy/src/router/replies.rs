@@ -69,17 +69,17 @@ impl Router {
     }
 
     /// Learns from a CommandComplete tag what the statement did to the session.
-    fn command_completed(&mut self, tag: &str, server: &mut ServerStatements) {
+    fn command_completed(&mut self, tag: &[u8], server: &mut ServerStatements) {
         if let Some(reason) = PinReason::from_tag(tag) {
             self.pin.get_or_insert(reason);
         }
         match tag {
-            "SET" | "RESET" => self.settings_dirty = true,
-            "DEALLOCATE ALL" => {
+            b"SET" | b"RESET" => self.settings_dirty = true,
+            b"DEALLOCATE ALL" => {
                 self.names.named.clear();
                 server.clear();
             }
-            "DISCARD ALL" => {
+            b"DISCARD ALL" => {
                 // Every statement, setting, listener, lock and temporary table of the session is gone.
                 self.names = ClientStatements::default();
                 server.clear();
