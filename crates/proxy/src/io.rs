@@ -315,10 +315,21 @@ impl Conn {
     }
 
     /// Without waiting: has the peer closed the socket or sent anything unasked? Used on idle server
-    /// connections, which must have nothing to say.
+    /// connections, which must have nothing to say, before every transaction that takes one.
     pub(crate) fn idle_peer_spoke(&mut self) -> bool {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut probe = [0u8; 1];
+        // A plain socket is asked without a waker (about 120 instructions fewer): while tokio has seen no
+        // event on it, no system call is made; once it has, one read says whether the peer spoke.
+        let plain = match &self.stream {
+            Stream::Tcp(s) => Some(s.try_read(&mut probe)),
+            Stream::Unix(s) => Some(s.try_read(&mut probe)),
+            _ => None,
+        };
+        if let Some(read) = plain {
+            return !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+        }
+        // TLS may hold decrypted bytes, or a record that decrypts to nothing: its stream is polled.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut buf = tokio::io::ReadBuf::new(&mut probe);
         !matches!(Pin::new(&mut self.stream).poll_read(&mut cx, &mut buf), Poll::Pending)
     }
