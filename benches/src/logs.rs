@@ -22,7 +22,7 @@ pub fn condense(lines: &[String], max: usize) -> Vec<String> {
 }
 
 /// Remove terminal colour sequences (`ESC [ … letter`), which tracing writes even into a pipe.
-fn strip_ansi(line: &str) -> String {
+pub fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {

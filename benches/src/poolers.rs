@@ -127,6 +127,15 @@ impl Poolers {
         bouncer.stop();
     }
 
+    /// Every non-empty line pgmux wrote so far, over every instance, the running one's last.
+    pub fn pgmux_output_lines(&self) -> Vec<String> {
+        let mut lines = self.pgmux_log.clone();
+        if let Some(pgmux) = &self.pgmux {
+            lines.extend(pgmux.output().lines().filter(|l| !l.trim().is_empty()).map(str::to_owned));
+        }
+        lines
+    }
+
     /// What the poolers logged so far, as (name, what, lines).
     pub fn logs(&self) -> [(&'static str, &'static str, &[String]); 2] {
         [("pgmux", "output lines", &self.pgmux_log), ("PgBouncer", "warnings", &self.bouncer_log)]

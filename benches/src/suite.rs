@@ -105,7 +105,9 @@ impl Suite<'_> {
                     continue;
                 }
                 eprintln!("pgmux-bench: round {} {name} {}", round + 1, target.label());
+                let written = self.pgmux_output(name).len();
                 let mut figures = step(self, target);
+                self.note_pgmux_output(name, target, round, written);
                 if let Some(note) = self.check(name, target, &format!("{name} (round {})", round + 1)) {
                     // Whatever the step measured, the pooler did not survive it.
                     for (_, outcome) in &mut figures {
@@ -119,6 +121,34 @@ impl Suite<'_> {
                     self.results.record(metric, target, round, outcome);
                 }
             }
+        }
+    }
+
+    /// Every line pgmux has written so far in `step`'s setting (none if that setting is not up).
+    fn pgmux_output(&mut self, step: &str) -> Vec<String> {
+        if crate::metric::world_of(step) != World::Network {
+            return self.lab.poolers.pgmux_output_lines();
+        }
+        self.lab.net(self.plan).map(|net| net.poolers.pgmux_output_lines()).unwrap_or_default()
+    }
+
+    /// Notes what pgmux wrote while `step` ran against `target` (at `log_level=warn` every line is worth a
+    /// look), so that a line in the condensed list at the end can be traced to its workload and round.
+    fn note_pgmux_output(&mut self, step: &str, target: Target, round: usize, written_before: usize) {
+        let lines = self.pgmux_output(step);
+        let Some(first) = lines.get(written_before) else { return };
+        let first: String = crate::logs::strip_ansi(first).chars().take(400).collect();
+        let note = format!(
+            "pgmux wrote {} line(s) while {step} ran against {} (round {}); the first: {first}",
+            lines.len() - written_before,
+            target.label(),
+            round + 1
+        );
+        if crate::metric::world_of(step) != World::Network {
+            eprintln!("pgmux-bench: {note}");
+            self.lab.notes.push(note);
+        } else if let Ok(net) = self.lab.net(self.plan) {
+            net.note(note);
         }
     }
 
