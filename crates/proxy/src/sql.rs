@@ -120,11 +120,7 @@ pub(crate) fn scan<S: AsRef<[u8]> + ?Sized>(sql: &S) -> SqlFacts {
         word[..tail.len()].copy_from_slice(tail);
         found.look_at(b, at, first_letters(u64::from_le_bytes(word)));
     }
-    let mut facts = found.facts;
-    if found.temp && !contains_ci(b, b"on commit drop") && facts.pin.is_none() {
-        facts.pin = Some(PinReason::TempObject);
-    }
-    facts
+    found.finish(b)
 }
 
 /// The high bit of each byte of `word` (eight bytes of text, the first in the low byte) that may be one of
@@ -152,6 +148,15 @@ struct Found {
 }
 
 impl Found {
+    /// What the whole text `b` says, once every word start has been looked at.
+    fn finish(self, b: &[u8]) -> SqlFacts {
+        let mut facts = self.facts;
+        if self.temp && !contains_ci(b, b"on commit drop") && facts.pin.is_none() {
+            facts.pin = Some(PinReason::TempObject);
+        }
+        facts
+    }
+
     /// Looks at the bytes flagged in `flagged` (see [`first_letters`]) of the eight starting at `base`.
     #[inline(always)] // called for every eight bytes: a call costs more than the common case's work
     fn look_at(&mut self, b: &[u8], base: usize, mut flagged: u64) {
@@ -405,11 +410,7 @@ mod tests {
                 found.word_start(b, i);
             }
         }
-        let mut facts = found.facts;
-        if found.temp && !contains_ci(b, b"on commit drop") && facts.pin.is_none() {
-            facts.pin = Some(PinReason::TempObject);
-        }
-        facts
+        found.finish(b)
     }
 
     #[test]
