@@ -55,6 +55,37 @@ async fn startup_parameters_follow_each_client_and_never_leak() {
     assert_eq!(seen, "client-a");
 }
 
+/// A client that waited in line gets the connection another client just gave back, with that client's
+/// settings: its own are applied before its query runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waited_in_line_runs_with_its_own_parameters() {
+    let fx = common::start("pool_max = 1").await;
+    let a = common::connect(fx.addr(), &APP_USER, |c| {
+        c.application_name("holder");
+    })
+    .await
+    .unwrap();
+    let b = std::sync::Arc::new(
+        common::connect(fx.addr(), &APP_USER, |c| {
+            c.application_name("waiter");
+        })
+        .await
+        .unwrap(),
+    );
+    for round in 0..3 {
+        a.batch_execute("begin; select 1").await.unwrap();
+        let waiting = {
+            let b = std::sync::Arc::clone(&b);
+            tokio::spawn(async move { scalar(&b, "show application_name").await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "round {round}: the waiter should wait for the one server connection");
+        a.batch_execute("commit").await.unwrap();
+        assert_eq!(waiting.await.unwrap(), "waiter", "round {round}: the holder's setting reached the waiter");
+        assert_eq!(scalar(&a, "show application_name").await, "holder");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parameters_are_set_only_when_they_differ() {
     let opts = PgOptions { extra_conf: vec![("log_statement".into(), "all".into())], ..PgOptions::default() };

@@ -12,8 +12,9 @@
 //! shares one or two connections instead of opening one each. (With nothing
 //! open at all there is nothing to wait for: the first connection is opened at once.)
 //!
-//! A caller may wait until a deadline ([`Pool::acquire_until`]). Deadlines and lazy growth are kept by one
-//! timer per pool, not one per waiter (see the `clock` module).
+//! A caller may wait until a deadline ([`Pool::acquire_until`]), or take a place in the line
+//! ([`Pool::join_line`]) and poll its [`Ticket`] among its other work, with no future of its own. Deadlines
+//! and lazy growth are kept by one timer per pool, not one per waiter (see the `clock` module).
 //!
 //! The limit can change while the pool runs ([`Pool::set_max_size`]). A connection that comes back while
 //! the pool is over its limit is not kept: it goes to the closer given to [`Pool::with_closer`].
@@ -30,7 +31,10 @@ mod lease;
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
@@ -171,6 +175,34 @@ struct Waiter<C> {
     deadline: Option<Instant>,
 }
 
+/// What [`Pool::join_line`] gives.
+#[derive(Debug)]
+pub enum Joined<C> {
+    /// An idle connection or the right to open one, at once.
+    Now(Grant<C>),
+    /// A place in the line.
+    Line(Ticket<C>),
+}
+
+/// A caller's place in the line, from [`Pool::join_line`]. Dropping it leaves the line (a grant sent to a
+/// dropped ticket goes to the next in line).
+#[derive(Debug)]
+pub struct Ticket<C> {
+    rx: oneshot::Receiver<Handout<C>>,
+}
+
+impl<C> Ticket<C> {
+    /// Ready once the pool hands this caller an idle connection or the right to open one, its deadline
+    /// passes, or the pool closes; until then the task is woken when one of those happens.
+    pub fn poll_grant(&mut self, cx: &mut Context<'_>) -> Poll<Result<Grant<C>, WaitError>> {
+        Pin::new(&mut self.rx).poll(cx).map(|handout| match handout {
+            Ok(Handout::Grant(grant)) => Ok(grant),
+            Ok(Handout::TimedOut) => Err(WaitError::TimedOut),
+            Err(_) => Err(WaitError::Closed),
+        })
+    }
+}
+
 /// What a waiter is sent.
 #[derive(Debug)]
 enum Handout<C> {
@@ -265,17 +297,33 @@ impl<C> Pool<C> {
     where
         C: Send + 'static,
     {
+        // The ticket is taken out of the match before the await, so that the future does not keep a grant's
+        // space for it.
+        let mut ticket = match self.join_line(deadline)? {
+            Joined::Now(grant) => return Ok(grant),
+            Joined::Line(ticket) => ticket,
+        };
+        std::future::poll_fn(|cx| ticket.poll_grant(cx)).await
+    }
+
+    /// [`acquire_until`](Self::acquire_until) without a future: an idle connection or the right to open one
+    /// if either is there now, else a place in the line (a [`Ticket`]) for the caller to poll among its other
+    /// work. `deadline` is kept by the pool's clock, as for `acquire_until`.
+    pub fn join_line(&self, deadline: Option<Instant>) -> Result<Joined<C>, WaitError>
+    where
+        C: Send + 'static,
+    {
         let (rx, start, ring) = {
             let mut st = self.shared.lock();
             if let Some(grant) = self.take_now(&mut st).map_err(|_| WaitError::Closed)? {
-                return Ok(grant);
+                return Ok(Joined::Now(grant));
             }
             let since = Instant::now();
             if deadline.is_some_and(|at| at <= since) {
                 return Err(WaitError::TimedOut);
             }
             let (tx, rx) = oneshot::channel();
-            // A line whose first waiter has gone (its future dropped, not yet swept) counts as empty.
+            // A line whose first waiter has gone (its ticket dropped, not yet swept) counts as empty.
             if st.waiters.front().is_none_or(|w| w.tx.is_closed()) {
                 st.line_since = Some(since);
             }
@@ -289,11 +337,7 @@ impl<C> Pool<C> {
         } else if ring {
             self.shared.bell.notify_one();
         }
-        match rx.await {
-            Ok(Handout::Grant(grant)) => Ok(grant),
-            Ok(Handout::TimedOut) => Err(WaitError::TimedOut),
-            Err(_) => Err(WaitError::Closed),
-        }
+        Ok(Joined::Line(Ticket { rx }))
     }
 
     /// Counters at this moment.

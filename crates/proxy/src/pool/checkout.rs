@@ -6,10 +6,11 @@
 //! until query_wait_timeout. Only an error that needs a fix (a wrong password, a missing database) with no
 //! connection open reaches the client at once.
 
+use std::future::Future;
 use std::time::Duration;
 
 use pgmux_metrics::ServerCloseReason;
-use pgmux_pool::{Grant, WaitError};
+use pgmux_pool::{Grant, Joined, Ticket, WaitError};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 use tokio::time::Instant;
@@ -59,8 +60,23 @@ impl CheckoutError {
     }
 }
 
+/// A server connection or the right to open one, handed out by the pool.
+pub(crate) type ServerGrant = Grant<Box<ServerConn>>;
+
+/// A client's place in the line for a server connection (see [`ServerPool::join_line`]).
+pub(crate) type ServerTicket = Ticket<Box<ServerConn>>;
+
+/// Where a checkout that began in the line goes on: with what the line handed out, if anything (a
+/// connection that needs a round trip before it is lent, or the right to open one), until the client's
+/// deadline.
+#[derive(Debug)]
+pub(crate) struct Resume {
+    pub(crate) grant: Option<Box<ServerGrant>>,
+    pub(crate) deadline: Instant,
+}
+
 /// Whether an idle connection may be lent.
-enum Fitness {
+pub(crate) enum Fitness {
     Fit,
     Unfit,
     NeedsRoundTrip,
@@ -92,11 +108,13 @@ struct Wait {
     /// The last open that failed for another reason, while other connections were open.
     failed_open: Option<ConnectError>,
     backoff: Backoff,
+    /// What the line handed out before the wait went on here (boxed: it rarely does).
+    first: Option<Box<ServerGrant>>,
 }
 
 impl Wait {
     fn new(timeout: Duration) -> Self {
-        Wait { timeout, deadline: None, refused: None, failed_open: None, backoff: Backoff::default() }
+        Wait { timeout, deadline: None, refused: None, failed_open: None, backoff: Backoff::default(), first: None }
     }
 
     fn deadline(&mut self) -> Instant {
@@ -115,8 +133,27 @@ impl Wait {
 impl ServerPool {
     /// A server connection for one client: idle and checked, or newly opened; waits in line up to
     /// `query_wait_timeout`.
-    pub(crate) async fn checkout(&self) -> Result<ServerLease, CheckoutError> {
+    pub(crate) fn checkout(&self) -> impl Future<Output = Result<ServerLease, CheckoutError>> + '_ {
+        self.checkout_resumed(None)
+    }
+
+    /// [`checkout`](Self::checkout), going on from where a wait in the line left off.
+    pub(crate) fn checkout_resumed(
+        &self,
+        resume: Option<Resume>,
+    ) -> impl Future<Output = Result<ServerLease, CheckoutError>> + '_ {
+        let (first, deadline) = resume.map_or((None, None), |r| (r.grant, Some(r.deadline)));
+        self.checkout_with(first, deadline)
+    }
+
+    // The wait is made inside: an async fn keeps its arguments for as long as it runs, besides its locals.
+    async fn checkout_with(
+        &self,
+        first: Option<Box<ServerGrant>>,
+        deadline: Option<Instant>,
+    ) -> Result<ServerLease, CheckoutError> {
         let mut wait = Wait::new(self.config().query_wait_timeout);
+        (wait.first, wait.deadline) = (first, deadline);
         loop {
             match self.grant(&mut wait).await? {
                 Grant::Idle(mut lease) => {
@@ -148,6 +185,9 @@ impl ServerPool {
     /// An idle connection or the right to open one: at once if there is one (no clock read, no queue), else
     /// in line until the client's deadline (kept by the pool's one timer, not one of the client's own).
     async fn grant(&self, wait: &mut Wait) -> Result<Grant<Box<ServerConn>>, CheckoutError> {
+        if let Some(grant) = wait.first.take() {
+            return Ok(*grant);
+        }
         match self.pool.try_acquire() {
             Err(_closed) => return Err(CheckoutError::Closed),
             Ok(Some(grant)) => return Ok(grant),
@@ -231,8 +271,25 @@ impl ServerPool {
         }
     }
 
+    /// A place in the line for a client that found nothing idle at once ([`try_checkout`](Self::try_checkout)),
+    /// and its deadline, `query_wait_timeout` from now: the client's relay loop polls the ticket among its
+    /// sockets, with no future of its own. `None` if the slow path must run instead: something came free
+    /// meanwhile (given back at once, for the slow path to take again), or the pool is closed.
+    pub(crate) fn join_line(&self) -> Option<(ServerTicket, Instant)> {
+        let deadline = Instant::now() + self.config().query_wait_timeout;
+        match self.pool.join_line(Some(deadline)) {
+            Ok(Joined::Line(ticket)) => Some((ticket, deadline)),
+            Ok(Joined::Now(_)) | Err(_) => None,
+        }
+    }
+
+    /// Why a client's wait in the line ended at its deadline without a connection.
+    pub(crate) fn waited_too_long(&self) -> CheckoutError {
+        Wait::new(self.config().query_wait_timeout).give_up(self.limit.current())
+    }
+
     /// What can be known about an idle connection without talking to the server.
-    fn quick_check(&self, lease: &mut ServerLease) -> Fitness {
+    pub(crate) fn quick_check(&self, lease: &mut ServerLease) -> Fitness {
         let meta = *lease.meta();
         let now = Instant::now();
         let lifetime = lease.lifetime;

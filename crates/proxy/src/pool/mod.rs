@@ -24,7 +24,7 @@ use pgmux_metrics::ServerCloseReason;
 use pgmux_pool::{Lease, Pool, PoolConfig, Status};
 use tokio_util::task::TaskTracker;
 
-pub(crate) use checkout::CheckoutError;
+pub(crate) use checkout::{CheckoutError, Fitness, Resume, ServerGrant, ServerTicket};
 use limit::{BudgetClock, Limit};
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;

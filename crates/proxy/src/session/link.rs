@@ -12,7 +12,7 @@ use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::{self, Param};
-use crate::pool::{CheckoutError, ServerLease};
+use crate::pool::{CheckoutError, Resume, ServerLease};
 use crate::router::Verdict;
 use crate::server::ServerFailure;
 use crate::stop::Level;
@@ -37,7 +37,14 @@ impl Session {
     /// Gets a server connection for the unit that `tag` begins, starting with `taken` if
     /// [`link_at_once`](Self::link_at_once) took one. `Ok(None)`: linked. `Ok(Some(verdict))`: no server
     /// (the verdict answers the unit with the error). `Err`: the session is over.
-    pub(super) async fn link(&mut self, tag: u8, mut taken: Option<ServerLease>) -> Result<Option<Verdict>, End> {
+    pub(super) async fn link(
+        &mut self,
+        tag: u8,
+        mut taken: Option<ServerLease>,
+        mut resume: Option<Resume>,
+    ) -> Result<Option<Verdict>, End> {
+        // A wait begun in the line keeps its deadline, whatever happens next.
+        let deadline = resume.as_ref().map(|r| r.deadline);
         // A connection that fails while pgmux applies the client's parameters has seen nothing of the
         // transaction: another one is taken, a few times, before the client hears of it.
         let mut attempts = 0;
@@ -47,7 +54,10 @@ impl Session {
                     self.meter.got_server();
                     Ok(lease)
                 }
-                None => self.lend().await?,
+                None => {
+                    let resume = resume.take().or(deadline.map(|deadline| Resume { grant: None, deadline }));
+                    self.lend(resume).await?
+                }
             };
             let lease = match lent {
                 Ok(lease) => lease,
@@ -70,7 +80,7 @@ impl Session {
         Ok(None)
     }
 
-    fn linked(&mut self, lease: ServerLease) {
+    pub(super) fn linked(&mut self, lease: ServerLease) {
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
         self.meter.linked(lease.id);
@@ -79,10 +89,11 @@ impl Session {
     }
 
     /// A server connection from the pool, or the error the client is told instead.
-    async fn lend(&mut self) -> Result<Result<ServerLease, ErrorMessage>, End> {
-        let checkout = match self.shared.pool.try_checkout() {
+    async fn lend(&mut self, resume: Option<Resume>) -> Result<Result<ServerLease, ErrorMessage>, End> {
+        let ready = if resume.is_none() { self.shared.pool.try_checkout() } else { None };
+        let checkout = match ready {
             Some(lease) => Ok(lease),
-            None => match self.wait_for_server().await? {
+            None => match self.wait_for_server(resume).await? {
                 Some(checkout) => checkout,
                 None => {
                     tracing::debug!("query cancelled while waiting for a server connection");
@@ -112,7 +123,10 @@ impl Session {
 
     /// Waits in line for a server connection while watching the client: `None` if the client cancelled
     /// its query meanwhile (a connection that came at the same moment goes back to the pool unused).
-    async fn wait_for_server(&mut self) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
+    async fn wait_for_server(
+        &mut self,
+        resume: Option<Resume>,
+    ) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
         self.meter.waiting();
         let Session { shared, client, watch, cancel, meter, .. } = self;
         let kill = &meter.seen.kill;
@@ -136,7 +150,7 @@ impl Session {
         });
         let waited = tokio::select! {
             biased;
-            r = shared.pool.checkout() => Some(r),
+            r = shared.pool.checkout_resumed(resume) => Some(r),
             () = cancelled => None,
             _ = client_left => return Err(End::ClientGone),
             () = stopped => {

@@ -87,6 +87,7 @@ pub(super) async fn login(
         timer: Default::default(),
         reservation: Default::default(),
         cancel,
+        line: None,
         closing: false,
     })
 }

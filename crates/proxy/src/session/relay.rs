@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use pgmux_pool::WaitError;
 use pgmux_proto::backend::ErrorFields;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
@@ -13,7 +14,7 @@ use pgmux_proto::{Step, backend};
 use super::{End, Session};
 use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::ClientParams;
-use crate::pool::{ServerLease, ServerPool};
+use crate::pool::{Resume, ServerGrant, ServerLease, ServerPool};
 use crate::router::{Mode, ServerView, Verdict};
 use crate::server::{SERVER_READ_CHUNK, ServerConn, ServerFailure};
 use crate::tracker::Route;
@@ -31,6 +32,10 @@ pub(super) enum Event {
     Timeout(super::timers::Deadline),
     /// The client's message is too large for the memory left to clients' large messages.
     OutOfMemory,
+    /// The line for a server connection handed something out (see the `line` module).
+    Granted(Result<ServerGrant, WaitError>),
+    /// The client cancelled its query while it waited in line.
+    CancelledInLine,
 }
 
 /// What an event leaves the relay loop to do.
@@ -43,16 +48,18 @@ pub(super) enum Then {
 /// A message that begins a unit and found no server connection free at once: it waits, out of the read
 /// buffer, while the session links one.
 pub(super) struct Waiting {
-    tag: u8,
-    msg: Bytes,
-    piece: Piece,
-    /// The connection [`Session::link_at_once`] took but could not use as it was (its parameters differ).
-    taken: Option<ServerLease>,
+    pub(super) tag: u8,
+    pub(super) msg: Bytes,
+    pub(super) piece: Piece,
+    /// A connection taken but not usable as it was: its parameters differ from the client's.
+    pub(super) taken: Option<ServerLease>,
+    /// Where a wait begun in the line goes on (see the `line` module).
+    pub(super) resume: Option<Resume>,
 }
 
 /// How much of the message the router sees.
 #[derive(Clone, Copy)]
-enum Piece {
+pub(super) enum Piece {
     Whole,
     /// The first piece of a large Bind (its names), the rest streamed past.
     BindHead,
@@ -88,9 +95,10 @@ impl Session {
             }
         }
         let server_backlog = self.server.as_mut().map_or(0, |l| l.conn().io.out.len());
-        // While the router holds, what the client sends waits unread in its buffer, up to a bound (reading
-        // still notices a client that leaves).
-        if server_backlog < MAX_QUEUED && (!self.router.holding() || self.client.rbuf.len() < MAX_QUEUED) {
+        // While the router holds, or the client waits in line, what it sends waits unread in its buffer, up
+        // to a bound (reading still notices a client that leaves).
+        let held = self.router.holding() || self.in_line();
+        if server_backlog < MAX_QUEUED && (!held || self.client.rbuf.len() < MAX_QUEUED) {
             // Past the usual buffer, only a message that must be read whole is arriving: its bytes are lent.
             if self.client.rbuf.len() >= MAX_QUEUED && !self.lend_message_memory() {
                 return Poll::Ready(Event::OutOfMemory);
@@ -144,6 +152,8 @@ impl Session {
                 .with_hint("send smaller messages (COPY, batches), or raise max_client_buffers"),
             )),
             Event::Timeout(kind) => self.timed_out(kind).map(|()| Then::Nothing),
+            Event::Granted(granted) => self.leave_line(Some(granted)).map(|()| Then::Nothing),
+            Event::CancelledInLine => self.leave_line(None).map(|()| Then::Nothing),
             Event::Client(Ok(ReadOutcome::Eof)) | Event::Client(Err(_)) | Event::ClientWriteFailed => {
                 Err(End::ClientGone)
             }
@@ -271,7 +281,7 @@ impl Session {
                 }
                 Verdict::NeedServer => {
                     if let Err(taken) = self.link_at_once() {
-                        return Ok(Some(Waiting { tag, msg, piece, taken }));
+                        return Ok(Some(Waiting { tag, msg, piece, taken, resume: None }));
                     }
                 }
             }
@@ -283,8 +293,8 @@ impl Session {
     /// Links a server for the message that waited for one, then routes it there (or answers it with the
     /// reason there is none).
     pub(super) async fn link_waiting(&mut self, waiting: Waiting) -> Result<(), End> {
-        let Waiting { tag, msg, piece, taken } = waiting;
-        if let Some(Verdict::Answer(reply)) = self.link(tag, taken).await? {
+        let Waiting { tag, msg, piece, taken, resume } = waiting;
+        if let Some(Verdict::Answer(reply)) = self.link(tag, taken, resume).await? {
             self.client.out.push(reply);
             return Ok(());
         }
@@ -293,7 +303,7 @@ impl Session {
     }
 
     /// A message of a unit on the linked server (none: a unit that got no server, nothing to do).
-    fn route_linked(&mut self, tag: u8, msg: Bytes, piece: Piece) {
+    pub(super) fn route_linked(&mut self, tag: u8, msg: Bytes, piece: Piece) {
         let Some(linked) = self.server.as_mut() else { return };
         let server = linked.conn();
         let mut view =

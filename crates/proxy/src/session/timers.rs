@@ -75,7 +75,8 @@ impl Timer {
 impl Session {
     /// The timeout that applies now, if it is set.
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
-        if !self.shared.pool.live_config().session_timers() {
+        // A client waiting in line is bounded by query_wait_timeout alone.
+        if !self.shared.pool.live_config().session_timers() || self.in_line() {
             return None;
         }
         let config = self.shared.config();
