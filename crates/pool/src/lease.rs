@@ -56,6 +56,14 @@ impl<C> Lease<C> {
         conn
     }
 
+    /// Returns the connection, idle since `at`: a clock reading the caller already had (its last use),
+    /// where dropping the lease reads the clock.
+    pub fn give_back_at(mut self, at: Instant) {
+        let (conn, mut meta) = self.take();
+        meta.idle_since = at;
+        self.pool.release(conn, meta);
+    }
+
     pub(crate) fn into_parts(mut self) -> (C, Meta) {
         // Undo the count made by `new`, since this lease was never handed out.
         let (conn, mut meta) = self.take();

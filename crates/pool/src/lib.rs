@@ -313,12 +313,20 @@ impl<C> Pool<C> {
     where
         C: Send + 'static,
     {
+        self.join_line_since(Instant::now(), deadline)
+    }
+
+    /// [`join_line`](Self::join_line) for a caller that began to wait at `since`, a moment ago (a clock
+    /// reading it already had): lazy growth counts from then.
+    pub fn join_line_since(&self, since: Instant, deadline: Option<Instant>) -> Result<Joined<C>, WaitError>
+    where
+        C: Send + 'static,
+    {
         let (rx, start, ring) = {
             let mut st = self.shared.lock();
             if let Some(grant) = self.take_now(&mut st).map_err(|_| WaitError::Closed)? {
                 return Ok(Joined::Now(grant));
             }
-            let since = Instant::now();
             if deadline.is_some_and(|at| at <= since) {
                 return Err(WaitError::TimedOut);
             }

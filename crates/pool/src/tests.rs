@@ -592,3 +592,14 @@ async fn a_ticket_is_served_in_its_turn_and_a_dropped_one_passes_its_turn_on() {
     drop(held);
     let Ok(Joined::Now(Grant::Idle(_))) = p.join_line(None) else { panic!("an idle connection at once") };
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_given_back_at_a_moment_is_idle_since_then() {
+    let p = pool(1, 0);
+    let l = open(&p, 3).await;
+    let used = Instant::now();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    l.give_back_at(used);
+    assert_eq!(p.status().idle, 1);
+    assert_eq!(idle(&p).await.meta().idle_since, used, "idle since its last use, not since it came back");
+}

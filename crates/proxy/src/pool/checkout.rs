@@ -271,13 +271,14 @@ impl ServerPool {
         }
     }
 
-    /// A place in the line for a client that found nothing idle at once ([`try_checkout`](Self::try_checkout)),
-    /// and its deadline, `query_wait_timeout` from now: the client's relay loop polls the ticket among its
-    /// sockets, with no future of its own. `None` if the slow path must run instead: something came free
-    /// meanwhile (given back at once, for the slow path to take again), or the pool is closed.
-    pub(crate) fn join_line(&self) -> Option<(ServerTicket, Instant)> {
-        let deadline = Instant::now() + self.config().query_wait_timeout;
-        match self.pool.join_line(Some(deadline)) {
+    /// A place in the line for a client that found nothing idle at once ([`try_checkout`](Self::try_checkout))
+    /// and began to wait at `since` (a moment ago), and its deadline, `query_wait_timeout` from then: the
+    /// client's relay loop polls the ticket among its sockets, with no future of its own. `None` if the slow
+    /// path must run instead: something came free meanwhile (given back at once, for the slow path to take
+    /// again), or the pool is closed.
+    pub(crate) fn join_line(&self, since: Instant) -> Option<(ServerTicket, Instant)> {
+        let deadline = since + self.config().query_wait_timeout;
+        match self.pool.join_line_since(since, Some(deadline)) {
             Ok(Joined::Line(ticket)) => Some((ticket, deadline)),
             Ok(Joined::Now(_)) | Err(_) => None,
         }

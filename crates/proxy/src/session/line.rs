@@ -36,8 +36,9 @@ impl Session {
         if waiting.taken.is_some() || waiting.resume.is_some() {
             return Some(waiting);
         }
-        let Some((ticket, deadline)) = self.shared.pool.join_line() else { return Some(waiting) };
-        self.meter.waiting();
+        // The wait is timed from the query's start, read when its bytes arrived in this turn of the loop.
+        let since = Instant::from_std(self.meter.waiting());
+        let Some((ticket, deadline)) = self.shared.pool.join_line(since) else { return Some(waiting) };
         self.cancel.wait_begin();
         self.line = Some(Box::new(InLine { waiting, deadline, ticket: Some(ticket) }));
         None

@@ -127,7 +127,7 @@ impl Session {
         &mut self,
         resume: Option<Resume>,
     ) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
-        self.meter.waiting();
+        let _ = self.meter.waiting();
         let Session { shared, client, watch, cancel, meter, .. } = self;
         let kill = &meter.seen.kill;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.
@@ -277,7 +277,8 @@ impl Session {
             self.shared.pool.retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
-            drop(lease);
+            // Idle since that same ReadyForQuery.
+            lease.give_back_at(self.meter.last_ready());
         }
     }
 

@@ -63,10 +63,12 @@ impl Meter {
         tokio::time::Instant::from_std(self.last_ready)
     }
 
-    /// The client starts to wait in line for a server connection.
-    pub(super) fn waiting(&mut self) {
-        let now = Instant::now();
-        self.seen.waiting(self.obs().micros_at(self.query_start.unwrap_or(now)));
+    /// The client starts to wait in line for a server connection; returns when its query began (read in the
+    /// same turn of the loop, so the clock is not read again).
+    pub(super) fn waiting(&mut self) -> Instant {
+        let began = *self.query_start.get_or_insert_with(Instant::now);
+        self.seen.waiting(self.obs().micros_at(began));
+        began
     }
 
     /// The wait in line is over (parameters may still be applied before the link).
