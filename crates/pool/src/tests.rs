@@ -569,31 +569,6 @@ async fn lazy_growth_resumes_when_a_connection_being_opened_arrives() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_ticket_is_served_in_its_turn_and_a_dropped_one_passes_its_turn_on() {
-    let p = pool(1, 0);
-    let held = open(&p, 5).await;
-    let deadline = Some(Instant::now() + Duration::from_secs(1));
-    let Joined::Line(dropped) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
-    let Joined::Line(mut kept) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
-    assert_eq!(p.status().waiting, 2);
-    let waker = std::task::Waker::noop();
-    let mut cx = Context::from_waker(waker);
-    assert!(kept.poll_grant(&mut cx).is_pending());
-    drop(dropped);
-    drop(held);
-    match kept.poll_grant(&mut cx) {
-        Poll::Ready(Ok(Grant::Idle(l))) => assert_eq!(*l, 5),
-        other => panic!("expected the returned connection, got {other:?}"),
-    }
-    let held = idle(&p).await;
-    let Joined::Line(mut late) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(matches!(late.poll_grant(&mut cx), Poll::Ready(Err(WaitError::TimedOut))));
-    drop(held);
-    let Ok(Joined::Now(Grant::Idle(_))) = p.join_line(None) else { panic!("an idle connection at once") };
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_connection_given_back_at_a_moment_is_idle_since_then() {
     let p = pool(1, 0);
     let l = open(&p, 3).await;

@@ -12,12 +12,11 @@ use std::task::{Context, Poll};
 
 use pgmux_pool::WaitError;
 use pgmux_proto::encode::ErrorMessage;
-use pgmux_proto::sqlstate;
 use tokio::time::Instant;
 
 use super::relay::{Event, Waiting};
-use super::{End, Session, shutting_down};
-use crate::pool::{Fitness, Resume, ServerGrant, ServerTicket};
+use super::{End, Session};
+use crate::pool::{CheckoutError, Fitness, Resume, ServerGrant, ServerTicket};
 use crate::router::Verdict;
 
 /// A unit's first message waiting in line for a server connection.
@@ -33,7 +32,7 @@ impl Session {
     /// Takes a place in the line for `waiting`, or hands it back if the slow path must link it (it holds
     /// a connection already, or the line is not open to it).
     pub(super) fn join_line(&mut self, waiting: Waiting) -> Option<Waiting> {
-        if waiting.taken.is_some() || waiting.resume.is_some() {
+        if waiting.taken.is_some() {
             return Some(waiting);
         }
         // The wait is timed from the query's start, read when its bytes arrived in this turn of the loop.
@@ -72,24 +71,19 @@ impl Session {
         let cancelled = self.cancel.wait_end();
         // A connection that came at the same moment as a cancel goes back unused.
         let Some(granted) = granted.filter(|_| !cancelled) else {
-            tracing::debug!("query cancelled while waiting for a server connection");
-            self.meter.unlinked();
-            let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
-                .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
+            let err = self.cancelled_while_waiting();
             self.answer_unit(line.waiting.tag, err);
             return Ok(());
         };
         let mut resume = Resume { grant: None, deadline: line.deadline };
         match granted {
-            Err(WaitError::Closed) => {
-                self.client.out.push(shutting_down().to_bytes());
-                return Err(End::Shutdown);
-            }
-            Err(WaitError::TimedOut) => {
-                let error = self.shared.pool.waited_too_long();
-                tracing::warn!(error = %error, "no server connection for client");
-                self.meter.no_server(&error);
-                self.answer_unit(line.waiting.tag, error.to_client());
+            Err(e) => {
+                let e = match e {
+                    WaitError::Closed => CheckoutError::Closed,
+                    WaitError::TimedOut => self.shared.pool.waited_too_long(),
+                };
+                let err = self.no_server(e)?;
+                self.answer_unit(line.waiting.tag, err);
                 return Ok(());
             }
             Ok(ServerGrant::Idle(mut lease)) => match self.shared.pool.quick_check(&mut lease) {

@@ -95,13 +95,7 @@ impl Session {
             Some(lease) => Ok(lease),
             None => match self.wait_for_server(resume).await? {
                 Some(checkout) => checkout,
-                None => {
-                    tracing::debug!("query cancelled while waiting for a server connection");
-                    self.meter.unlinked();
-                    let err = ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
-                        .with_detail("The query was still waiting for a server connection in pgmux; it never ran.");
-                    return Ok(Err(err));
-                }
+                None => return Ok(Err(self.cancelled_while_waiting())),
             },
         };
         match checkout {
@@ -109,16 +103,28 @@ impl Session {
                 self.meter.got_server();
                 Ok(Ok(lease))
             }
-            Err(CheckoutError::Closed) => {
-                self.client.out.push(shutting_down().to_bytes());
-                Err(End::Shutdown)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "no server connection for client");
-                self.meter.no_server(&e);
-                Ok(Err(e.to_client()))
-            }
+            Err(e) => self.no_server(e).map(Err),
         }
+    }
+
+    /// The client cancelled its query while it waited for a server connection: what it is told.
+    pub(super) fn cancelled_while_waiting(&mut self) -> ErrorMessage {
+        tracing::debug!("query cancelled while waiting for a server connection");
+        self.meter.unlinked();
+        ErrorMessage::error(sqlstate::QUERY_CANCELED, "canceling statement due to user request")
+            .with_detail("The query was still waiting for a server connection in pgmux; it never ran.")
+    }
+
+    /// No server connection came: the error the client is told, or the end of the session if pgmux is
+    /// shutting down.
+    pub(super) fn no_server(&mut self, e: CheckoutError) -> Result<ErrorMessage, End> {
+        if let CheckoutError::Closed = e {
+            self.client.out.push(shutting_down().to_bytes());
+            return Err(End::Shutdown);
+        }
+        tracing::warn!(error = %e, "no server connection for client");
+        self.meter.no_server(&e);
+        Ok(e.to_client())
     }
 
     /// Waits in line for a server connection while watching the client: `None` if the client cancelled
