@@ -312,16 +312,16 @@ pub(crate) fn may_commit<S: AsRef<[u8]> + ?Sized>(sql: &S, mut in_transaction: b
             return false;
         }
         let (first, end) = word_after(b, start);
-        let is = |word: &[u8], what: &[u8]| word.eq_ignore_ascii_case(what);
         let second = || word_after(b, end).0;
-        if is(first, b"begin") || is(first, b"start") {
-            in_transaction = true;
-        } else if is(first, b"commit") || is(first, b"end") || (is(first, b"prepare") && is(second(), b"transaction")) {
-            return true;
-        } else if (is(first, b"rollback") || is(first, b"abort")) && !is(second(), b"prepared") {
-            in_transaction = false;
-        } else if !(in_transaction || reads_only(first, second)) {
-            return true;
+        match Leading::of(first) {
+            Leading::Begin => in_transaction = true,
+            Leading::Commit => return true,
+            Leading::Prepare if second().eq_ignore_ascii_case(b"transaction") => return true,
+            Leading::Rollback if !second().eq_ignore_ascii_case(b"prepared") => in_transaction = false,
+            Leading::Explain if !in_transaction && second().eq_ignore_ascii_case(b"analyze") => return true,
+            Leading::Read | Leading::Prepare | Leading::Explain => {}
+            Leading::Rollback | Leading::Other if !in_transaction => return true,
+            Leading::Rollback | Leading::Other => {}
         }
         if lone {
             return false;
@@ -331,31 +331,78 @@ pub(crate) fn may_commit<S: AsRef<[u8]> + ?Sized>(sql: &S, mut in_transaction: b
     }
 }
 
-/// Statements that never write: reads, cursors, settings, savepoints, listening, SQL-level PREPARE.
-fn reads_only<'a>(first: &[u8], second: impl Fn() -> &'a [u8]) -> bool {
-    const READS: [&[u8]; 17] = [
-        b"select",
-        b"show",
-        b"values",
-        b"table",
-        b"fetch",
-        b"move",
-        b"declare",
-        b"close",
-        b"set",
-        b"reset",
-        b"savepoint",
-        b"release",
-        b"discard",
-        b"deallocate",
-        b"listen",
-        b"unlisten",
-        b"lock",
-    ];
-    if first.eq_ignore_ascii_case(b"explain") {
-        return !second().eq_ignore_ascii_case(b"analyze");
+/// What a statement's first word makes of it, for [`may_commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leading {
+    /// `BEGIN`, `START TRANSACTION`.
+    Begin,
+    /// `COMMIT`, `END`.
+    Commit,
+    /// `ROLLBACK`, `ABORT` (`ROLLBACK PREPARED` is not the session's own transaction).
+    Rollback,
+    /// `PREPARE`: SQL-level (a read) or `PREPARE TRANSACTION` (a commit).
+    Prepare,
+    /// `EXPLAIN`: a read unless `EXPLAIN ANALYZE` runs the statement.
+    Explain,
+    /// Statements that never write: reads, cursors, settings, savepoints, listening.
+    Read,
+    /// Anything else may write.
+    Other,
+}
+
+/// A word of up to eight letters (or underscores) as one number, in lower case: the first word of every
+/// statement is compared with the keywords this way, eight bytes at once.
+const fn key(word: &[u8]) -> u64 {
+    let mut k = 0;
+    let mut i = 0;
+    while i < word.len() && i < 8 {
+        // Letters map to lower case; `_` to 0x7f, which no letter maps to.
+        k |= ((word[i] | 0x20) as u64) << (8 * i);
+        i += 1;
     }
-    first.eq_ignore_ascii_case(b"prepare") || READS.iter().any(|r| first.eq_ignore_ascii_case(r))
+    k
+}
+
+impl Leading {
+    fn of(first: &[u8]) -> Leading {
+        const BEGIN: u64 = key(b"begin");
+        const START: u64 = key(b"start");
+        const COMMIT: u64 = key(b"commit");
+        const END: u64 = key(b"end");
+        const ROLLBACK: u64 = key(b"rollback");
+        const ABORT: u64 = key(b"abort");
+        const PREPARE: u64 = key(b"prepare");
+        const EXPLAIN: u64 = key(b"explain");
+        const SELECT: u64 = key(b"select");
+        const SHOW: u64 = key(b"show");
+        const VALUES: u64 = key(b"values");
+        const TABLE: u64 = key(b"table");
+        const FETCH: u64 = key(b"fetch");
+        const MOVE: u64 = key(b"move");
+        const DECLARE: u64 = key(b"declare");
+        const CLOSE: u64 = key(b"close");
+        const SET: u64 = key(b"set");
+        const RESET: u64 = key(b"reset");
+        const RELEASE: u64 = key(b"release");
+        const DISCARD: u64 = key(b"discard");
+        const LISTEN: u64 = key(b"listen");
+        const UNLISTEN: u64 = key(b"unlisten");
+        const LOCK: u64 = key(b"lock");
+        if first.len() > 8 {
+            let read = first.eq_ignore_ascii_case(b"savepoint") || first.eq_ignore_ascii_case(b"deallocate");
+            return if read { Leading::Read } else { Leading::Other };
+        }
+        match key(first) {
+            BEGIN | START => Leading::Begin,
+            COMMIT | END => Leading::Commit,
+            ROLLBACK | ABORT => Leading::Rollback,
+            PREPARE => Leading::Prepare,
+            EXPLAIN => Leading::Explain,
+            SELECT | SHOW | VALUES | TABLE | FETCH | MOVE | DECLARE | CLOSE | SET | RESET | RELEASE | DISCARD
+            | LISTEN | UNLISTEN | LOCK => Leading::Read,
+            _ => Leading::Other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -397,6 +444,20 @@ mod tests {
             ("  ;; select 1 ;; ", false, false),
             ("update t set v = 1;", false, true),
             ("", false, false),
+            // The first word is matched whole and in either case.
+            ("SELECT 1", false, false),
+            ("selects from t", false, true),
+            ("sel", false, true),
+            ("ROLLBACK PREPARED 'x'", false, true),
+            ("rollback prepared 'x'", true, false),
+            ("Savepoint a", false, false),
+            ("DEALLOCATE s", false, false),
+            ("deallocated", false, true),
+            ("START TRANSACTION; insert into t values (1)", false, false),
+            ("Commit", false, true),
+            ("unlisten *", false, false),
+            ("truncate t", false, true),
+            ("set_config_x()", false, true),
         ] {
             assert_eq!(may_commit(sql, in_tx), want, "{sql:?} in a transaction: {in_tx}");
         }
