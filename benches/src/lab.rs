@@ -98,6 +98,7 @@ impl Lab {
             log_level: "warn".to_owned(),
             max_client_conn: Some(plan.max_client_conn()),
             unix_socket_dir: Some(sockets[0].clone()),
+            pool_grow_after: None,
             netns: None,
         };
         let bouncer_settings = PgBouncerSettings {
@@ -193,6 +194,17 @@ impl Lab {
             self.notes.push(note);
         }
         self.endpoint(World::Loopback, target)
+    }
+
+    /// Runs pgmux with `pool_grow_after = 0` (its pool grows at once whenever a client finds nothing idle, as
+    /// PgBouncer's does) or with its default lazy growth: stopped when that changes, started again with the
+    /// other setting when next needed.
+    pub fn grow_pgmux_eagerly(&mut self, eagerly: bool) {
+        let want = eagerly.then(|| "0ms".to_owned());
+        if self.poolers.pgmux_settings.pool_grow_after != want {
+            self.poolers.pgmux_settings.pool_grow_after = want;
+            self.poolers.stop_pgmux();
+        }
     }
 
     /// Stop every pooler, the network lab's too.

@@ -87,6 +87,12 @@ metrics! {
     CpuExtended => ("CPU per transaction in W3 (µs)", "W3", Tenths, true),
     MachineCpuSimple => ("whole machine's CPU per transaction in W2 (µs)", "W2", Tenths, false),
     MachineCpuExtended => ("whole machine's CPU per transaction in W3 (µs)", "W3", Tenths, false),
+    ServersSimple => ("server connections held at the end of W2", "W2", Count, true),
+    EagerSimpleTps => ("W2 with pgmux's pool grown at once, `pool_grow_after = 0` (tps)", "W2g", Count, true),
+    EagerCpuSimple => ("CPU per transaction in W2, pool grown at once (µs)", "W2g", Tenths, true),
+    EagerServersSimple => ("server connections held at the end of W2, pool grown at once", "W2g", Count, true),
+    EagerExtendedTps => ("W3 with pgmux's pool grown at once (tps)", "W3g", Count, true),
+    EagerCpuExtended => ("CPU per transaction in W3, pool grown at once (µs)", "W3g", Tenths, true),
     UnixSimpleTps => ("W2 over Unix sockets, `-M simple` (tps)", "W2u", Count, false),
     UnixExtendedTps => ("W3 over Unix sockets, `-M extended` (tps)", "W3u", Count, false),
     UnixCpuSimple => ("CPU per transaction in W2 over Unix sockets (µs)", "W2u", Tenths, true),
@@ -94,6 +100,11 @@ metrics! {
     UnixMachineCpuSimple => ("whole machine's CPU per transaction in W2 over Unix sockets (µs)", "W2u", Tenths, false),
     UnixMachineCpuExtended =>
         ("whole machine's CPU per transaction in W3 over Unix sockets (µs)", "W3u", Tenths, false),
+    UnixEagerSimpleTps => ("W2 over Unix sockets with pgmux's pool grown at once (tps)", "W2gu", Count, true),
+    UnixEagerCpuSimple => ("CPU per transaction in W2 over Unix sockets, pool grown at once (µs)", "W2gu", Tenths, true),
+    UnixEagerExtendedTps => ("W3 over Unix sockets with pgmux's pool grown at once (tps)", "W3gu", Count, true),
+    UnixEagerCpuExtended =>
+        ("CPU per transaction in W3 over Unix sockets, pool grown at once (µs)", "W3gu", Tenths, true),
     NetReconnectTps => ("W1 reconnect per transaction, `-S -C` (tps)", "W1n", Count, false),
     NetReconnectLatency => ("W1 latency per transaction, connect included (ms)", "W1n", Millis, false),
     NetReconnectCpu => ("W1 pooler CPU per transaction (µs)", "W1n", Tenths, true),
@@ -176,11 +187,18 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 42);
+        assert_eq!(Metric::ALL.len(), 52);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));
         assert_eq!(Metric::NetSimpleLatency.world(), World::Network);
+        assert_eq!(
+            (Metric::EagerCpuSimple.world(), Metric::UnixEagerCpuExtended.world()),
+            (World::Loopback, World::Unix)
+        );
+        assert!(
+            !Metric::EagerSimpleTps.applies_to(Target::Direct) && Metric::EagerSimpleTps.applies_to(Target::PgBouncer)
+        );
         assert_eq!((Metric::FleetErrors.world(), Metric::ConnectP99.world()), (World::Network, World::Network));
         assert!(!Metric::NetSimpleCpu.applies_to(Target::Direct) && Metric::FleetTps.applies_to(Target::Direct));
         assert!(Metric::NetSimpleTps.higher_is_better() && Metric::FleetTps.higher_is_better());

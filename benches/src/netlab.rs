@@ -350,6 +350,7 @@ fn poolers(plan: &Plan, tools: &Tools, host: &AppHost, direct: &Endpoint, dir: &
         log_level: "warn".to_owned(),
         max_client_conn: Some(plan.max_client_conn()),
         unix_socket_dir: None,
+        pool_grow_after: None,
         netns: Some(host.name().to_owned()),
     };
     let bouncer = PgBouncerSettings {

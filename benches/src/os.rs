@@ -3,6 +3,7 @@
 //! and the open-file limit, which W6's 10,000 idle clients need raised before any pooler is spawned.
 #![allow(unsafe_code)] // sysconf, getrlimit and setrlimit; see the SAFETY notes
 
+use std::collections::HashSet;
 use std::io;
 
 /// Resident memory of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
@@ -54,6 +55,41 @@ pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// The established TCP connections process `pid` holds to port `port` (a pooler's server connections): its
+/// sockets from `/proc/<pid>/fd`, matched by inode in its network namespace's TCP tables.
+pub fn tcp_connections_to(pid: u32, port: u16) -> io::Result<usize> {
+    let mut inodes = HashSet::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(target) = std::fs::read_link(entry?.path()) else { continue }; // closed meanwhile
+        let inode = target.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok());
+        inodes.extend(inode);
+    }
+    let mut held = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))?;
+        held += count_established_to(&text, port, &inodes);
+    }
+    Ok(held)
+}
+
+/// The lines of a `/proc/net/tcp` table that are established connections to remote port `port` from one of
+/// `inodes`. A line: `sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout
+/// inode …`, addresses as `HEXADDR:HEXPORT`, state `01` for established.
+pub fn count_established_to(table: &str, port: u16, inodes: &HashSet<u64>) -> usize {
+    let port = format!("{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(remote), Some(&"01"), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9)) else {
+                return false;
+            };
+            remote.rsplit(':').next() == Some(port.as_str()) && inode.parse().is_ok_and(|i| inodes.contains(&i))
+        })
+        .count()
 }
 
 /// `sysconf(_SC_CLK_TCK)`: the unit of `/proc/<pid>/stat`'s times (100 on Linux, but it is not ours to assume).
@@ -108,6 +144,24 @@ mod tests {
         assert_eq!(parse_cpu_ticks(stat), Some(1290));
         assert_eq!(parse_cpu_ticks("42 (short) S 1 2"), None);
         assert_eq!(parse_cpu_ticks("no parenthesis"), None);
+    }
+
+    #[test]
+    fn server_connections_from_the_tcp_table() {
+        // Two established to port 5432 (0x1538), one of them another process's; one to 5432 in TIME_WAIT
+        // (06); one established to another port; the listening socket.
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:9C40 00000000:0000 0A 00000000:00000000 00:00000000 00000000   0        0 100 1 0 100 0 0 10 0
+   1: 0100007F:D431 0100007F:1538 01 00000000:00000000 00:00000000 00000000   0        0 201 1 0 20 4 30 10 -1
+   2: 0100007F:D432 0100007F:1538 01 00000000:00000000 00:00000000 00000000   0        0 202 1 0 20 4 30 10 -1
+   3: 0100007F:D433 0100007F:1538 06 00000000:00000000 03:00001770 00000000   0        0 0 3 0
+   4: 0100007F:D434 0100007F:1539 01 00000000:00000000 00:00000000 00000000   0        0 203 1 0 20 4 30 10 -1
+";
+        let ours: HashSet<u64> = [100, 201, 203, 0].into_iter().collect();
+        assert_eq!(count_established_to(table, 5432, &ours), 1);
+        assert_eq!(count_established_to(table, 5433, &ours), 1);
+        assert_eq!(count_established_to(table, 5434, &ours), 0);
+        assert_eq!(count_established_to("", 5432, &ours), 0);
     }
 
     #[test]

@@ -8,10 +8,12 @@ use serde::Serialize;
 use crate::metric::{World, world_of};
 use crate::results::Metric;
 
-/// Every workload, in the order a round runs them: on loopback, over Unix sockets (`u`), in the network lab
-/// (`n`, W8, W9).
-pub const STEPS: [&str; 15] =
-    ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W2u", "W3u", "W1n", "W2n", "W3n", "W5n", "W8", "W9"];
+/// Every workload, in the order a round runs them: on loopback, over Unix sockets (`u`), with pgmux's pool
+/// grown at once (`g`), in the network lab (`n`, W8, W9).
+pub const STEPS: [&str; 19] = [
+    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W2u", "W3u", "W2g", "W3g", "W2gu", "W3gu", "W1n", "W2n", "W3n", "W5n",
+    "W8", "W9",
+];
 
 /// The knobs of one run. Both poolers and the direct runs see the same figures.
 #[derive(Clone, Debug, Serialize)]
@@ -174,6 +176,12 @@ impl Plan {
                  trust on 127.0.0.1 and its Unix socket; everything on one machine.",
                 self.max_connections, self.shared_buffers
             ),
+            "W2g, W3g (and W2gu, W3gu over Unix sockets): W2 and W3 again, pgmux restarted with \
+             `pool_grow_after = 0`, so that its pool grows at once whenever a client finds nothing idle, as \
+             PgBouncer's does, rather than lazily; PgBouncer as in W2 and W3, measured again beside it. Server \
+             connections: those the pooler process holds to PostgreSQL when pgbench ends (`/proc/PID/fd` and \
+             `/proc/PID/net/tcp`), pgmux's control connection included."
+                .to_owned(),
             "Unix sockets (W2u, W3u): the loopback setting with pgbench on each pooler's own Unix socket \
              (pgmux `unix_socket_dir`, PgBouncer `unix_socket_dir`) and, for direct, PostgreSQL's; the \
              poolers still reach PostgreSQL over 127.0.0.1."

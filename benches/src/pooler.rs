@@ -36,6 +36,8 @@ pub struct PgmuxSettings {
     pub max_client_conn: Option<u32>,
     /// `PGMUX_UNIX_SOCKET_DIR`; `None`: TCP only.
     pub unix_socket_dir: Option<PathBuf>,
+    /// `PGMUX_POOL_GROW_AFTER` (`0ms`: the pool grows at once, as PgBouncer's does); `None` keeps the default.
+    pub pool_grow_after: Option<String>,
     /// The network namespace to run in (the lab's application host); `None`: this one.
     pub netns: Option<String>,
 }
@@ -56,6 +58,7 @@ impl PgmuxSettings {
             ("PGMUX_POOL_MAX", self.pool_max.map(|n| n.to_string())),
             ("PGMUX_MAX_CLIENT_CONN", self.max_client_conn.map(|n| n.to_string())),
             ("PGMUX_UNIX_SOCKET_DIR", self.unix_socket_dir.as_ref().map(|d| d.display().to_string())),
+            ("PGMUX_POOL_GROW_AFTER", self.pool_grow_after.clone()),
         ];
         for (var, value) in optional {
             match value {

@@ -115,6 +115,11 @@ impl Poolers {
         self.forget_pgmux();
     }
 
+    /// Stop pgmux alone (the next [`Poolers::addr`] starts it again, with the settings then in force).
+    pub fn stop_pgmux(&mut self) {
+        self.forget_pgmux();
+    }
+
     /// Keep what an instance started outside this set (W9's fleets) wrote, with the rest.
     pub fn absorb_pgmux(&mut self, mut pgmux: PgmuxProcess) {
         pgmux.stop();

@@ -44,15 +44,26 @@ pub(crate) struct PgbenchRows {
     pub latency: Option<Metric>,
     pub cpu: Option<Metric>,
     pub machine: Option<Metric>,
+    /// The server connections the pooler holds when pgbench ends.
+    pub servers: Option<Metric>,
 }
 
 impl PgbenchRows {
     pub(crate) const fn tps(tps: Metric) -> PgbenchRows {
-        PgbenchRows { tps, latency: None, cpu: None, machine: None }
+        PgbenchRows { tps, latency: None, cpu: None, machine: None, servers: None }
     }
 
     const fn cpu(tps: Metric, cpu: Metric, machine: Metric) -> PgbenchRows {
-        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: Some(machine) }
+        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: Some(machine), servers: None }
+    }
+
+    /// W2g and the like: the pooler's rows alone.
+    const fn pooler(tps: Metric, cpu: Metric) -> PgbenchRows {
+        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: None, servers: None }
+    }
+
+    const fn servers(self, servers: Metric) -> PgbenchRows {
+        PgbenchRows { servers: Some(servers), ..self }
     }
 }
 
@@ -62,12 +73,13 @@ const SIMPLE: [&str; 3] = ["-S", "-M", "simple"];
 const EXTENDED: [&str; 3] = ["-S", "-M", "extended"];
 
 /// Every step by name, in the order a round runs them.
-fn steps() -> [(&'static str, Step); 15] {
+fn steps() -> [(&'static str, Step); 19] {
     use Metric as M;
     [
         ("W1", |s, t| s.pgbench(World::Loopback, t, &["-S", "-C"], PgbenchRows::tps(M::ReconnectTps))),
         ("W2", |s, t| {
-            s.pgbench(World::Loopback, t, &SIMPLE, PgbenchRows::cpu(M::SimpleTps, M::CpuSimple, M::MachineCpuSimple))
+            let rows = PgbenchRows::cpu(M::SimpleTps, M::CpuSimple, M::MachineCpuSimple).servers(M::ServersSimple);
+            s.pgbench(World::Loopback, t, &SIMPLE, rows)
         }),
         ("W3", |s, t| {
             let rows = PgbenchRows::cpu(M::ExtendedTps, M::CpuExtended, M::MachineCpuExtended);
@@ -84,6 +96,19 @@ fn steps() -> [(&'static str, Step); 15] {
         ("W3u", |s, t| {
             let rows = PgbenchRows::cpu(M::UnixExtendedTps, M::UnixCpuExtended, M::UnixMachineCpuExtended);
             s.pgbench(World::Unix, t, &EXTENDED, rows)
+        }),
+        ("W2g", |s, t| {
+            let rows = PgbenchRows::pooler(M::EagerSimpleTps, M::EagerCpuSimple).servers(M::EagerServersSimple);
+            s.pgbench(World::Loopback, t, &SIMPLE, rows)
+        }),
+        ("W3g", |s, t| {
+            s.pgbench(World::Loopback, t, &EXTENDED, PgbenchRows::pooler(M::EagerExtendedTps, M::EagerCpuExtended))
+        }),
+        ("W2gu", |s, t| {
+            s.pgbench(World::Unix, t, &SIMPLE, PgbenchRows::pooler(M::UnixEagerSimpleTps, M::UnixEagerCpuSimple))
+        }),
+        ("W3gu", |s, t| {
+            s.pgbench(World::Unix, t, &EXTENDED, PgbenchRows::pooler(M::UnixEagerExtendedTps, M::UnixEagerCpuExtended))
         }),
         ("W1n", |s, t| s.net_pgbench(t, &["-S", "-C"], M::NetReconnectTps, M::NetReconnectLatency, M::NetReconnectCpu)),
         ("W2n", |s, t| s.net_pgbench(t, &SIMPLE, M::NetSimpleTps, M::NetSimpleLatency, M::NetSimpleCpu)),
@@ -105,6 +130,10 @@ impl Suite<'_> {
                     continue;
                 }
                 eprintln!("pgmux-bench: round {} {name} {}", round + 1, target.label());
+                if crate::metric::world_of(name) != World::Network {
+                    // W2g and the like: pgmux's pool grows at once (restarted when that changes).
+                    self.lab.grow_pgmux_eagerly(name.contains('g'));
+                }
                 let written = self.pgmux_output(name).len();
                 let mut figures = step(self, target);
                 self.note_pgmux_output(name, target, round, written);
@@ -196,6 +225,13 @@ impl Suite<'_> {
         let cpu_before = pid.map(os::cpu_seconds);
         let machine_before = os::machine_busy_seconds();
         let outcome = pgbench.run(endpoint, &args, plan.pgbench_clients, plan.pgbench_duration() + SLACK);
+        // Read at once, before the pooler lets idle connections go.
+        let servers = rows.servers.filter(|m| m.applies_to(target)).map(|metric| {
+            let held = pid.ok_or_else(|| "no pooler process".to_owned()).and_then(|pid| {
+                os::tcp_connections_to(pid, self.lab.pg.port()).map_err(|e| format!("counting its sockets: {e}"))
+            });
+            (metric, held.map_or_else(Outcome::Failed, |n| Outcome::Value(n as f64)))
+        });
         let machine_used = match (os::machine_busy_seconds(), machine_before) {
             (Ok(after), Ok(before)) => Ok(after - before),
             (Err(e), _) | (_, Err(e)) => Err(format!("reading /proc/stat: {e}")),
@@ -222,6 +258,7 @@ impl Suite<'_> {
                 if let Some(metric) = rows.machine {
                     figures.push((metric, per_tx(machine_used)));
                 }
+                figures.extend(servers);
                 figures
             }
             PgbenchOutcome::Failed(why) => fail_all(&rows_for(rows, target), &why),
@@ -394,7 +431,8 @@ pub(crate) fn fail_all(metrics: &[Metric], why: &str) -> Figures {
 
 /// The rows a pgbench run fills for `target`.
 pub(crate) fn rows_for(rows: PgbenchRows, target: Target) -> Vec<Metric> {
-    [Some(rows.tps), rows.latency, rows.cpu.filter(|m| m.applies_to(target)), rows.machine]
+    let pooler_only = |m: &Metric| m.applies_to(target);
+    [Some(rows.tps), rows.latency, rows.cpu.filter(pooler_only), rows.machine, rows.servers.filter(pooler_only)]
         .into_iter()
         .flatten()
         .collect()

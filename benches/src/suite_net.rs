@@ -46,7 +46,7 @@ impl Suite<'_> {
         latency: Metric,
         cpu: Metric,
     ) -> Figures {
-        let rows = PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None };
+        let rows = PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None, servers: None };
         let placed = self.net_for(self.plan.max_connections).and_then(|net| {
             let endpoint = net.endpoint(target)?;
             Ok((endpoint, net.poolers.pid(target), net.pgbench.clone()))

@@ -28,7 +28,8 @@ use pgmux_benches::{interrupt, os, pgbench, pgbouncer, pooler};
     about = "pgmux vs. PgBouncer vs. PostgreSQL directly. On loopback: W1 pgbench -S -C (reconnect per \
              transaction), W2/W3/W4 pgbench -S -M simple/extended/prepared, W5 the Lambda burst (peak server \
              connections, query latency), W6 memory with 10,000 idle clients, W7 start-up time, and each \
-             pooler's CPU time per transaction in W2 and W3. Over Unix sockets: W2u, W3u. In the network lab \
+             pooler's CPU time per transaction in W2 and W3. Over Unix sockets: W2u, W3u. W2g, W3g, W2gu, W3gu: \
+             the same with pgmux's pool grown at once (pool_grow_after = 0), as PgBouncer's. In the network lab \
              (a namespace for the application host, Toxiproxy's delay, TLS verify-full, SCRAM; needs root): \
              W1n-W3n, W5n, W8 connect + select 1 + disconnect, W9 a fleet of poolers against a small \
              max_connections.",

@@ -117,6 +117,7 @@ fn main() -> anyhow::Result<()> {
                 log_level: "warn".to_owned(),
                 max_client_conn: None,
                 unix_socket_dir: None,
+                pool_grow_after: None,
                 netns: None,
             })
             .context("starting pgmux")?;
