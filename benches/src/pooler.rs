@@ -242,3 +242,33 @@ fn collect(mut pipe: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> J
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(cmd: &Command, var: &str) -> Option<Option<String>> {
+        cmd.get_envs().find(|(k, _)| *k == var).map(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    #[test]
+    fn pool_grow_after_is_passed_when_set_and_removed_when_not() {
+        let mut settings = PgmuxSettings {
+            binary: PathBuf::from("/nonexistent/pgmux"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 6432)),
+            database_url: "postgres://u@127.0.0.1:5432/db".to_owned(),
+            pool_max: Some(20),
+            client_auth: "trust".to_owned(),
+            log_level: "warn".to_owned(),
+            max_client_conn: None,
+            unix_socket_dir: None,
+            pool_grow_after: Some("0ms".to_owned()),
+            netns: None,
+        };
+        let eager = settings.command();
+        assert_eq!(env_of(&eager, "PGMUX_POOL_GROW_AFTER"), Some(Some("0ms".to_owned())));
+        settings.pool_grow_after = None;
+        // Removed, not merely unset: a value in the driver's own environment must not reach pgmux.
+        assert_eq!(env_of(&settings.command(), "PGMUX_POOL_GROW_AFTER"), Some(None));
+    }
+}

@@ -95,7 +95,7 @@ impl Poolers {
             Target::Pgmux => {
                 let exit = self.pgmux.as_mut()?.exited()?;
                 let output = self.pgmux.as_ref().map(PgmuxProcess::output).unwrap_or_default();
-                self.forget_pgmux();
+                self.stop_pgmux();
                 Some(format!("{exit}; its output ends: {}", tail(&output, 5).replace('\n', " / ")))
             }
             Target::PgBouncer => {
@@ -112,12 +112,7 @@ impl Poolers {
             self.bouncer_log.extend(bouncer.warnings());
             bouncer.stop();
         }
-        self.forget_pgmux();
-    }
-
-    /// Stop pgmux alone (the next [`Poolers::addr`] starts it again, with the settings then in force).
-    pub fn stop_pgmux(&mut self) {
-        self.forget_pgmux();
+        self.stop_pgmux();
     }
 
     /// Keep what an instance started outside this set (W9's fleets) wrote, with the rest.
@@ -151,7 +146,9 @@ impl Poolers {
         self.pgmux_settings.listen.ip()
     }
 
-    fn forget_pgmux(&mut self) {
+    /// Stop pgmux alone, keeping what it wrote (the next [`Poolers::addr`] starts it again, with the
+    /// settings then in force).
+    pub fn stop_pgmux(&mut self) {
         if let Some(pgmux) = self.pgmux.take() {
             self.absorb_pgmux(pgmux);
         }
