@@ -51,9 +51,10 @@ chaos: prereqs
 
 # The full benchmark (about 40 minutes): pgmux vs. PgBouncer vs. PostgreSQL directly, three rounds: W1-W7 on
 # loopback, W2/W3 over Unix sockets, W2/W3 again with pgmux's pool grown at once (W2g, W3g, W2gu, W3gu: at
-# PgBouncer's connection count), and W1-W3, W5, W8, W9 in the network lab the driver builds (a network
-# namespace for the application host, Toxiproxy's delay, TLS and SCRAM; needs root). Rewrites the generated
-# section of docs/benchmarks.md (and writes every figure to target/benchmarks.json).
+# PgBouncer's connection count), and W1-W3 (W2/W3 also over the poolers' Unix sockets), W5, W8, W9 in the
+# network lab the driver builds (a network namespace for the application host, Toxiproxy's delay, TLS and
+# SCRAM; needs root). Rewrites the generated section of docs/benchmarks.md (and writes every figure to
+# target/benchmarks.json).
 bench: prereqs
 	cargo build --release -p pgmux -p pgmux-benches
 	target/release/pgmux-bench --pgmux target/release/pgmux --out docs/benchmarks.md --json target/benchmarks.json

@@ -157,11 +157,7 @@ impl Lab {
             Target::Direct => Ok(Endpoint::tcp("127.0.0.1", self.pg.port())),
             _ => {
                 let addr = self.poolers.addr(target)?;
-                let dir = match target {
-                    Target::Pgmux => self.poolers.pgmux_settings.unix_socket_dir.clone(),
-                    _ => self.poolers.bouncer_settings.unix_socket_dir.clone(),
-                };
-                match dir {
+                match self.poolers.socket_dir(target) {
                     Some(dir) if unix => Ok(Endpoint::unix(dir, addr.port())),
                     _ => Ok(Endpoint::tcp(addr.ip(), addr.port())),
                 }

@@ -114,6 +114,14 @@ metrics! {
     NetExtendedTps => ("W3 select-only, `-M extended` (tps)", "W3n", Count, false),
     NetExtendedLatency => ("W3 latency per transaction (ms)", "W3n", Millis, false),
     NetExtendedCpu => ("W3 pooler CPU per transaction (µs)", "W3n", Tenths, true),
+    NetUnixSimpleTps => ("W2 over the pooler's Unix socket, `-M simple` (tps)", "W2un", Count, true),
+    NetUnixSimpleLatency => ("W2 over the pooler's Unix socket: latency per transaction (ms)", "W2un", Millis, true),
+    NetUnixSimpleCpu => ("W2 over the pooler's Unix socket: pooler CPU per transaction (µs)", "W2un", Tenths, true),
+    NetUnixExtendedTps => ("W3 over the pooler's Unix socket, `-M extended` (tps)", "W3un", Count, true),
+    NetUnixExtendedLatency =>
+        ("W3 over the pooler's Unix socket: latency per transaction (ms)", "W3un", Millis, true),
+    NetUnixExtendedCpu =>
+        ("W3 over the pooler's Unix socket: pooler CPU per transaction (µs)", "W3un", Tenths, true),
     NetBurstServerPeak => ("W5 Lambda burst: peak server connections", "W5n", Count, false),
     NetBurstQueryP50 => ("W5 Lambda burst: query p50 (ms)", "W5n", Millis, false),
     NetBurstQueryP99 => ("W5 Lambda burst: query p99 (ms)", "W5n", Millis, false),
@@ -138,7 +146,8 @@ impl Metric {
         self.info().step
     }
 
-    /// The table it belongs to: by its workload's suffix (`u` Unix sockets, `n` and W8/W9 the network).
+    /// The table it belongs to: by its workload's suffix (`u` Unix sockets, `n` and W8/W9 the network, so
+    /// `un` is the network lab's clients on the pooler's Unix socket).
     pub fn world(self) -> World {
         world_of(self.step())
     }
@@ -187,11 +196,13 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 52);
+        assert_eq!(Metric::ALL.len(), 58);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));
         assert_eq!(Metric::NetSimpleLatency.world(), World::Network);
+        assert_eq!((Metric::NetUnixSimpleCpu.step(), Metric::NetUnixSimpleCpu.world()), ("W2un", World::Network));
+        assert!(!Metric::NetUnixExtendedTps.applies_to(Target::Direct));
         assert_eq!(
             (Metric::EagerCpuSimple.world(), Metric::UnixEagerCpuExtended.world()),
             (World::Loopback, World::Unix)

@@ -97,7 +97,7 @@ impl NetLab {
             scratch: dir.clone(),
             netns: Some(host.name().to_owned()),
         };
-        let poolers = poolers(plan, tools, &host, &direct, &dir);
+        let poolers = poolers(plan, tools, &host, &direct, &dir)?;
         let probe = ProbeReport {
             ssl: String::new(),
             tls: String::new(),
@@ -183,11 +183,20 @@ impl NetLab {
         Ok(Topology { rtt_ms: self.topology.rtt_ms, probe, lines })
     }
 
-    /// Where clients on the application host reach `target`, starting its pooler there if need be.
-    pub fn endpoint(&mut self, target: Target) -> Result<Endpoint, String> {
+    /// Where clients on the application host reach `target`, starting its pooler there if need be: over
+    /// TCP, or (`unix`) on the pooler's Unix socket, as a Lambda function reaches its extension. PostgreSQL
+    /// itself is across the link, so direct has only TCP.
+    pub fn endpoint(&mut self, target: Target, unix: bool) -> Result<Endpoint, String> {
         match target {
+            Target::Direct if unix => Err("direct has no Unix socket on the application host".to_owned()),
             Target::Direct => Ok(self.direct.clone()),
-            _ => self.poolers.addr(target).map(|addr| Endpoint::tcp(addr.ip(), addr.port())),
+            _ => {
+                let addr = self.poolers.addr(target)?;
+                match self.poolers.socket_dir(target) {
+                    Some(dir) if unix => Ok(Endpoint::unix(dir, addr.port())),
+                    _ => Ok(Endpoint::tcp(addr.ip(), addr.port())),
+                }
+            }
         }
     }
 
@@ -197,7 +206,7 @@ impl NetLab {
         if let Some(note) = wait_for_drain(&self.pg) {
             self.note(note);
         }
-        self.endpoint(target)
+        self.endpoint(target, false)
     }
 
     /// Restart PostgreSQL with `max_connections` if it runs with another value (the poolers stop first).
@@ -331,9 +340,16 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "panicked".to_owned())
 }
 
-/// pgmux and PgBouncer on the application host, both reaching the database by name with verify-full.
-fn poolers(plan: &Plan, tools: &Tools, host: &AppHost, direct: &Endpoint, dir: &Path) -> Poolers {
+/// pgmux and PgBouncer on the application host, both reaching the database by name with verify-full, and
+/// each with a Unix socket of its own (a filesystem socket is seen from every network namespace).
+fn poolers(plan: &Plan, tools: &Tools, host: &AppHost, direct: &Endpoint, dir: &Path) -> Result<Poolers, String> {
     let ca = direct.ca.clone().unwrap_or_default();
+    let sockets = [dir.join("pgmux-socket"), dir.join("pgbouncer-socket")];
+    for socket_dir in &sockets {
+        std::fs::create_dir_all(socket_dir).map_err(|e| format!("cannot create {}: {e}", socket_dir.display()))?;
+        pgmux_testkit::give_to_postgres(socket_dir).map_err(|e| format!("chown of {}: {e}", socket_dir.display()))?;
+    }
+    let [pgmux_socket, bouncer_socket] = sockets;
     let app = IpAddr::V4(host.app_addr);
     let pgmux = PgmuxSettings {
         binary: tools.pgmux.clone(),
@@ -349,7 +365,7 @@ fn poolers(plan: &Plan, tools: &Tools, host: &AppHost, direct: &Endpoint, dir: &
         client_auth: "trust".to_owned(),
         log_level: "warn".to_owned(),
         max_client_conn: Some(plan.max_client_conn()),
-        unix_socket_dir: None,
+        unix_socket_dir: Some(pgmux_socket),
         pool_grow_after: None,
         netns: Some(host.name().to_owned()),
     };
@@ -357,7 +373,7 @@ fn poolers(plan: &Plan, tools: &Tools, host: &AppHost, direct: &Endpoint, dir: &
         binary: tools.pgbouncer.clone(),
         dir: dir.to_owned(),
         listen_addr: app,
-        unix_socket_dir: None,
+        unix_socket_dir: Some(bouncer_socket),
         server_host: DB_HOST_NAME.to_owned(),
         server_port: direct.port,
         server_ca: Some(ca),
@@ -368,7 +384,7 @@ fn poolers(plan: &Plan, tools: &Tools, host: &AppHost, direct: &Endpoint, dir: &
         max_client_conn: plan.max_client_conn(),
         netns: Some(host.name().to_owned()),
     };
-    Poolers::new(pgmux, bouncer, Ports::Counter(20_000))
+    Ok(Poolers::new(pgmux, bouncer, Ports::Counter(20_000)))
 }
 
 /// The first line of an error, shortened for the report.

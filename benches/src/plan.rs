@@ -9,10 +9,10 @@ use crate::metric::{World, world_of};
 use crate::results::Metric;
 
 /// Every workload, in the order a round runs them: on loopback, over Unix sockets (`u`), with pgmux's pool
-/// grown at once (`g`), in the network lab (`n`, W8, W9).
-pub const STEPS: [&str; 19] = [
-    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W2u", "W3u", "W2g", "W3g", "W2gu", "W3gu", "W1n", "W2n", "W3n", "W5n",
-    "W8", "W9",
+/// grown at once (`g`), in the network lab (`n`, W8, W9; `un`: there, on the poolers' Unix sockets).
+pub const STEPS: [&str; 21] = [
+    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W2u", "W3u", "W2g", "W3g", "W2gu", "W3gu", "W1n", "W2n", "W3n", "W2un",
+    "W3un", "W5n", "W8", "W9",
 ];
 
 /// The knobs of one run. Both poolers and the direct runs see the same figures.
@@ -187,8 +187,10 @@ impl Plan {
              poolers still reach PostgreSQL over 127.0.0.1."
                 .to_owned(),
             format!(
-                "Network (W1n–W3n, W5n, W8, W9): the topology below, {} ms added round trip; W1n–W3n and W5n as on \
-                 loopback; latency per transaction is pgbench's average.",
+                "Network (W1n–W3n, W2un, W3un, W5n, W8, W9): the topology below, {} ms added round trip; W1n–W3n \
+                 and W5n as on loopback; W2un and W3un as W2n and W3n with pgbench on each pooler's Unix socket on \
+                 the application host (as a Lambda function reaches its extension), the pooler still reaching \
+                 PostgreSQL across the link; latency per transaction is pgbench's average.",
                 self.rtt_ms
             ),
             format!(

@@ -54,6 +54,15 @@ impl Poolers {
         }
     }
 
+    /// The directory of `target`'s Unix socket, if it has one.
+    pub fn socket_dir(&self, target: Target) -> Option<std::path::PathBuf> {
+        match target {
+            Target::Direct => None,
+            Target::Pgmux => self.pgmux_settings.unix_socket_dir.clone(),
+            Target::PgBouncer => self.bouncer_settings.unix_socket_dir.clone(),
+        }
+    }
+
     /// The address `target` listens on (TCP; its Unix socket has the same port), starting it if it is not
     /// running. Not for direct.
     pub fn addr(&mut self, target: Target) -> Result<SocketAddr, String> {

@@ -73,7 +73,7 @@ const SIMPLE: [&str; 3] = ["-S", "-M", "simple"];
 const EXTENDED: [&str; 3] = ["-S", "-M", "extended"];
 
 /// Every step by name, in the order a round runs them.
-fn steps() -> [(&'static str, Step); 19] {
+fn steps() -> [(&'static str, Step); 21] {
     use Metric as M;
     [
         ("W1", |s, t| s.pgbench(World::Loopback, t, &["-S", "-C"], PgbenchRows::tps(M::ReconnectTps))),
@@ -110,9 +110,20 @@ fn steps() -> [(&'static str, Step); 19] {
         ("W3gu", |s, t| {
             s.pgbench(World::Unix, t, &EXTENDED, PgbenchRows::pooler(M::UnixEagerExtendedTps, M::UnixEagerCpuExtended))
         }),
-        ("W1n", |s, t| s.net_pgbench(t, &["-S", "-C"], M::NetReconnectTps, M::NetReconnectLatency, M::NetReconnectCpu)),
-        ("W2n", |s, t| s.net_pgbench(t, &SIMPLE, M::NetSimpleTps, M::NetSimpleLatency, M::NetSimpleCpu)),
-        ("W3n", |s, t| s.net_pgbench(t, &EXTENDED, M::NetExtendedTps, M::NetExtendedLatency, M::NetExtendedCpu)),
+        ("W1n", |s, t| {
+            s.net_pgbench(t, false, &["-S", "-C"], [M::NetReconnectTps, M::NetReconnectLatency, M::NetReconnectCpu])
+        }),
+        ("W2n", |s, t| s.net_pgbench(t, false, &SIMPLE, [M::NetSimpleTps, M::NetSimpleLatency, M::NetSimpleCpu])),
+        ("W3n", |s, t| {
+            s.net_pgbench(t, false, &EXTENDED, [M::NetExtendedTps, M::NetExtendedLatency, M::NetExtendedCpu])
+        }),
+        ("W2un", |s, t| {
+            s.net_pgbench(t, true, &SIMPLE, [M::NetUnixSimpleTps, M::NetUnixSimpleLatency, M::NetUnixSimpleCpu])
+        }),
+        ("W3un", |s, t| {
+            let rows = [M::NetUnixExtendedTps, M::NetUnixExtendedLatency, M::NetUnixExtendedCpu];
+            s.net_pgbench(t, true, &EXTENDED, rows)
+        }),
         ("W5n", |s, t| s.net_burst(t)),
         ("W8", |s, t| s.connects(t)),
         ("W9", |s, t| s.fleet(t)),

@@ -1,4 +1,4 @@
-//! The network lab's workloads ([`crate::netlab`]): W1n–W3n (pgbench on the application host), W5n (the
+//! The network lab's workloads ([`crate::netlab`]): W1n–W3n, W2un, W3un (pgbench on the application host), W5n (the
 //! Lambda burst), W8 (connect, `select 1`, disconnect) and W9 (a fleet of poolers against a small
 //! `max_connections`). The clients run on the application host; server connections are counted from the
 //! database host while they do.
@@ -37,18 +37,12 @@ impl Suite<'_> {
         Ok(net)
     }
 
-    /// W1n–W3n: pgbench on the application host.
-    pub(crate) fn net_pgbench(
-        &mut self,
-        target: Target,
-        mode: &[&str],
-        tps: Metric,
-        latency: Metric,
-        cpu: Metric,
-    ) -> Figures {
+    /// W1n–W3n: pgbench on the application host, over TCP; W2un, W3un: on each pooler's Unix socket there.
+    pub(crate) fn net_pgbench(&mut self, target: Target, unix: bool, mode: &[&str], rows: [Metric; 3]) -> Figures {
+        let [tps, latency, cpu] = rows;
         let rows = PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None, servers: None };
         let placed = self.net_for(self.plan.max_connections).and_then(|net| {
-            let endpoint = net.endpoint(target)?;
+            let endpoint = net.endpoint(target, unix)?;
             Ok((endpoint, net.poolers.pid(target), net.pgbench.clone()))
         });
         match placed {
