@@ -111,6 +111,7 @@ metrics! {
     NetSimpleTps => ("W2 select-only, `-M simple` (tps)", "W2n", Count, false),
     NetSimpleLatency => ("W2 latency per transaction (ms)", "W2n", Millis, false),
     NetSimpleCpu => ("W2 pooler CPU per transaction (µs)", "W2n", Tenths, true),
+    NetServersSimple => ("server connections held at the end of W2", "W2n", Count, true),
     NetExtendedTps => ("W3 select-only, `-M extended` (tps)", "W3n", Count, false),
     NetExtendedLatency => ("W3 latency per transaction (ms)", "W3n", Millis, false),
     NetExtendedCpu => ("W3 pooler CPU per transaction (µs)", "W3n", Tenths, true),
@@ -196,7 +197,7 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 58);
+        assert_eq!(Metric::ALL.len(), 59);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));

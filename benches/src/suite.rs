@@ -36,6 +36,14 @@ pub struct Suite<'a> {
 /// The figures of one step against one target.
 pub(crate) type Figures = Vec<(Metric, Outcome)>;
 
+/// The pooler a pgbench run measures (`pid`, none for direct) and the port it reaches the database on, to
+/// count its server connections.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Server {
+    pub pid: Option<u32>,
+    pub port: u16,
+}
+
 /// The rows one pgbench run fills: its tps, and optionally pgbench's average latency, the pooler's CPU
 /// time per transaction and the whole machine's.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +68,11 @@ impl PgbenchRows {
     /// W2g and the like: the pooler's rows alone.
     const fn pooler(tps: Metric, cpu: Metric) -> PgbenchRows {
         PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: None, servers: None }
+    }
+
+    /// The network lab's: tps, pgbench's latency and the pooler's CPU.
+    const fn net(tps: Metric, latency: Metric, cpu: Metric) -> PgbenchRows {
+        PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None, servers: None }
     }
 
     const fn servers(self, servers: Metric) -> PgbenchRows {
@@ -111,17 +124,23 @@ fn steps() -> [(&'static str, Step); 21] {
             s.pgbench(World::Unix, t, &EXTENDED, PgbenchRows::pooler(M::UnixEagerExtendedTps, M::UnixEagerCpuExtended))
         }),
         ("W1n", |s, t| {
-            s.net_pgbench(t, false, &["-S", "-C"], [M::NetReconnectTps, M::NetReconnectLatency, M::NetReconnectCpu])
+            let rows = PgbenchRows::net(M::NetReconnectTps, M::NetReconnectLatency, M::NetReconnectCpu);
+            s.net_pgbench(t, false, &["-S", "-C"], rows)
         }),
-        ("W2n", |s, t| s.net_pgbench(t, false, &SIMPLE, [M::NetSimpleTps, M::NetSimpleLatency, M::NetSimpleCpu])),
+        ("W2n", |s, t| {
+            let rows = PgbenchRows::net(M::NetSimpleTps, M::NetSimpleLatency, M::NetSimpleCpu);
+            s.net_pgbench(t, false, &SIMPLE, rows.servers(M::NetServersSimple))
+        }),
         ("W3n", |s, t| {
-            s.net_pgbench(t, false, &EXTENDED, [M::NetExtendedTps, M::NetExtendedLatency, M::NetExtendedCpu])
+            let rows = PgbenchRows::net(M::NetExtendedTps, M::NetExtendedLatency, M::NetExtendedCpu);
+            s.net_pgbench(t, false, &EXTENDED, rows)
         }),
         ("W2un", |s, t| {
-            s.net_pgbench(t, true, &SIMPLE, [M::NetUnixSimpleTps, M::NetUnixSimpleLatency, M::NetUnixSimpleCpu])
+            let rows = PgbenchRows::net(M::NetUnixSimpleTps, M::NetUnixSimpleLatency, M::NetUnixSimpleCpu);
+            s.net_pgbench(t, true, &SIMPLE, rows)
         }),
         ("W3un", |s, t| {
-            let rows = [M::NetUnixExtendedTps, M::NetUnixExtendedLatency, M::NetUnixExtendedCpu];
+            let rows = PgbenchRows::net(M::NetUnixExtendedTps, M::NetUnixExtendedLatency, M::NetUnixExtendedCpu);
             s.net_pgbench(t, true, &EXTENDED, rows)
         }),
         ("W5n", |s, t| s.net_burst(t)),
@@ -213,24 +232,28 @@ impl Suite<'_> {
     /// W1–W4, W2u, W3u: one pgbench run and what `rows` asks of it.
     fn pgbench(&mut self, world: World, target: Target, mode: &[&str], rows: PgbenchRows) -> Figures {
         match self.local(world, target) {
-            Ok((endpoint, pid, pgbench)) => self.run_pgbench(&pgbench, &endpoint, pid, target, mode, rows),
+            Ok((endpoint, pid, pgbench)) => {
+                let server = Server { pid, port: self.lab.pg.port() };
+                self.run_pgbench(&pgbench, &endpoint, server, target, mode, rows)
+            }
             Err(e) => fail_all(&rows_for(rows, target), &e),
         }
     }
 
     /// One pgbench run against `endpoint`; also the CPU time per transaction during it when `rows` asks:
-    /// the pooler's (its process, `pid`) and the whole machine's (busy time in `/proc/stat`, for a pooler's
-    /// share of the machine).
+    /// the pooler's (its process, `server.pid`) and the whole machine's (busy time in `/proc/stat`, for a
+    /// pooler's share of the machine).
     pub(crate) fn run_pgbench(
         &mut self,
         pgbench: &Pgbench,
         endpoint: &Endpoint,
-        pid: Option<u32>,
+        server: Server,
         target: Target,
         mode: &[&str],
         rows: PgbenchRows,
     ) -> Figures {
         let pooler_cpu = rows.cpu.filter(|m| m.applies_to(target));
+        let pid = server.pid;
         let plan = self.plan;
         let args = pgbench_args(plan, mode);
         let cpu_before = pid.map(os::cpu_seconds);
@@ -239,7 +262,7 @@ impl Suite<'_> {
         // Read at once, before the pooler lets idle connections go.
         let servers = rows.servers.filter(|m| m.applies_to(target)).map(|metric| {
             let held = pid.ok_or_else(|| "no pooler process".to_owned()).and_then(|pid| {
-                os::tcp_connections_to(pid, self.lab.pg.port()).map_err(|e| format!("counting its sockets: {e}"))
+                os::tcp_connections_to(pid, server.port).map_err(|e| format!("counting its sockets: {e}"))
             });
             (metric, held.map_or_else(Outcome::Failed, |n| Outcome::Value(n as f64)))
         });

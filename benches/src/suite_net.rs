@@ -12,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::jobs::{FleetReport, Job, JobReport};
 use crate::netlab::NetLab;
 use crate::results::{Metric, Outcome, Target};
-use crate::suite::{Figures, PgbenchRows, SLACK, Suite, fail_all, rows_for};
+use crate::suite::{Figures, PgbenchRows, SLACK, Server, Suite, fail_all, rows_for};
 use crate::workload::ServerMonitor;
 use crate::{PgmuxProcess, interrupt};
 
@@ -38,15 +38,14 @@ impl Suite<'_> {
     }
 
     /// W1n–W3n: pgbench on the application host, over TCP; W2un, W3un: on each pooler's Unix socket there.
-    pub(crate) fn net_pgbench(&mut self, target: Target, unix: bool, mode: &[&str], rows: [Metric; 3]) -> Figures {
-        let [tps, latency, cpu] = rows;
-        let rows = PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None, servers: None };
+    pub(crate) fn net_pgbench(&mut self, target: Target, unix: bool, mode: &[&str], rows: PgbenchRows) -> Figures {
         let placed = self.net_for(self.plan.max_connections).and_then(|net| {
             let endpoint = net.endpoint(target, unix)?;
-            Ok((endpoint, net.poolers.pid(target), net.pgbench.clone()))
+            let server = Server { pid: net.poolers.pid(target), port: net.direct.port };
+            Ok((endpoint, server, net.pgbench.clone()))
         });
         match placed {
-            Ok((endpoint, pid, pgbench)) => self.run_pgbench(&pgbench, &endpoint, pid, target, mode, rows),
+            Ok((endpoint, server, pgbench)) => self.run_pgbench(&pgbench, &endpoint, server, target, mode, rows),
             Err(e) => fail_all(&rows_for(rows, target), &e),
         }
     }
