@@ -116,7 +116,7 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
     ini.write_text(
         f"[databases]\npostgres = host=127.0.0.1 port={pg.port} dbname=postgres\n\n[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {sockets}\nauth_type = trust\n"
-        f"auth_file = {work / 'userlist.txt'}\npool_mode = transaction\ndefault_pool_size = 20\n"
+        f"auth_file = {work / 'userlist.txt'}\npool_mode = transaction\ndefault_pool_size = {args.bouncer_pool}\n"
         f"max_client_conn = 1000\nignore_startup_parameters = extra_float_digits\nlogfile = {work / 'pgbouncer.log'}\n"
         f"log_connections = 0\nlog_disconnections = 0\nlisten_backlog = 1024\n")
     for f in (ini, work / "userlist.txt"):
@@ -248,6 +248,7 @@ def perf_run(kind: str, transport: str, mode: str, args, pg: Postgres, work: Pat
             watcher.send_signal(signal.SIGINT)
             watcher.wait(60)
         used = (ticks() - before) / os.sysconf("SC_CLK_TCK")
+        servers = server_connections(pid, pg.port)
         tx = int(re.search(r"actually processed: (\d+)", bench.stdout).group(1))
     finally:
         pooler.send_signal(signal.SIGTERM)
@@ -267,7 +268,25 @@ def perf_run(kind: str, transport: str, mode: str, args, pg: Postgres, work: Pat
     return (f"\n== {kind}-{transport}-{mode} (perf, native): {used * 1e6 / tx:.1f} µs CPU per transaction, "
             f"{tx / args.seconds:,.0f} tps; kernel {kernel:.0f} % of its samples; per transaction "
             f"{calls.get('sys_enter', 0):.2f} system calls ({named}), {calls.get('context-switches', 0):.2f} "
-            f"context switches\n" + "\n".join("   " + l for l in lines[:TOP]))
+            f"context switches; {servers} server connections at the end\n"
+            + "\n".join("   " + l for l in lines[:TOP]))
+
+
+def server_connections(pid: int, port: int) -> int:
+    """The pooler's established TCP connections to `port`: its socket inodes, looked up in the table."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd) if fd.is_symlink() else ""
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01" and fields[9] in inodes:
+                count += 1
+    return count
 
 
 def main() -> int:
@@ -281,6 +300,8 @@ def main() -> int:
     parser.add_argument("--perf", action="store_true",
                         help="instead of callgrind: the poolers natively under `perf record -e cpu-clock`")
     parser.add_argument("--seconds", type=int, default=10, help="length of each pgbench run with --perf")
+    parser.add_argument("--bouncer-pool", type=int, default=20,
+                        help="PgBouncer's default_pool_size (pgmux's pool_max stays 20)")
     args = parser.parse_args()
     if not Path(args.pgmux).is_file():
         print(f"{args.pgmux} not found: cargo build --profile profiling -p pgmux", file=sys.stderr)
