@@ -155,13 +155,7 @@ impl Lab {
         match target {
             Target::Direct if unix => Ok(Endpoint::unix(self.pg_socket_dir(), self.pg.port())),
             Target::Direct => Ok(Endpoint::tcp("127.0.0.1", self.pg.port())),
-            _ => {
-                let addr = self.poolers.addr(target)?;
-                match self.poolers.socket_dir(target) {
-                    Some(dir) if unix => Ok(Endpoint::unix(dir, addr.port())),
-                    _ => Ok(Endpoint::tcp(addr.ip(), addr.port())),
-                }
-            }
+            _ => self.poolers.endpoint(target, unix),
         }
     }
 

@@ -190,13 +190,7 @@ impl NetLab {
         match target {
             Target::Direct if unix => Err("direct has no Unix socket on the application host".to_owned()),
             Target::Direct => Ok(self.direct.clone()),
-            _ => {
-                let addr = self.poolers.addr(target)?;
-                match self.poolers.socket_dir(target) {
-                    Some(dir) if unix => Ok(Endpoint::unix(dir, addr.port())),
-                    _ => Ok(Endpoint::tcp(addr.ip(), addr.port())),
-                }
-            }
+            _ => self.poolers.endpoint(target, unix),
         }
     }
 

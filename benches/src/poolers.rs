@@ -5,6 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::child::tail;
+use crate::endpoint::Endpoint;
 use crate::pgbouncer::{PgBouncerProcess, PgBouncerSettings};
 use crate::results::Target;
 use crate::{PgmuxProcess, PgmuxSettings};
@@ -54,12 +55,20 @@ impl Poolers {
         }
     }
 
-    /// The directory of `target`'s Unix socket, if it has one.
-    pub fn socket_dir(&self, target: Target) -> Option<std::path::PathBuf> {
-        match target {
+    /// Where clients reach `target`'s pooler, starting it if need be: on its Unix socket when `unix` asks
+    /// (an error if it has none, rather than measuring TCP under a Unix-socket row), else over TCP. Not for
+    /// direct.
+    pub fn endpoint(&mut self, target: Target, unix: bool) -> Result<Endpoint, String> {
+        let addr = self.addr(target)?;
+        let dir = match target {
             Target::Direct => None,
             Target::Pgmux => self.pgmux_settings.unix_socket_dir.clone(),
             Target::PgBouncer => self.bouncer_settings.unix_socket_dir.clone(),
+        };
+        match dir {
+            Some(dir) if unix => Ok(Endpoint::unix(dir, addr.port())),
+            None if unix => Err(format!("{} has no Unix socket in this setting", target.label())),
+            _ => Ok(Endpoint::tcp(addr.ip(), addr.port())),
         }
     }
 
