@@ -44,8 +44,8 @@ impl<C> State<C> {
 
     /// When lazy growth will let the first waiter in line open a connection, if nothing changes before
     /// then; `None` if it cannot (no lazy growth, at the limit, paused, or a connection is being opened:
-    /// its arrival re-counts, see `Inner::opened`). A line that has not emptied for `steady_after` waits
-    /// only `steady_grow_after` from then on.
+    /// its arrival re-counts, see `Inner::opened`). A steady line (see `PoolConfig::steady_after`) waits
+    /// only `steady_grow_after`.
     pub(crate) fn growth_due(&self) -> Option<Instant> {
         let grow_after = self.config.grow_after;
         if grow_after.is_zero() || self.closed || self.paused || self.opening > 0 || self.size >= self.config.max_size {
@@ -56,7 +56,12 @@ impl<C> State<C> {
         let due = from + grow_after;
         match self.line_since {
             Some(line) if !self.config.steady_after.is_zero() => {
-                Some(due.min((from + self.config.steady_grow_after).max(line + self.config.steady_after)))
+                // A steady line grows a connection every `steady_grow_after`, however short each wait in it:
+                // 20 clients on 11 connections across a network wait a millisecond or two each.
+                let steady = if self.busy.steady() { first } else { line + self.config.steady_after };
+                let steady =
+                    self.last_opened.map_or(steady, |opened| steady.max(opened + self.config.steady_grow_after));
+                Some(due.min(steady))
             }
             _ => Some(due),
         }
@@ -67,6 +72,9 @@ impl<C> State<C> {
     /// the task should wake up next (`None`: park until rung).
     fn tick(&mut self, now: Instant, shared: &Arc<Inner<C>>) -> (Handouts<C>, Option<Instant>) {
         let mut out = Vec::new();
+        let had_line = !self.waiters.is_empty();
+        let window = self.busy_window();
+        self.busy.roll(now, self.line_since.filter(|_| had_line), window);
         // Waiters whose future was dropped hold nobody's place.
         self.waiters.retain(|w| !w.tx.is_closed());
         let mut earliest: Option<Instant> = None;
@@ -89,6 +97,9 @@ impl<C> State<C> {
             && let Some(w) = self.waiters.pop_front()
         {
             out.push((w, Handout::Grant(Grant::Open(self.reserve(shared)))));
+        }
+        if had_line && self.waiters.is_empty() {
+            self.line_emptied(now);
         }
         let deadline = earliest.map(|at| at.max(now + DEADLINE_GRAIN));
         let next = earlier(deadline, self.growth_due());

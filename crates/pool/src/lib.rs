@@ -26,6 +26,7 @@
 //! returns its connection inline on drop (no task is spawned: inside Lambda a spawned task may only run after
 //! the environment thaws).
 
+mod busy;
 mod clock;
 mod lease;
 mod line;
@@ -48,9 +49,10 @@ pub struct PoolConfig {
     pub max_size: usize,
     /// How long a caller waits for an idle connection before it may open a new one (zero: at once).
     pub grow_after: Duration,
-    /// A line of callers that has not emptied for this long is steady load rather than a burst: a new
-    /// connection will find it still there however long it takes to open, so from then on growth waits
-    /// `steady_grow_after` instead of `grow_after` (zero: no such line).
+    /// A line of callers that has not emptied for this long, or held somebody for three quarters of each
+    /// half of it, is steady load rather than a burst: a new connection will find it still there however
+    /// long it takes to open, so from then on growth waits `steady_grow_after` instead of `grow_after`
+    /// (zero: no such line; see the `busy` module).
     pub steady_after: Duration,
     /// How long the first caller of a steady line waits before it may open a new connection.
     pub steady_grow_after: Duration,
@@ -158,6 +160,8 @@ struct State<C> {
     last_returned: Option<tokio::time::Instant>,
     /// When the line of waiters last went from empty to not empty.
     line_since: Option<Instant>,
+    /// How much of the recent past the line held somebody.
+    busy: busy::Busy,
     config: PoolConfig,
     waiters: VecDeque<Waiter<C>>,
     closed: bool,
@@ -201,6 +205,7 @@ impl<C> Pool<C> {
             opening: 0,
             last_opened: None,
             line_since: None,
+            busy: busy::Busy::default(),
             last_returned: None,
             config,
             waiters: VecDeque::new(),
@@ -294,6 +299,9 @@ impl<C> Pool<C> {
                 if let (Some(w), Some(item)) = (st.waiters.pop_front(), st.idle.pop_back()) {
                     handed.push((w, item));
                 }
+            }
+            if !handed.is_empty() && st.waiters.is_empty() {
+                st.line_emptied(Instant::now());
             }
             (handed, st.grant_free_slots())
         };
@@ -418,7 +426,12 @@ impl<C> Inner<C> {
                 }
                 let next = if st.paused { None } else { st.waiters.pop_front() };
                 match next {
-                    Some(w) => w,
+                    Some(w) => {
+                        if st.waiters.is_empty() {
+                            st.line_emptied(item.1.idle_since);
+                        }
+                        w
+                    }
                     None => {
                         st.idle.push_back(item);
                         return;
@@ -483,6 +496,24 @@ impl<C> Inner<C> {
 }
 
 impl<C> State<C> {
+    /// The busy measure's window: half of `steady_after` (zero: not measured).
+    fn busy_window(&self) -> Duration {
+        self.config.steady_after / 2
+    }
+
+    /// The line formed at `at`.
+    fn line_formed(&mut self, at: Instant) {
+        self.busy.formed(at, self.busy_window());
+        self.line_since = Some(at);
+    }
+
+    /// The last waiter in line was served (or left) at `at`.
+    fn line_emptied(&mut self, at: Instant) {
+        if let Some(line) = self.line_since {
+            self.busy.emptied(line, at, self.busy_window());
+        }
+    }
+
     /// Whether a caller may open a connection without waiting: below the limit, and either growth is not
     /// lazy or nothing is open (so there is nothing to wait for).
     fn may_open_now(&self) -> bool {
@@ -508,6 +539,9 @@ impl<C> State<C> {
             self.size += 1;
             self.opening += 1;
             slots.push(w);
+        }
+        if !slots.is_empty() && self.waiters.is_empty() {
+            self.line_emptied(Instant::now());
         }
         let ring = self.growth_due().is_some_and(|at| self.due_at(at));
         Freed { slots, ring }

@@ -81,7 +81,7 @@ impl<C> Pool<C> {
             let (tx, rx) = oneshot::channel();
             // A line whose first waiter has gone (its ticket dropped, not yet swept) counts as empty.
             if st.waiters.front().is_none_or(|w| w.tx.is_closed()) {
-                st.line_since = Some(since);
+                st.line_formed(since);
             }
             st.waiters.push_back(Waiter { tx, since, deadline });
             // Usually false: behind other waiters, nothing of this one's comes due before theirs.

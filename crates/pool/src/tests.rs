@@ -350,6 +350,74 @@ async fn a_steady_line_grows_without_waiting_a_login_s_time() {
     assert!(opened[1] <= Duration::from_millis(110), "the steady line waited too long: {opened:?}");
 }
 
+/// Two clients that each hold a connection 9 ms, then pause 1 ms, on a pool that waits 50 ms (a login's
+/// time) before growing and calls a line steady after 100 ms: the line empties for a moment every 9 ms, so
+/// it never goes 100 ms without emptying, but it holds somebody nearly nine tenths of the time.
+async fn a_line_that_empties_now_and_then(steady_after_ms: u64, run_ms: u64) -> Vec<Duration> {
+    let config = PoolConfig {
+        steady_after: Duration::from_millis(steady_after_ms),
+        steady_grow_after: Duration::from_millis(5),
+        ..PoolConfig::new(10, Duration::from_millis(50))
+    };
+    let p = Pool::new(config);
+    let start = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let p = p.clone();
+        clients.push(tokio::spawn(async move {
+            let mut opened = Vec::new();
+            while start.elapsed() < Duration::from_millis(run_ms) {
+                let lease = match p.acquire().await.unwrap() {
+                    Grant::Idle(lease) => lease,
+                    Grant::Open(slot) => {
+                        opened.push(start.elapsed());
+                        slot.fill(0)
+                    }
+                };
+                tokio::time::sleep(Duration::from_millis(9)).await;
+                drop(lease);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            opened
+        }));
+    }
+    let mut opened = Vec::new();
+    for c in clients {
+        opened.extend(c.await.unwrap());
+    }
+    opened.sort();
+    opened
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_line_held_most_of_the_time_is_steady_though_it_empties_now_and_then() {
+    let opened = a_line_that_empties_now_and_then(0, 400).await;
+    assert_eq!(opened.len(), 1, "without the steady line: opened at {opened:?}");
+    let opened = a_line_that_empties_now_and_then(100, 400).await;
+    assert_eq!(opened.len(), 2, "the second client gets its own connection: opened at {opened:?}");
+    assert!(opened[1] >= Duration::from_millis(100), "grew before two windows had passed: {opened:?}");
+    assert!(opened[1] <= Duration::from_millis(120), "the steady line waited too long: {opened:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn bursts_shorter_than_the_steady_time_share_one_connection() {
+    // Ten clients at once every 300 ms, each holding a connection 6 ms: 60 ms of line on one connection,
+    // more than a window (50 ms) but less than the steady time (100 ms).
+    let config = PoolConfig {
+        steady_after: Duration::from_millis(100),
+        steady_grow_after: Duration::from_millis(5),
+        ..PoolConfig::new(10, Duration::from_millis(80))
+    };
+    let p: Pool<u32> = Pool::new(config);
+    let mut opened = 0;
+    for _ in 0..5 {
+        let (_, times) = burst(&p, 10, Duration::from_millis(1), Duration::from_millis(6)).await;
+        opened += times.len();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(opened, 1, "a burst is not steady load");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_slow_connect_holds_back_further_growth() {
     let p = pool(10, 5);
