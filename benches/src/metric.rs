@@ -123,6 +123,9 @@ metrics! {
         ("W3 over the pooler's Unix socket: latency per transaction (ms)", "W3un", Millis, true),
     NetUnixExtendedCpu =>
         ("W3 over the pooler's Unix socket: pooler CPU per transaction (µs)", "W3un", Tenths, true),
+    NetFewTps => ("W2 with as many clients as the pool's connections, `-M simple` (tps)", "W2fn", Count, false),
+    NetFewLatency => ("W2 with as many clients as the pool's connections: latency per transaction (ms)", "W2fn", Millis, false),
+    NetFewServers => ("server connections held at the end of W2 with as many clients as connections", "W2fn", Count, true),
     NetBurstServerPeak => ("W5 Lambda burst: peak server connections", "W5n", Count, false),
     NetBurstQueryP50 => ("W5 Lambda burst: query p50 (ms)", "W5n", Millis, false),
     NetBurstQueryP99 => ("W5 Lambda burst: query p99 (ms)", "W5n", Millis, false),
@@ -197,7 +200,7 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 59);
+        assert_eq!(Metric::ALL.len(), 62);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));

@@ -9,10 +9,11 @@ use crate::metric::{World, world_of};
 use crate::results::Metric;
 
 /// Every workload, in the order a round runs them: on loopback, over Unix sockets (`u`), with pgmux's pool
-/// grown at once (`g`), in the network lab (`n`, W8, W9; `un`: there, on the poolers' Unix sockets).
-pub const STEPS: [&str; 21] = [
+/// grown at once (`g`), in the network lab (`n`, W8, W9; `un`: there, on the poolers' Unix sockets; `fn`: there,
+/// with as few clients as the pools have connections).
+pub const STEPS: [&str; 22] = [
     "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W2u", "W3u", "W2g", "W3g", "W2gu", "W3gu", "W1n", "W2n", "W3n", "W2un",
-    "W3un", "W5n", "W8", "W9",
+    "W3un", "W2fn", "W5n", "W8", "W9",
 ];
 
 /// The knobs of one run. Both poolers and the direct runs see the same figures.
@@ -187,11 +188,12 @@ impl Plan {
              poolers still reach PostgreSQL over 127.0.0.1."
                 .to_owned(),
             format!(
-                "Network (W1n–W3n, W2un, W3un, W5n, W8, W9): the topology below, {} ms added round trip; W1n–W3n \
-                 and W5n as on loopback; W2un and W3un as W2n and W3n with pgbench on each pooler's Unix socket on \
-                 the application host (as a Lambda function reaches its extension), the pooler still reaching \
-                 PostgreSQL across the link; latency per transaction is pgbench's average.",
-                self.rtt_ms
+                "Network (W1n–W3n, W2un, W3un, W2fn, W5n, W8, W9): the topology below, {} ms added round trip; \
+                 W1n–W3n and W5n as on loopback; W2un and W3un as W2n and W3n with pgbench on each pooler's Unix \
+                 socket on the application host (as a Lambda function reaches its extension), the pooler still \
+                 reaching PostgreSQL across the link; W2fn as W2n with {} clients, as many as each pool's \
+                 connections, so that the line empties now and then; latency per transaction is pgbench's average.",
+                self.rtt_ms, self.pool_size
             ),
             format!(
                 "W8: {} sequential connects per target and round, each `select 1` then a clean close, timed \

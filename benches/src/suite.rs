@@ -54,29 +54,35 @@ pub(crate) struct PgbenchRows {
     pub machine: Option<Metric>,
     /// The server connections the pooler holds when pgbench ends.
     pub servers: Option<Metric>,
+    /// pgbench's clients, if not the plan's (W2fn).
+    pub clients: Option<u32>,
 }
 
 impl PgbenchRows {
     pub(crate) const fn tps(tps: Metric) -> PgbenchRows {
-        PgbenchRows { tps, latency: None, cpu: None, machine: None, servers: None }
+        PgbenchRows { tps, latency: None, cpu: None, machine: None, servers: None, clients: None }
     }
 
     const fn cpu(tps: Metric, cpu: Metric, machine: Metric) -> PgbenchRows {
-        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: Some(machine), servers: None }
+        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: Some(machine), servers: None, clients: None }
     }
 
     /// W2g and the like: the pooler's rows alone.
     const fn pooler(tps: Metric, cpu: Metric) -> PgbenchRows {
-        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: None, servers: None }
+        PgbenchRows { tps, latency: None, cpu: Some(cpu), machine: None, servers: None, clients: None }
     }
 
     /// The network lab's: tps, pgbench's latency and the pooler's CPU.
     const fn net(tps: Metric, latency: Metric, cpu: Metric) -> PgbenchRows {
-        PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None, servers: None }
+        PgbenchRows { tps, latency: Some(latency), cpu: Some(cpu), machine: None, servers: None, clients: None }
     }
 
     const fn servers(self, servers: Metric) -> PgbenchRows {
         PgbenchRows { servers: Some(servers), ..self }
+    }
+
+    const fn clients(self, clients: u32) -> PgbenchRows {
+        PgbenchRows { clients: Some(clients), ..self }
     }
 }
 
@@ -86,7 +92,7 @@ const SIMPLE: [&str; 3] = ["-S", "-M", "simple"];
 const EXTENDED: [&str; 3] = ["-S", "-M", "extended"];
 
 /// Every step by name, in the order a round runs them.
-fn steps() -> [(&'static str, Step); 21] {
+fn steps() -> [(&'static str, Step); 22] {
     use Metric as M;
     [
         ("W1", |s, t| s.pgbench(World::Loopback, t, &["-S", "-C"], PgbenchRows::tps(M::ReconnectTps))),
@@ -142,6 +148,10 @@ fn steps() -> [(&'static str, Step); 21] {
         ("W3un", |s, t| {
             let rows = PgbenchRows::net(M::NetUnixExtendedTps, M::NetUnixExtendedLatency, M::NetUnixExtendedCpu);
             s.net_pgbench(t, true, &EXTENDED, rows)
+        }),
+        ("W2fn", |s, t| {
+            let rows = PgbenchRows { latency: Some(M::NetFewLatency), ..PgbenchRows::tps(M::NetFewTps) };
+            s.net_pgbench(t, false, &SIMPLE, rows.servers(M::NetFewServers).clients(s.plan.pool_size))
         }),
         ("W5n", |s, t| s.net_burst(t)),
         ("W8", |s, t| s.connects(t)),
@@ -255,10 +265,11 @@ impl Suite<'_> {
         let pooler_cpu = rows.cpu.filter(|m| m.applies_to(target));
         let pid = server.pid;
         let plan = self.plan;
-        let args = pgbench_args(plan, mode);
+        let clients = rows.clients.unwrap_or(plan.pgbench_clients);
+        let args = pgbench_args(plan, mode, clients);
         let cpu_before = pid.map(os::cpu_seconds);
         let machine_before = os::machine_busy_seconds();
-        let outcome = pgbench.run(endpoint, &args, plan.pgbench_clients, plan.pgbench_duration() + SLACK);
+        let outcome = pgbench.run(endpoint, &args, clients, plan.pgbench_duration() + SLACK);
         // Read at once, before the pooler lets idle connections go.
         let servers = rows.servers.filter(|m| m.applies_to(target)).map(|metric| {
             let held = pid.ok_or_else(|| "no pooler process".to_owned()).and_then(|pid| {
@@ -447,12 +458,10 @@ impl Suite<'_> {
 }
 
 /// `<mode> -c <clients> -j <threads> -T <secs> -n` (no vacuum: the select-only runs do not need one).
-fn pgbench_args(plan: &Plan, mode: &[&str]) -> Vec<String> {
+fn pgbench_args(plan: &Plan, mode: &[&str], clients: u32) -> Vec<String> {
     let mut args: Vec<String> = mode.iter().map(|arg| (*arg).to_owned()).collect();
     let secs = plan.pgbench_secs.ceil() as u64;
-    for (flag, value) in
-        [("-c", u64::from(plan.pgbench_clients)), ("-j", u64::from(plan.pgbench_threads)), ("-T", secs)]
-    {
+    for (flag, value) in [("-c", u64::from(clients)), ("-j", u64::from(plan.pgbench_threads)), ("-T", secs)] {
         args.extend([flag.to_owned(), value.to_string()]);
     }
     args.push("-n".to_owned());

@@ -31,7 +31,8 @@ use pgmux_benches::{interrupt, os, pgbench, pgbouncer, pooler};
              pooler's CPU time per transaction in W2 and W3. Over Unix sockets: W2u, W3u. W2g, W3g, W2gu, W3gu: \
              the same with pgmux's pool grown at once (pool_grow_after = 0), as PgBouncer's. In the network lab \
              (a namespace for the application host, Toxiproxy's delay, TLS verify-full, SCRAM; needs root): \
-             W1n-W3n, W2un/W3un on each pooler's Unix socket there, W5n, W8 connect + select 1 + disconnect, \
+             W1n-W3n, W2un/W3un on each pooler's Unix socket there, W2fn W2n with as many clients as the pools' \
+             connections, W5n, W8 connect + select 1 + disconnect, \
              W9 a fleet of poolers against a small max_connections.",
     after_help = "Exits non-zero if a figure is missing or failed unexpectedly (W4 through a pooler may fail: \
                   that is recorded). Timings are reported, never judged."
