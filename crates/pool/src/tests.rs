@@ -297,12 +297,24 @@ async fn lazy_growth_opens_for_a_line_that_does_not_shrink() {
 /// Ten clients that each come back for another 2 ms transaction as soon as one ends, for `run_ms`, on a pool
 /// configured so; when each connection was opened.
 async fn busy_clients(config: PoolConfig, run_ms: u64) -> Vec<Duration> {
+    looping_clients(config, 10, Duration::from_millis(2), Duration::ZERO, run_ms).await
+}
+
+/// `clients` clients that each hold a connection for `hold`, pause for `pause` and come back, for `run_ms`;
+/// when each connection was opened.
+async fn looping_clients(
+    config: PoolConfig,
+    clients: usize,
+    hold: Duration,
+    pause: Duration,
+    run_ms: u64,
+) -> Vec<Duration> {
     let p = Pool::new(config);
     let start = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..10 {
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
         let p = p.clone();
-        clients.push(tokio::spawn(async move {
+        tasks.push(tokio::spawn(async move {
             let mut opened = Vec::new();
             while start.elapsed() < Duration::from_millis(run_ms) {
                 let lease = match p.acquire().await.unwrap() {
@@ -312,15 +324,18 @@ async fn busy_clients(config: PoolConfig, run_ms: u64) -> Vec<Duration> {
                         slot.fill(0)
                     }
                 };
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(hold).await;
                 drop(lease);
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
             }
             opened
         }));
     }
     let mut opened = Vec::new();
-    for c in clients {
-        opened.extend(c.await.unwrap());
+    for t in tasks {
+        opened.extend(t.await.unwrap());
     }
     opened.sort();
     opened
@@ -359,34 +374,7 @@ async fn a_line_that_empties_now_and_then(steady_after_ms: u64, run_ms: u64) -> 
         steady_grow_after: Duration::from_millis(5),
         ..PoolConfig::new(10, Duration::from_millis(50))
     };
-    let p = Pool::new(config);
-    let start = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..2 {
-        let p = p.clone();
-        clients.push(tokio::spawn(async move {
-            let mut opened = Vec::new();
-            while start.elapsed() < Duration::from_millis(run_ms) {
-                let lease = match p.acquire().await.unwrap() {
-                    Grant::Idle(lease) => lease,
-                    Grant::Open(slot) => {
-                        opened.push(start.elapsed());
-                        slot.fill(0)
-                    }
-                };
-                tokio::time::sleep(Duration::from_millis(9)).await;
-                drop(lease);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            opened
-        }));
-    }
-    let mut opened = Vec::new();
-    for c in clients {
-        opened.extend(c.await.unwrap());
-    }
-    opened.sort();
-    opened
+    looping_clients(config, 2, Duration::from_millis(9), Duration::from_millis(1), run_ms).await
 }
 
 #[tokio::test(start_paused = true)]
