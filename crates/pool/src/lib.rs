@@ -557,3 +557,6 @@ struct Freed<C> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod growth_tests;
