@@ -10,7 +10,8 @@ client through it. Everything but the transactions (start-up, 50 logins, the poo
 the same in both runs, so the difference divided by the 50 × (long − short) extra transactions is what one
 transaction costs the pooler, in instructions of its own process (user space: the kernel's share is not
 seen by callgrind; `perf` sees it, see docs/benchmarks.md). The same difference per function gives the
-ranked list printed after each total.
+ranked list printed after each total. With --reconnect, pgbench runs with `-C` (W1): every transaction
+on a new client connection, so the figures are per connection with its one transaction.
 
 With --perf, each pooler instead runs natively under `perf record -e cpu-clock -g` while pgbench runs for
 --seconds: its CPU time per transaction (utime + stime from /proc), the kernel's share of its samples and
@@ -130,6 +131,12 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
                             stdout=subprocess.DEVNULL, stderr=open(work / "pgbouncer.err", "ab"))
 
 
+def pgbench(mode: str, args) -> list[str]:
+    """pgbench's select-only load in `mode`, with `-C` (a new connection per transaction) for --reconnect."""
+    reconnect = ["-C"] if args.reconnect else []
+    return [str(PG_BIN / "pgbench"), "-n", "-S", *reconnect, "-M", mode, "-c", str(CLIENTS), "-j", "2"]
+
+
 def one_run(kind: str, transport: str, mode: str, per_client: int, args, pg: Postgres, work: Path) -> Path:
     """Start the pooler under callgrind, run pgbench through it, stop it; the callgrind file."""
     out = work / f"{kind}-{transport}-{mode}-{per_client}.callgrind"
@@ -138,8 +145,8 @@ def one_run(kind: str, transport: str, mode: str, per_client: int, args, pg: Pos
     try:
         wait_port(port, pooler)
         host = str(work / f"{kind}-socket") if transport == "unix" else "127.0.0.1"
-        bench = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-S", "-M", mode, "-c", str(CLIENTS), "-j", "2",
-                                "-t", str(per_client), "-h", host, "-p", str(port), "-U", "postgres", "postgres"],
+        bench = subprocess.run([*pgbench(mode, args), "-t", str(per_client), "-h", host, "-p", str(port),
+                                "-U", "postgres", "postgres"],
                                capture_output=True, text=True, env=dict(os.environ, PGSSLMODE="disable"))
         if bench.returncode != 0 or "number of failed transactions: 0" not in bench.stdout:
             raise RuntimeError(f"pgbench failed through {kind}:\n{bench.stdout}\n{bench.stderr}")
@@ -241,8 +248,8 @@ def perf_run(kind: str, transport: str, mode: str, args, pg: Postgres, work: Pat
         events = ",".join(["raw_syscalls:sys_enter", "context-switches"] + [f"syscalls:sys_enter_{c}" for c in SYSCALLS])
         stat = subprocess.Popen(["perf", "stat", "-x", ",", "-e", events, "-p", str(pid), "-o", str(counts)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        bench = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-S", "-M", mode, "-c", str(CLIENTS), "-j", "2",
-                                "-T", str(args.seconds), "-h", host, "-p", str(port), "-U", "postgres", "postgres"],
+        bench = subprocess.run([*pgbench(mode, args), "-T", str(args.seconds), "-h", host, "-p", str(port),
+                                "-U", "postgres", "postgres"],
                                capture_output=True, text=True, env=dict(os.environ, PGSSLMODE="disable"))
         for watcher in (perf, stat):
             watcher.send_signal(signal.SIGINT)
@@ -296,6 +303,9 @@ def main() -> int:
     parser.add_argument("--short", type=int, default=100, help="transactions per client in the short run")
     parser.add_argument("--long", type=int, default=300, help="transactions per client in the long run")
     parser.add_argument("--only", default="", help="e.g. pgmux-tcp-simple,pgbouncer-unix-extended")
+    parser.add_argument("--reconnect", action="store_true",
+                        help="pgbench -C: every transaction on a new client connection (W1), so the figures are per "
+                             "connection and its transaction")
     parser.add_argument("--keep", action="store_true", help="keep the callgrind files (the directory is printed)")
     parser.add_argument("--perf", action="store_true",
                         help="instead of callgrind: the poolers natively under `perf record -e cpu-clock`")
