@@ -230,12 +230,13 @@ pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams
 /// The server's own values at login, as the most recent new server connection reported them.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Defaults {
-    params: Vec<Param>,
+    /// Each with its lower-case name, the key clients' values are found by (no lower-casing per login).
+    params: Vec<(String, Param)>,
 }
 
 impl Defaults {
     pub(crate) fn from_reported(reported: &ParamMap) -> Self {
-        Defaults { params: reported.values().cloned().collect() }
+        Defaults { params: reported.iter().map(|(k, p)| (k.clone(), p.clone())).collect() }
     }
 
     /// Whether no server has reported its values yet.
@@ -244,12 +245,12 @@ impl Defaults {
     }
 
     pub(crate) fn value(&self, lower: &str) -> Option<&str> {
-        self.params.iter().find(|p| key(&p.name) == lower).map(|p| p.value.as_str())
+        self.params.iter().find(|(k, _)| k == lower).map(|(_, p)| p.value.as_str())
     }
 
     /// The ParameterStatus set a client should see: the defaults with its own values in their place.
     pub(crate) fn for_client<'a>(&'a self, client: &'a ClientParams) -> impl Iterator<Item = (&'a str, &'a str)> {
-        self.params.iter().map(move |p| match client.values.get(&key(&p.name)) {
+        self.params.iter().map(move |(k, p)| match client.values.get(k) {
             Some(own) => (p.name.as_str(), own.value.as_str()),
             None => (p.name.as_str(), p.value.as_str()),
         })
