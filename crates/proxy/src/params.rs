@@ -412,5 +412,8 @@ fn parse_options(options: &str) -> Result<Vec<(String, String)>, ErrorMessage> {
     Ok(out)
 }
 
+mod greeting;
+pub(crate) use greeting::Greetings;
+
 #[cfg(test)]
 mod tests;

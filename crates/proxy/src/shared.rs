@@ -12,7 +12,7 @@ use crate::client_auth::Authenticator;
 use crate::config::Config;
 use crate::memory::MessageMemory;
 use crate::observe::Observer;
-use crate::params::Catalog;
+use crate::params::{Catalog, Greetings};
 use crate::pool::ServerPool;
 use crate::source::ConfigSource;
 use crate::statements::Registry;
@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) pool: Arc<ServerPool>,
     /// What clients' start-up parameter values turn into on the server.
     pub(crate) catalog: Catalog,
+    /// The parameter messages recent logins were sent, to send again.
+    pub(crate) greetings: Greetings,
     /// Prepared statements of every client, by content.
     pub(crate) statements: Registry,
     pub(crate) cancels: Arc<CancelRegistry>,
@@ -61,6 +63,7 @@ impl Shared {
             auth: RwLock::new(Arc::new(Authenticator::new(&pool.config()))),
             pool,
             catalog: Catalog::default(),
+            greetings: Greetings::default(),
             statements: Registry::default(),
             cancels: Arc::new(CancelRegistry::default()),
             client_tls: RwLock::new(client_tls.map(ClientTls)),

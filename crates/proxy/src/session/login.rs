@@ -176,11 +176,10 @@ async fn admit(
 
 /// AuthenticationOk, the parameters, the cancel key and ReadyForQuery, in one write sized up front.
 async fn greet(shared: &Shared, conn: &mut Conn, params: &ClientParams, cancel: &Registration) -> std::io::Result<()> {
-    let mut buf = BytesMut::with_capacity(1024);
+    let status = shared.greetings.parameter_status(&shared.pool.defaults(), params);
+    let mut buf = BytesMut::with_capacity(status.len() + 64);
     encode::auth_ok(&mut buf);
-    for (name, value) in shared.pool.defaults().for_client(params) {
-        encode::parameter_status(&mut buf, name, value);
-    }
+    buf.extend_from_slice(&status);
     encode::backend_key_data(&mut buf, cancel.pid(), cancel.secret);
     encode::ready_for_query(&mut buf, TxStatus::Idle);
     conn.send(buf.freeze()).await
