@@ -8,7 +8,6 @@ mod client_auth;
 pub mod config;
 mod console;
 pub mod credentials;
-mod defer_accept;
 mod io;
 mod listener;
 mod memory;

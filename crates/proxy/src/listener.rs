@@ -140,10 +140,6 @@ impl Listener {
         let stop = Stop::new();
         let (shared, listen) = Self::prepare(config, access, &stop)?;
         let socket = TcpListener::bind(listen).await.map_err(|source| SetupError::Bind { addr: listen, source })?;
-        if let Err(e) = crate::defer_accept::set(&socket) {
-            // Only a cost: each new client then wakes pgmux once more, to accept it before its bytes arrive.
-            tracing::warn!(error = %e, "cannot set TCP_DEFER_ACCEPT on the listener; accepting without it");
-        }
         let unix = match &shared.config().unix_socket_dir {
             Some(dir) => {
                 // Named after the port actually bound, which differs from listen's when that is 0.
