@@ -151,13 +151,18 @@ def one_run(kind: str, transport: str, mode: str, per_client: int, args, pg: Pos
         if bench.returncode != 0 or "number of failed transactions: 0" not in bench.stdout:
             raise RuntimeError(f"pgbench failed through {kind}:\n{bench.stdout}\n{bench.stderr}")
     finally:
-        pooler.send_signal(signal.SIGTERM)
-        try:
-            pooler.wait(120)
-        except subprocess.TimeoutExpired:
-            pooler.kill()
-            pooler.wait()
+        stop(pooler, 120)
     return out
+
+
+def stop(pooler: subprocess.Popen, patience: float) -> None:
+    """SIGTERM, then SIGKILL if the pooler has not exited within `patience` seconds."""
+    pooler.send_signal(signal.SIGTERM)
+    try:
+        pooler.wait(patience)
+    except subprocess.TimeoutExpired:
+        pooler.kill()
+        pooler.wait()
 
 
 def costs(callgrind: Path) -> tuple[int, dict[str, int]]:

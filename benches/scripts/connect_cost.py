@@ -15,7 +15,6 @@ in the same rounds, so a change is seen beside the machine's drift. Needs root (
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -75,12 +74,7 @@ def one_run(binary: str, args, pg, root: Path) -> dict:
         return {"cpu": (cpu1 - cpu0) / 1000 / n, "user": (u1 - u0) * tick_us / n, "sys": (s1 - s0) * tick_us / n,
                 "switches": (sw1 - sw0) / n, "tps": n / (t1 - t0)}
     finally:
-        pooler.send_signal(signal.SIGTERM)
-        try:
-            pooler.wait(60)
-        except subprocess.TimeoutExpired:
-            pooler.kill()
-            pooler.wait()
+        lab.stop(pooler, 60)
 
 
 def main() -> int:
