@@ -37,11 +37,7 @@ impl Greetings {
         if let Some(g) = self.lock().iter().find(|g| same(g)) {
             return g.block.clone();
         }
-        let mut buf = BytesMut::with_capacity(512);
-        for (name, value) in defaults.for_client(client) {
-            encode::parameter_status(&mut buf, name, value);
-        }
-        let block = buf.freeze();
+        let block = encode(defaults, client);
         let mut recent = self.lock();
         if recent.len() == KEPT {
             recent.pop_front();
@@ -60,6 +56,15 @@ impl Greetings {
     }
 }
 
+/// Encodes the block: one `ParameterStatus` per server default, the client's own value in its place.
+fn encode(defaults: &Defaults, client: &ClientParams) -> Bytes {
+    let mut buf = BytesMut::with_capacity(512);
+    for (name, value) in defaults.for_client(client) {
+        encode::parameter_status(&mut buf, name, value);
+    }
+    buf.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,14 +77,6 @@ mod tests {
         Arc::new(Defaults::from_reported(&s.reported))
     }
 
-    fn encoded(defaults: &Defaults, client: &ClientParams) -> Bytes {
-        let mut buf = BytesMut::new();
-        for (name, value) in defaults.for_client(client) {
-            encode::parameter_status(&mut buf, name, value);
-        }
-        buf.freeze()
-    }
-
     #[test]
     fn a_block_is_made_once_per_defaults_and_parameter_set() {
         let greetings = Greetings::default();
@@ -89,18 +86,18 @@ mod tests {
         named.report("application_name", "app");
 
         let first = greetings.parameter_status(&utc, &plain);
-        assert_eq!(first, encoded(&utc, &plain));
+        assert_eq!(first, encode(&utc, &plain));
         let again = greetings.parameter_status(&utc, &plain.clone());
         assert_eq!(again.as_ptr(), first.as_ptr(), "the same set on the same defaults reuses the block");
 
         let own = greetings.parameter_status(&utc, &named);
-        assert_eq!(own, encoded(&utc, &named), "the client's own value in the server's place");
+        assert_eq!(own, encode(&utc, &named), "the client's own value in the server's place");
         assert_ne!(own, first);
 
         // New defaults (a new server connection reported other values): a new block, with the new values.
         let berlin = defaults("Europe/Berlin");
         let moved = greetings.parameter_status(&berlin, &plain);
-        assert_eq!(moved, encoded(&berlin, &plain));
+        assert_eq!(moved, encode(&berlin, &plain));
         assert_ne!(moved, first);
         // An equal set that is another value is encoded again, and comes out the same.
         let copy = Arc::new((*utc).clone());
@@ -118,11 +115,12 @@ mod tests {
                 c
             })
             .collect();
-        for c in &sets {
-            greetings.parameter_status(&utc, c);
-        }
+        let blocks: Vec<Bytes> = sets.iter().map(|c| greetings.parameter_status(&utc, c)).collect();
         assert_eq!(greetings.lock().len(), KEPT);
+        let newest = greetings.parameter_status(&utc, &sets[KEPT + 1]);
+        assert_eq!(newest.as_ptr(), blocks[KEPT + 1].as_ptr(), "a recent set is still kept");
         let oldest = greetings.parameter_status(&utc, &sets[0]);
-        assert_eq!(oldest, encoded(&utc, &sets[0]), "an evicted set is encoded again, correctly");
+        assert_ne!(oldest.as_ptr(), blocks[0].as_ptr(), "the oldest set was let go, and is encoded anew");
+        assert_eq!(oldest, encode(&utc, &sets[0]), "an evicted set is encoded again, correctly");
     }
 }
