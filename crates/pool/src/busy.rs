@@ -95,16 +95,21 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// A line that forms every `every` ms from `t0`, `times` times, and is held `held` ms each time.
+    fn hold(b: &mut Busy, t0: Instant, times: u64, every: u64, held: u64) {
+        for i in 0..times {
+            let at = t0 + ms(every * i);
+            b.formed(at, W);
+            b.emptied(at, at + ms(held), W);
+        }
+    }
+
     #[test]
     fn a_line_held_most_of_two_windows_is_steady_and_a_burst_is_not() {
         let t0 = Instant::now();
         let mut b = Busy::default();
         // A line held 9 ms of every 10 for 600 ms.
-        for i in 0..60 {
-            let at = t0 + ms(10 * i);
-            b.formed(at, W);
-            b.emptied(at, at + ms(9), W);
-        }
+        hold(&mut b, t0, 60, 10, 9);
         b.roll(t0 + ms(600), None, W);
         assert!(b.steady(), "90 % of two windows");
 
@@ -124,11 +129,7 @@ mod tests {
     fn a_line_held_half_the_time_is_not_steady() {
         let t0 = Instant::now();
         let mut b = Busy::default();
-        for i in 0..100 {
-            let at = t0 + ms(10 * i);
-            b.formed(at, W);
-            b.emptied(at, at + ms(5), W);
-        }
+        hold(&mut b, t0, 100, 10, 5);
         assert!(!b.steady());
     }
 
