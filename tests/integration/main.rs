@@ -9,6 +9,7 @@ mod params;
 mod pooling;
 mod protocol;
 mod resilience;
+mod settings;
 mod sizing;
 mod statements;
 mod tls;

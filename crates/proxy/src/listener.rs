@@ -76,6 +76,7 @@ pub struct ListenerHandle {
     /// The Unix-domain socket clients may connect to instead, if `unix_socket_dir` is set.
     pub unix_socket: Option<PathBuf>,
     stop: Stop,
+    admin: Admin,
     done: JoinHandle<()>,
 }
 
@@ -89,6 +90,11 @@ impl ListenerHandle {
     /// The shutdown signal, to trigger or watch a shutdown.
     pub fn stop(&self) -> &Stop {
         &self.stop
+    }
+
+    /// Operations on the pooler while it runs: its metrics, its configuration.
+    pub fn admin(&self) -> &Admin {
+        &self.admin
     }
 }
 
@@ -206,8 +212,9 @@ impl Listener {
             proxy.local_addr().map_err(|source| SetupError::Bind { addr: proxy.shared.config().listen, source })?;
         let stop = proxy.stop();
         let unix_socket = proxy.unix_socket_path().map(Path::to_owned);
+        let admin = proxy.admin();
         let done = tokio::spawn(proxy.run());
-        Ok(ListenerHandle { addr, unix_socket, stop, done })
+        Ok(ListenerHandle { addr, unix_socket, stop, admin, done })
     }
 
     /// Serves clients until a graceful shutdown begins, then shuts down.

@@ -24,15 +24,10 @@ pub(crate) type ParamMap = BTreeMap<String, Param>;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
-/// Reported parameters no session can change: never reset, never compared.
-const FIXED: &[&str] = &[
-    "server_version",
-    "server_encoding",
-    "integer_datetimes",
-    "is_superuser",
-    "session_authorization",
-    "in_hot_standby",
-];
+/// Reported parameters no session can change, or that follow from others: never reset, never compared.
+/// (`session_authorization` is not among them: a superuser's session may change it, and it must then
+/// follow that client and be reset for the next.)
+const FIXED: &[&str] = &["server_version", "server_encoding", "integer_datetimes", "is_superuser", "in_hot_standby"];
 
 /// Reported parameters that also say what the node is: a server reports a change of these for its own
 /// reasons too (a reload that turns a writer read-only), so a report is not taken as the linked client's
@@ -65,6 +60,9 @@ pub(crate) struct ServerParams {
     generation: u64,
     /// The client set this server was last found in sync with, and the generation it had then.
     in_sync_with: Option<(Arc<ParamMap>, u64)>,
+    /// Whether pgmux applied an `idle_session_timeout` (a client's): the server would end the connection
+    /// while it sits idle in the pool, so it is taken off before the connection goes back.
+    ends_idle: bool,
 }
 
 impl ServerParams {
@@ -88,6 +86,45 @@ impl ServerParams {
     pub(crate) fn mark_in_sync(&mut self, client: &ClientParams) {
         self.in_sync_with = Some((Arc::clone(&client.values), self.generation));
     }
+
+    /// Whether the session holds a client's `idle_session_timeout`, which must not stay on a connection
+    /// idle in the pool.
+    #[inline]
+    pub(crate) fn ends_idle(&self) -> bool {
+        self.ends_idle
+    }
+
+    /// Puts `applied` in place (and says whether it changed).
+    fn set_applied(&mut self, applied: ParamMap) {
+        if applied != self.applied {
+            self.ends_idle = applied.get(IDLE_SESSION_TIMEOUT).is_some_and(|p| millis(&p.value) != Some(0));
+            self.applied = applied;
+            self.generation += 1;
+        }
+    }
+}
+
+/// The setting that ends a session idle for that long: a client's is kept for the client (pgmux closes the
+/// client itself when it idles that long) and taken off its server connection when it goes back.
+pub(crate) const IDLE_SESSION_TIMEOUT: &str = "idle_session_timeout";
+
+/// A time setting's value in milliseconds, as PostgreSQL reads it: a number with an optional unit (`us`,
+/// `ms`, `s`, `min`, `h`, `d`; none means milliseconds), rounded. `None` if it is not one.
+pub(crate) fn millis(value: &str) -> Option<u64> {
+    let value = value.trim();
+    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let per_unit = match unit.trim() {
+        "us" => 0.001,
+        "" | "ms" => 1.0,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    let ms = number.parse::<f64>().ok()? * per_unit;
+    (ms.is_finite() && ms >= 0.0 && ms < u64::MAX as f64).then(|| ms.round() as u64)
 }
 
 /// What a client wants on every server: lower-case name → value (canonical for reported parameters).
@@ -115,6 +152,13 @@ impl ClientParams {
     pub(crate) fn read_only(&self) -> bool {
         self.values.get("default_transaction_read_only").is_some_and(|p| p.value.eq_ignore_ascii_case("on"))
     }
+
+    /// The client's own `idle_session_timeout`, if it set one: pgmux ends the client's session when it
+    /// idles that long between transactions, as PostgreSQL would have.
+    pub(crate) fn idle_session_timeout(&self) -> Option<std::time::Duration> {
+        let ms = millis(&self.values.get(IDLE_SESSION_TIMEOUT)?.value)?;
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    }
 }
 
 /// Quotes a string literal that means the same whatever `standard_conforming_strings` is.
@@ -137,8 +181,10 @@ fn ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-/// The statement that makes `server` match `client`, or `None` if it already does. Parameters are set with
-/// `set_config`, which parses list values (`search_path`) the way a start-up packet does.
+/// The statements that make `server` match `client`, or `None` if it already does: `RESET`s, then one
+/// `SELECT` of `set_config` calls, which parse list values (`search_path`) the way a start-up packet does.
+/// They run as one of pgmux's own statements, shielded from what the server's session has set now
+/// (`ServerConn::run_guarded`), and change nothing unless all of them succeed.
 pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defaults: &Defaults) -> Option<String> {
     let mut sets = Vec::new();
     let mut resets = Vec::new();
@@ -164,17 +210,18 @@ pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defau
     if sets.is_empty() && resets.is_empty() {
         return None;
     }
+    // The RESETs first: a client's own timeout, once set, holds for the rest of the statement's transaction.
     let mut sql = String::new();
+    for r in resets {
+        sql.push_str(&r);
+        sql.push_str("; ");
+    }
     if !sets.is_empty() {
         sql.push_str("SELECT ");
         sql.push_str(&sets.join(", "));
         sql.push(';');
     }
-    for r in resets {
-        sql.push_str(&r);
-        sql.push(';');
-    }
-    Some(sql)
+    Some(sql.trim_end().to_owned())
 }
 
 /// After a successful sync, the server holds exactly the client's values.
@@ -185,10 +232,7 @@ pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
         .filter(|(k, _)| !server.reported.contains_key(*k))
         .map(|(k, p)| (k.clone(), p.clone()))
         .collect();
-    if applied != server.applied {
-        server.applied = applied;
-        server.generation += 1;
-    }
+    server.set_applied(applied);
     server.mark_in_sync(client);
 }
 
@@ -196,8 +240,9 @@ pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
 /// client now wants and what the server now has: the client's own SET, RESET and set_config calls then
 /// follow it to other servers, and the next client on this one gets them reset. Reported parameters are
 /// left alone: ParameterStatus keeps them current already, except those that also say the node's role
-/// ([`NODE_ROLE`]), which the client wants exactly when its session has set them.
-pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams, settings: &[Param]) {
+/// ([`NODE_ROLE`]), which the client wants exactly when its session has set them. `taken_off`: the read
+/// also took the session's `idle_session_timeout` off the server (it stays the client's).
+pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams, settings: &[Param], taken_off: bool) {
     let unreported: ParamMap = settings
         .iter()
         .filter(|p| !server.reported.contains_key(&key(&p.name)))
@@ -220,11 +265,18 @@ pub(crate) fn adopt_session(client: &mut ClientParams, server: &mut ServerParams
     if *client.values != wanted {
         client.values = Arc::new(wanted);
     }
-    if server.applied != unreported {
-        server.applied = unreported;
-        server.generation += 1;
+    // An idle_session_timeout was read, then taken off the server (`taken_off`).
+    let mut unreported = unreported;
+    if taken_off {
+        unreported.remove(IDLE_SESSION_TIMEOUT);
     }
-    server.mark_in_sync(client);
+    server.set_applied(unreported);
+    if taken_off {
+        // The client wants what the server no longer has: its next transaction here applies it again.
+        server.in_sync_with = None;
+    } else {
+        server.mark_in_sync(client);
+    }
 }
 
 /// The server's own values at login, as the most recent new server connection reported them.

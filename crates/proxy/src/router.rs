@@ -42,12 +42,41 @@ pub(crate) enum Mode {
     /// pgmux answered an error inside a unit on a linked server: drop messages up to the next Sync, which
     /// goes to the server as usual.
     DiscardToSync,
-    /// The server was lost while the client sat idle inside a transaction: its next unit gets the error.
-    LostTransaction,
+    /// The server was lost while the client sat idle inside a transaction, or before pgmux could read back
+    /// the settings its last transaction changed: its next unit gets the error.
+    Lost(Loss),
     /// pgmux asked the linked server what a statement it prepared anew returns, and the client's next
     /// messages wait for the answer ([`Router::holding`]). Then the client's Bind goes on, or the client
     /// gets `cached plan must not change result type` as PostgreSQL would have answered it.
     Checking,
+}
+
+/// What a client lost with a server connection that failed between its transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// It sat idle inside a transaction, which is rolled back.
+    Transaction,
+    /// Its last transaction changed settings that pgmux had not read back yet.
+    Settings,
+}
+
+impl Loss {
+    fn error(self) -> Bytes {
+        let message = match self {
+            Loss::Transaction => {
+                "the server connection was lost while this client was in a transaction; the transaction was rolled back"
+            }
+            Loss::Settings => {
+                "the server connection was lost before pgmux could read back the settings this client's last \
+                 transaction changed; those settings are gone"
+            }
+        };
+        let mut error = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, message);
+        if self == Loss::Settings {
+            error = error.with_hint("SET them again; this statement did not run");
+        }
+        error.to_bytes()
+    }
 }
 
 /// What to do with a message that begins a unit while no server is linked.
@@ -216,6 +245,17 @@ impl Router {
         self.settings_dirty
     }
 
+    /// The settings taken by [`take_settings_dirty`](Self::take_settings_dirty) could not be read back yet:
+    /// they are asked for again at the next release.
+    pub(crate) fn settings_unread(&mut self) {
+        self.settings_dirty = true;
+    }
+
+    /// The server was lost before the settings the client changed could be read back: its next unit is told.
+    pub(crate) fn settings_lost(&mut self) {
+        self.mode = Mode::Lost(Loss::Settings);
+    }
+
     /// Whether the router waits for the linked server before it can take the client's next message: the
     /// session hands it none (and reads nothing more from the client) until this is false again.
     pub(crate) fn holding(&self) -> bool {
@@ -248,18 +288,12 @@ impl Router {
             Mode::SkipToSync => return Verdict::Drop,
             Mode::DiscardToSync if tag != b'S' => return Verdict::Drop,
             Mode::DiscardToSync => self.mode = Mode::Normal,
-            Mode::LostTransaction if !matches!(tag, b'd' | b'c' | b'f') => {
+            Mode::Lost(loss) if !matches!(tag, b'd' | b'c' | b'f') => {
                 self.mode = Mode::Normal;
-                let err = ErrorMessage::error(
-                    sqlstate::CONNECTION_FAILURE,
-                    "the server connection was lost while this client was in a transaction; \
-                     the transaction was rolled back",
-                )
-                .to_bytes();
-                return self.answer_unit(tag, err);
+                return self.answer_unit(tag, loss.error());
             }
             // A check needs a linked server, and losing it ends the check.
-            Mode::LostTransaction | Mode::Normal | Mode::Checking => {}
+            Mode::Lost(_) | Mode::Normal | Mode::Checking => {}
         }
         match tag {
             // COPY messages after a COPY that already failed: PostgreSQL ignores them too.
@@ -330,7 +364,7 @@ impl Router {
         debug_assert_ne!(self.mode, Mode::Checking, "the session hands the router nothing while it holds");
         match self.mode {
             Mode::DiscardToSync | Mode::SkipToSync if tag != b'S' => return,
-            Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => self.mode = Mode::Normal,
+            Mode::DiscardToSync | Mode::SkipToSync | Mode::Lost(_) => self.mode = Mode::Normal,
             Mode::Normal | Mode::Checking => {}
         }
         match tag {
@@ -491,7 +525,7 @@ impl Router {
         match self.mode {
             Mode::Normal | Mode::Checking => {}
             // Dropped, and so is the rest (it streams only in Normal mode).
-            Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction => return,
+            Mode::DiscardToSync | Mode::SkipToSync | Mode::Lost(_) => return,
         }
         let declared = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
         let Ok((_, name, range)) = frontend::bind_names(&head[5..]) else { return server.forward(b'B', head) };

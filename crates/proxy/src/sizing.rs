@@ -30,15 +30,15 @@ const TICK: Duration = Duration::from_millis(250);
 /// The query a refresh runs, after setting the tag: settings, privilege, and the backends that count.
 /// `backend_type` is NULL in rows the reader may not see in full; those still have a `usesysid` when they
 /// are client backends.
-const READ_SQL: &str = "SELECT current_setting('max_connections'), \
-    current_setting('superuser_reserved_connections'), \
-    coalesce(nullif(current_setting('reserved_connections', true), ''), '0'), \
-    coalesce(nullif(current_setting('rds.rds_superuser_reserved_connections', true), ''), '0'), \
-    pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'), \
-    (SELECT count(*) FROM pg_stat_activity \
+const READ_SQL: &str = "SELECT pg_catalog.current_setting('max_connections'), \
+    pg_catalog.current_setting('superuser_reserved_connections'), \
+    coalesce(nullif(pg_catalog.current_setting('reserved_connections', true), ''), '0'), \
+    coalesce(nullif(pg_catalog.current_setting('rds.rds_superuser_reserved_connections', true), ''), '0'), \
+    pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'), \
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity \
        WHERE backend_type = 'client backend' OR (backend_type IS NULL AND usesysid IS NOT NULL)), \
-    (SELECT string_agg(application_name, '|') FROM pg_stat_activity \
-       WHERE application_name LIKE 'pgmux %' AND pid <> pg_backend_pid())";
+    (SELECT pg_catalog.string_agg(application_name, '|') FROM pg_catalog.pg_stat_activity \
+       WHERE application_name LIKE 'pgmux %' AND pid <> pg_catalog.pg_backend_pid());";
 
 /// Why a reading could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -92,9 +92,10 @@ impl ControlConnection {
             true => config.server_probe_timeout.min(config.server_connect_timeout),
             false => config.server_connect_timeout,
         };
+        // Shielded from settings the role or the database may carry (a statement_timeout, a search_path).
         let sql = format!("SET application_name = '{tag}'; {READ_SQL}");
         let asked = Instant::now();
-        match conn.query_rows(&sql, timeout).await {
+        match conn.run_guarded(&sql, timeout).await {
             Ok(rows) => Reading::from_row(rows.first().ok_or_else(|| SizingError::BadRow("no row".into()))?)
                 .map_err(SizingError::BadRow),
             Err(e) => {
@@ -132,7 +133,7 @@ impl Gauge for ControlConnection {
             let timeout = pool.config().server_probe_timeout;
             let Some(conn) = self.conn.as_mut().filter(|_| !timeout.is_zero()) else { return };
             let asked = Instant::now();
-            if let Err(failure) = conn.simple_query("", timeout).await {
+            if let Err(failure) = conn.ping(timeout).await {
                 if matches!(failure, ServerFailure::Timeout(_)) {
                     pool.silent(conn.addr, asked, "the control connection's probe timed out");
                 }

@@ -1,5 +1,5 @@
 //! A fake PostgreSQL for unit tests of the server pool: it logs anyone in (reporting its role as PostgreSQL
-//! 14 and later do), answers every simple query with an empty result, counts its connections, and can refuse
+//! 14 and later do), answers every simple query with an empty result and every Sync, counts its connections, and can refuse
 //! logins the way a full server does (FATAL 53300, or any other code), pose as a hot standby, or hang (take
 //! every packet and answer none, as a stopped server does).
 //! The real server is for the integration tests; this one makes the pool's rules testable in milliseconds.
@@ -103,7 +103,7 @@ impl FakeServer {
         self.counters.accepted.load(Ordering::SeqCst)
     }
 
-    /// Simple queries answered so far.
+    /// Simple queries and Syncs answered so far.
     pub(crate) fn queries(&self) -> usize {
         self.counters.queries.load(Ordering::SeqCst)
     }
@@ -159,11 +159,14 @@ async fn serve(mut stream: TcpStream, counters: Arc<Counters>) {
         if stream.read_exact(&mut body).await.is_err() || tag == b'X' {
             return;
         }
-        if tag == b'Q' {
+        // A Sync (pgmux's liveness check) is answered like a query, and counted with them.
+        if tag == b'Q' || tag == b'S' {
             hold_while_hung(&counters).await;
             counters.queries.fetch_add(1, Ordering::SeqCst);
             let mut reply = BytesMut::new();
-            reply.extend_from_slice(&[b'I', 0, 0, 0, 4]);
+            if tag == b'Q' {
+                reply.extend_from_slice(&[b'I', 0, 0, 0, 4]);
+            }
             encode::ready_for_query(&mut reply, TxStatus::Idle);
             if stream.write_all(&reply).await.is_err() {
                 return;

@@ -45,9 +45,10 @@ fn differing_values_are_set_and_foreign_ones_reset() {
     let sql = sync_statement(&c, &s, &defaults()).unwrap();
     assert_eq!(
         sql,
-        "SELECT pg_catalog.set_config(E'statement_timeout', E'5s', false), \
-         pg_catalog.set_config(E'TimeZone', E'Europe/Paris', false);\
-         RESET \"application_name\";RESET \"DateStyle\";RESET \"search_path\";"
+        "RESET \"application_name\"; RESET \"DateStyle\"; RESET \"search_path\"; \
+         SELECT pg_catalog.set_config(E'statement_timeout', E'5s', false), \
+         pg_catalog.set_config(E'TimeZone', E'Europe/Paris', false);",
+        "RESETs first: the client's own timeouts, once set, would hold for the rest of the transaction"
     );
 }
 
@@ -188,11 +189,11 @@ fn a_read_only_report_is_the_nodes_until_read_back_as_the_sessions_own() {
     c.report("default_transaction_read_only", "on");
     assert!(!c.read_only() && c.values.is_empty(), "a report alone is not the client's setting");
     let mut s = server(&[("TimeZone", "UTC"), ("default_transaction_read_only", "on")]);
-    adopt_session(&mut c, &mut s, &[]);
+    adopt_session(&mut c, &mut s, &[], false);
     assert!(!c.read_only(), "not a setting of the session: the node's own (configuration file)");
 
     // The client's own SET: read back with source `session`, it follows the client.
-    adopt_session(&mut c, &mut s, &[p("default_transaction_read_only", "on")]);
+    adopt_session(&mut c, &mut s, &[p("default_transaction_read_only", "on")], false);
     assert!(c.read_only());
     assert!(s.applied.is_empty(), "a reported parameter is never applied by hand");
     assert_eq!(sync_statement(&c, &s, &defaults()), None, "the server already has it");
@@ -204,6 +205,54 @@ fn a_read_only_report_is_the_nodes_until_read_back_as_the_sessions_own() {
     );
 
     // RESET: no longer a session setting, so no longer the client's.
-    adopt_session(&mut c, &mut s, &[]);
+    adopt_session(&mut c, &mut s, &[], false);
     assert!(!c.read_only());
+}
+
+#[test]
+fn time_values_are_read_in_milliseconds_as_postgresql_reads_them() {
+    assert_eq!(millis("0"), Some(0));
+    assert_eq!(millis("1"), Some(1));
+    assert_eq!(millis("1ms"), Some(1));
+    assert_eq!(millis("1.5s"), Some(1500));
+    assert_eq!(millis("2min"), Some(120_000));
+    assert_eq!(millis(" 1 h "), Some(3_600_000));
+    assert_eq!(millis("1d"), Some(86_400_000));
+    assert_eq!(millis("500us"), Some(1));
+    assert_eq!(millis("soon"), None);
+    assert_eq!(millis("1fortnight"), None);
+    assert_eq!(millis("-1"), None);
+}
+
+#[test]
+fn a_client_s_idle_session_timeout_is_its_own_and_leaves_the_server_it_was_read_from() {
+    let mut c = ClientParams::default();
+    let mut s = server(&[("TimeZone", "UTC")]);
+    adopt_session(&mut c, &mut s, &[p("idle_session_timeout", "1"), p("work_mem", "64")], false);
+    assert_eq!(c.idle_session_timeout(), Some(std::time::Duration::from_millis(1)));
+    assert!(s.ends_idle(), "the server holds it until pgmux takes it off");
+    // Read again with the RESET that takes it off: the client keeps it, the server no longer has it.
+    adopt_session(&mut c, &mut s, &[p("idle_session_timeout", "1"), p("work_mem", "64")], true);
+    assert_eq!(c.idle_session_timeout(), Some(std::time::Duration::from_millis(1)));
+    assert!(!s.ends_idle() && !s.applied.contains_key("idle_session_timeout"), "{:?}", s.applied);
+    assert!(!s.in_sync(&c), "the client's next transaction here applies it again");
+    let sql = sync_statement(&c, &s, &defaults()).unwrap();
+    assert!(sql.contains("E'idle_session_timeout', E'1'"), "{sql}");
+    // Zero is no timeout.
+    adopt_session(&mut c, &mut s, &[p("idle_session_timeout", "0")], false);
+    assert_eq!(c.idle_session_timeout(), None);
+    assert!(!s.ends_idle());
+}
+
+#[test]
+fn session_authorization_follows_its_client_and_is_reset_for_the_next() {
+    // A superuser's session changed it: the server reports it, and it is the client's.
+    let mut c = ClientParams::default();
+    c.report("session_authorization", "bob");
+    assert_eq!(c.values.get("session_authorization").map(|p| p.value.as_str()), Some("bob"));
+    let mut defaults_with_login = server(&[("TimeZone", "UTC"), ("session_authorization", "app")]);
+    let defaults = Defaults::from_reported(&defaults_with_login.reported);
+    defaults_with_login.report("session_authorization", "bob");
+    let sql = sync_statement(&ClientParams::default(), &defaults_with_login, &defaults).unwrap();
+    assert_eq!(sql, "RESET \"session_authorization\";", "the next client is not bob");
 }

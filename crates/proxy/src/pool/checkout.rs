@@ -319,7 +319,7 @@ impl ServerPool {
             Fitness::Unfit => false,
             Fitness::NeedsRoundTrip => {
                 let timeout = self.config().server_connect_timeout;
-                Box::pin(lease.simple_query("", timeout)).await.is_ok()
+                Box::pin(lease.ping(timeout)).await.is_ok()
             }
         }
     }

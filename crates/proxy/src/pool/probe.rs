@@ -203,9 +203,9 @@ impl ServerPool {
     }
 }
 
-/// An empty query within `timeout`.
+/// A Sync within `timeout` (see `ServerConn::ping`).
 async fn ask(conn: &mut ServerConn, timeout: Duration) -> Answer {
-    match conn.simple_query("", timeout).await {
+    match conn.ping(timeout).await {
         Ok(()) => Answer::Answered,
         Err(ServerFailure::Timeout(_)) => Answer::Silent,
         Err(_) => Answer::Failed,

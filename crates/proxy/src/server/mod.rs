@@ -1,7 +1,9 @@
 //! A connection from pgmux to PostgreSQL: opening it, logging in, and the few statements pgmux runs on its
-//! own account (parameter sync, rollback of an abandoned transaction, liveness checks).
+//! own account (parameter sync, rollback of an abandoned transaction, liveness checks), shielded from the
+//! settings of the session on the connection ([`guard`]).
 
 mod failure;
+pub(crate) mod guard;
 mod own;
 
 use std::net::SocketAddr;
@@ -181,9 +183,9 @@ impl ServerConn {
     /// `default_transaction_read_only` a RESET would restore is the node's (or the role's), whatever the
     /// session set.
     pub(crate) async fn ask_role(&mut self, timeout: Duration) -> Result<NodeRole, ServerFailure> {
-        let sql = "SELECT pg_catalog.pg_is_in_recovery(), reset_val FROM pg_catalog.pg_settings \
-                   WHERE name = 'default_transaction_read_only'";
-        let rows = self.query_rows(sql, timeout).await?;
+        const ASK: &str = "SELECT pg_catalog.pg_is_in_recovery(), reset_val FROM pg_catalog.pg_settings \
+                           WHERE name = 'default_transaction_read_only';";
+        let rows = self.run_own(&guard::guarded(ASK, self.major_version()), timeout).await?;
         let row = rows.first().map(Vec::as_slice).unwrap_or_default();
         Ok(match row {
             [Some(recovery), _] if recovery == "t" => NodeRole::Standby,

@@ -1,15 +1,17 @@
 //! What pgmux says to a server on its own account, outside any client's conversation: reading the login
-//! phase, the statements it runs itself (parameter sync, liveness checks, the sizing query), bringing a
+//! phase, the statements it runs itself (parameter sync, reading settings back, the sizing query, each
+//! shielded by [`guard`](super::guard)), liveness checks, bringing a
 //! connection a client abandoned back to idle, and saying goodbye.
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use pgmux_proto::backend::{self, ErrorFields};
-use pgmux_proto::{Step, TxStatus, encode};
+use pgmux_proto::{ParseError, Step, TxStatus, encode};
 
-use super::{SERVER_READ_CHUNK, ServerConn, ServerError, ServerFailure};
+use super::{SERVER_READ_CHUNK, ServerConn, ServerError, ServerFailure, guard};
 use crate::io::ReadOutcome;
+use crate::params::Param;
 use crate::tracker::TxTracker;
 
 /// Rows of a result, every value as text (NULL as `None`).
@@ -86,37 +88,78 @@ impl ServerConn {
         }
     }
 
-    /// [`converse`](Self::converse) within `timeout`, rows dropped.
-    pub(crate) async fn exchange(
-        &mut self,
-        messages: Bytes,
-        expect: u32,
-        timeout: Duration,
-    ) -> Result<(Option<ServerError>, TxStatus), ServerFailure> {
-        within(timeout, self.converse(messages, expect, None)).await
-    }
-
-    /// Runs one simple query on pgmux's own account and returns its rows; an error reply is a
-    /// [`ServerFailure::Query`].
-    pub(crate) async fn query_rows(&mut self, sql: &str, timeout: Duration) -> Result<Rows, ServerFailure> {
-        let mut buf = BytesMut::new();
-        encode::query(&mut buf, sql);
-        let mut rows = Vec::new();
-        match within(timeout, self.converse(buf.freeze(), 1, Some(&mut rows))).await? {
-            (Some(error), _) => Err(ServerFailure::Query(Box::new(error))),
-            (None, _) => Ok(rows),
+    /// Runs `sql`, one of pgmux's own statements built by [`guard`](super::guard) (a transaction of its own,
+    /// shielded from the session's settings), and returns its rows, every result's in order. It runs again,
+    /// up to [`guard::ATTEMPTS`] times in all, while it fails for a passing reason (a session timeout that
+    /// fired before the guard took hold). An error reply that remains is a [`ServerFailure::Query`], after
+    /// which the connection is as it was and may be lent; a server left inside a transaction is not.
+    pub(crate) async fn run_own(&mut self, sql: &str, timeout: Duration) -> Result<Rows, ServerFailure> {
+        let mut attempt = 1;
+        loop {
+            let mut buf = BytesMut::with_capacity(sql.len() + 6);
+            encode::query(&mut buf, sql);
+            let mut rows = Vec::new();
+            let (error, status) = within(timeout, self.converse(buf.freeze(), 1, Some(&mut rows))).await?;
+            // An error skips the rest of the Query, COMMIT included: the transaction is rolled back here.
+            if status != TxStatus::Idle {
+                let mut buf = BytesMut::with_capacity(14);
+                encode::query(&mut buf, "ROLLBACK");
+                match within(timeout, self.converse(buf.freeze(), 1, None)).await? {
+                    (_, TxStatus::Idle) => {}
+                    (_, still) => return Err(ServerFailure::NotIdle(still)),
+                }
+            }
+            match error {
+                // Left in a transaction with no error: what it did was rolled back, not committed.
+                None if status != TxStatus::Idle => return Err(ServerFailure::NotIdle(status)),
+                None => return Ok(rows),
+                Some(error) => {
+                    if attempt < guard::ATTEMPTS && guard::Blame::of(&error.code) == guard::Blame::Passing {
+                        tracing::debug!(server_id = self.id, %error, attempt, "pgmux's own statement failed; again");
+                        attempt += 1;
+                        continue;
+                    }
+                    return Err(ServerFailure::Query(Box::new(error)));
+                }
+            }
         }
     }
 
-    /// Runs one simple query on pgmux's own account, outside any transaction. An error reply is a
-    /// [`ServerFailure::Query`] (the connection stays usable); a server left inside a transaction is not.
-    pub(crate) async fn simple_query(&mut self, sql: &str, timeout: Duration) -> Result<(), ServerFailure> {
-        let mut buf = BytesMut::new();
-        encode::query(&mut buf, sql);
-        match self.exchange(buf.freeze(), 1, timeout).await? {
-            (_, status @ (TxStatus::InTransaction | TxStatus::Failed)) => Err(ServerFailure::NotIdle(status)),
-            (Some(error), TxStatus::Idle) => Err(ServerFailure::Query(Box::new(error))),
+    /// Runs `body`, statements of pgmux's own each ending in `;`, shielded from the session's settings (see
+    /// [`guard::guarded`]), as [`run_own`](Self::run_own) does.
+    pub(crate) async fn run_guarded(&mut self, body: &str, timeout: Duration) -> Result<Rows, ServerFailure> {
+        self.run_own(&guard::guarded(body, self.major_version()), timeout).await
+    }
+
+    /// The settings the session on this connection has set, each as it would be set elsewhere (see
+    /// [`guard::read_back`]); `end_idle_timeout` also takes its `idle_session_timeout` off.
+    pub(crate) async fn session_settings(
+        &mut self,
+        timeout: Duration,
+        end_idle_timeout: bool,
+    ) -> Result<Vec<Param>, ServerFailure> {
+        let major = self.major_version();
+        let rows = self.run_own(&guard::read_back(major, end_idle_timeout), timeout).await?;
+        guard::ReadBack::parse(&rows, major).ok_or(ServerFailure::Parse(ParseError {
+            what: "DataRow",
+            reason: "the settings read back are not the columns pgmux asked for",
+        }))
+    }
+
+    /// The server's major version, as it reported it at login (0 if it did not).
+    pub(crate) fn major_version(&self) -> u32 {
+        self.params.reported.get("server_version").map_or(0, |p| guard::major_version(&p.value))
+    }
+
+    /// Checks that the server still answers, with a Sync: it starts no statement, so no timeout or other
+    /// setting of the session on the connection can make it fail. An idle server answers ReadyForQuery.
+    pub(crate) async fn ping(&mut self, timeout: Duration) -> Result<(), ServerFailure> {
+        let mut buf = BytesMut::with_capacity(5);
+        encode::sync(&mut buf);
+        match within(timeout, self.converse(buf.freeze(), 1, None)).await? {
             (None, TxStatus::Idle) => Ok(()),
+            (Some(error), _) => Err(ServerFailure::Query(Box::new(error))),
+            (None, status) => Err(ServerFailure::NotIdle(status)),
         }
     }
 

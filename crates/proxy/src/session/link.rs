@@ -11,10 +11,11 @@ use pgmux_proto::sqlstate;
 use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::io::{MAX_QUEUED, ReadOutcome};
-use crate::params::{self, Param};
+use crate::params;
 use crate::pool::{CheckoutError, Resume, ServerLease};
 use crate::router::Verdict;
 use crate::server::ServerFailure;
+use crate::server::guard::Blame;
 use crate::stop::Level;
 
 /// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.
@@ -70,8 +71,10 @@ impl Session {
                 Err(None) => {
                     let err = ErrorMessage::error(
                         sqlstate::CONNECTION_FAILURE,
-                        "server connections kept failing while pgmux applied the session's parameters",
-                    );
+                        "server connections kept failing, or kept being cancelled, while pgmux applied the \
+                         session's parameters",
+                    )
+                    .with_hint("nothing of this statement ran; run it again");
                     return Ok(Some(self.router.answer_unit(tag, err.to_bytes())));
                 }
             }
@@ -169,8 +172,8 @@ impl Session {
     }
 
     /// Applies the client's parameters to a server whose settings differ. `Err(Some(error))`: the server
-    /// refused a value, the client's own error (the connection goes back to the pool); `Err(None)`: the
-    /// connection failed (it is closed).
+    /// refused a value, the client's own error (the connection goes back to the pool); `Err(None)`: try
+    /// another connection (this one failed and is closed, or kept being cancelled and goes back unchanged).
     async fn sync_params(&self, mut lease: ServerLease) -> Result<ServerLease, Option<ErrorMessage>> {
         if lease.params.in_sync(&self.params) {
             return Ok(lease);
@@ -181,13 +184,19 @@ impl Session {
             return Ok(lease);
         };
         // Boxed: a round trip's future is large, and most links never need one.
-        let Err(failure) = Box::pin(lease.simple_query(&sql, self.shared.config().server_connect_timeout)).await else {
+        let Err(failure) = Box::pin(lease.run_guarded(&sql, self.shared.config().server_connect_timeout)).await else {
             params::synced(&self.params, &mut lease.params);
             return Ok(lease);
         };
         tracing::warn!(error = %failure, fault = ?failure.fault(), "could not apply the client's parameters");
         match failure.reply() {
-            Some(refused) if failure.reusable() => Err(Some(refused.to_client(Severity::Error))),
+            // The server refused one of the client's values: the client's own error.
+            Some(refused) if failure.reusable() && Blame::of(&refused.code) == Blame::Refused => {
+                Err(Some(refused.to_client(Severity::Error)))
+            }
+            // Cancelled each time (a timeout of the session the connection carries fired before pgmux's
+            // guard took hold): nothing changed there, and the connection goes back as it was.
+            _ if failure.reusable() => Err(None),
             _ => {
                 self.shared.pool.retire(lease.discard());
                 Err(None)
@@ -200,11 +209,17 @@ impl Session {
     /// wait: the usual case, done without a future. `Ok(false)`: one has to (settings to read back, a role
     /// to confirm, a cancel on its way to the server), and nothing was done; the caller awaits `release`.
     pub(super) fn release_at_once(&mut self) -> Result<bool, End> {
-        let role_unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
+        let (role_unconfirmed, ends_idle) = match self.server.as_mut() {
+            Some(linked) => {
+                let server = linked.conn();
+                (server.role_unconfirmed, server.params.ends_idle())
+            }
+            None => (false, false),
+        };
         let pinned = self.router.pin().is_some();
         // Unlinking the cancel key first is safe: when pgmux sends nothing more to the server, a cancel
         // could only reach the client's own finished transaction.
-        if role_unconfirmed || (!pinned && (self.router.settings_dirty() || !self.cancel.try_unlink())) {
+        if role_unconfirmed || (!pinned && (ends_idle || self.router.settings_dirty() || !self.cancel.try_unlink())) {
             return Ok(false);
         }
         if let Some(reason) = self.transaction_over() {
@@ -227,8 +242,17 @@ impl Session {
             return self.stay_pinned(reason);
         }
         self.meter.unpinned();
-        let role_unconfirmed = self.server.as_mut().is_some_and(|linked| linked.conn().role_unconfirmed);
-        if (self.router.take_settings_dirty() || role_unconfirmed) && !Box::pin(self.read_back_settings()).await {
+        let (role_unconfirmed, ends_idle) = match self.server.as_mut() {
+            Some(linked) => {
+                let server = linked.conn();
+                (server.role_unconfirmed, server.params.ends_idle())
+            }
+            None => (false, false),
+        };
+        let changed = self.router.take_settings_dirty();
+        // A client's idle_session_timeout is read back and taken off too: left on the connection, it would
+        // end it in the pool.
+        if (changed || role_unconfirmed || ends_idle) && !Box::pin(self.read_back_settings(changed)).await {
             return Ok(());
         }
         if role_unconfirmed && !Box::pin(self.confirm_role()).await {
@@ -382,32 +406,43 @@ impl Session {
         )))
     }
 
-    /// Reads the session's settings back from the linked server after the client changed some (SET,
-    /// RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this one
-    /// for the next client; and after the server reported a new `default_transaction_read_only`, which is
-    /// the client's only if its session set it. False if the server failed (it is then dropped and the
-    /// client told).
-    async fn read_back_settings(&mut self) -> bool {
+    /// Reads the session's settings back from the linked server after the client changed some (`changed`:
+    /// SET, RESET, set_config, DISCARD ALL), so that they follow the client to other servers and leave this
+    /// one for the next client; and after the server reported a new `default_transaction_read_only`, which is
+    /// the client's only if its session set it. False if the server stays with the client: the read was
+    /// cancelled each time (the client's settings are still there, and so is the client, until a later
+    /// release reads them), or the server failed (it is dropped, and the client's next statement is told
+    /// that what it changed is gone).
+    async fn read_back_settings(&mut self, changed: bool) -> bool {
         let timeout = self.shared.config().server_connect_timeout;
         let Some(linked) = self.server.as_mut() else { return true };
         let server = linked.conn();
-        let rows = match server.query_rows(SESSION_SETTINGS, timeout).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::debug!("the server failed while its settings were read back");
-                let _ = self.server_lost(e);
-                return false;
+        let end_idle_timeout = server.params.ends_idle();
+        match server.session_settings(timeout, end_idle_timeout).await {
+            Ok(settings) => {
+                params::adopt_session(&mut self.params, &mut server.params, &settings, end_idle_timeout);
+                self.timer.set_own_idle(self.params.idle_session_timeout());
+                true
             }
-        };
-        let settings: Vec<Param> = rows
-            .into_iter()
-            .filter_map(|r| match r.as_slice() {
-                [Some(name), Some(value)] => Some(Param { name: name.clone(), value: value.clone() }),
-                _ => None,
-            })
-            .collect();
-        params::adopt_session(&mut self.params, &mut server.params, &settings);
-        true
+            Err(failure) if failure.reusable() => {
+                tracing::warn!(error = %failure, "could not read back the client's settings; it keeps its server \
+                    connection until they can be read");
+                if changed {
+                    self.router.settings_unread();
+                }
+                linked.next_transaction();
+                false
+            }
+            Err(failure) => {
+                tracing::warn!(error = %failure, fault = ?failure.fault(), "the server failed while the client's \
+                    settings were read back");
+                let _ = self.server_lost(failure);
+                if changed {
+                    self.router.settings_lost();
+                }
+                false
+            }
+        }
     }
 
     /// Asks the linked server for its node's role after something hinted at a change (see
@@ -432,6 +467,3 @@ impl Session {
         }
     }
 }
-
-/// The settings a session has changed from the server's defaults (set_config, SET, and pgmux's own sync).
-const SESSION_SETTINGS: &str = "SELECT name, setting FROM pg_catalog.pg_settings WHERE source = 'session'";

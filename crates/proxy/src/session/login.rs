@@ -13,7 +13,7 @@ use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
 use super::meter::Meter;
-use super::{ClientSlot, Session, shutting_down};
+use super::{ClientSlot, Session, shutting_down, timers};
 use crate::cancel::Registration;
 use crate::console;
 use crate::io::Conn;
@@ -21,6 +21,7 @@ use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::params::{self, ClientParams, Param};
 use crate::router::Router;
 use crate::server::ServerFailure;
+use crate::server::guard::Blame;
 use crate::shared::Shared;
 use crate::startup::{self, Opening, OpeningError};
 use crate::stop::{Level, Stop};
@@ -81,10 +82,10 @@ pub(super) async fn login(
         meter,
         client: conn,
         server: None,
+        timer: timers::Timer::with_own_idle(params.idle_session_timeout()),
         params,
         router,
         replay: Default::default(),
-        timer: Default::default(),
         reservation: Default::default(),
         cancel,
         line: None,
@@ -196,9 +197,19 @@ async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, Er
     let wanted = params::unchecked(raw);
     let defaults = shared.pool.defaults();
     if let Some(sql) = params::sync_statement(&wanted, &lease.params, &defaults) {
-        match lease.simple_query(&sql, shared.config().server_connect_timeout).await {
-            Ok(()) => {}
-            Err(ServerFailure::Query(err)) => return Err(err.to_client(Severity::Fatal)),
+        match lease.run_guarded(&sql, shared.config().server_connect_timeout).await {
+            Ok(_) => {}
+            Err(ServerFailure::Query(err)) if Blame::of(&err.code) == Blame::Refused => {
+                return Err(err.to_client(Severity::Fatal));
+            }
+            // Cancelled each time by a timeout the connection's last session set: the connection is as it was.
+            Err(ServerFailure::Query(err)) => {
+                return Err(ErrorMessage::fatal(
+                    sqlstate::CONNECTION_FAILURE,
+                    format!("pgmux could not check the start-up parameters on a server connection: {err}"),
+                )
+                .with_hint("connect again"));
+            }
             Err(failure) => {
                 tracing::warn!(error = %failure, "server failed while applying start-up parameters");
                 shared.pool.retire(lease.discard());

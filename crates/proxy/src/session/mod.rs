@@ -129,7 +129,7 @@ struct Session {
     router: Router,
     /// The current transaction's messages, while it could still run again on another server.
     replay: replay::Replay,
-    /// query_timeout, idle_transaction_timeout, client_idle_timeout.
+    /// query_timeout, idle_transaction_timeout, client_idle_timeout, the client's idle_session_timeout.
     timer: timers::Timer,
     /// What it holds of `max_client_buffers` while a large message arrives.
     reservation: Reservation,

@@ -1,8 +1,10 @@
 //! PgBouncer's per-client timeouts, with its names: `query_timeout` (a query that runs too long is cancelled
 //! and its client told, naming the setting), `idle_transaction_timeout` (a client idle inside a transaction
 //! while holding a server connection is closed and the transaction rolled back) and `client_idle_timeout` (a
-//! client idle between transactions is closed). One timer per session, armed only while one of them applies
-//! and is set: with all three off (the default) the relay loop never touches a timer.
+//! client idle between transactions is closed); and the client's own `idle_session_timeout`, which pgmux
+//! keeps for the client since no server connection keeps it between transactions. One timer per session,
+//! armed only while one of them applies and is set: with all off (the default) the relay loop never touches
+//! a timer.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -24,16 +26,37 @@ pub(super) enum Deadline {
     IdleInTransaction,
     /// The client sits between transactions.
     ClientIdle,
+    /// The client sits between transactions longer than its own `idle_session_timeout`.
+    SessionIdle,
 }
 
 /// The session's one timer.
 #[derive(Debug, Default)]
 pub(super) struct Timer {
     armed: Option<Deadline>,
+    /// The client's own `idle_session_timeout` in milliseconds (0: none). Kept here, where it fills what
+    /// would be padding: every byte of a session is paid by each idle client.
+    own_idle_ms: u32,
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl Timer {
+    pub(super) fn with_own_idle(own_idle: Option<Duration>) -> Timer {
+        let mut timer = Timer::default();
+        timer.set_own_idle(own_idle);
+        timer
+    }
+
+    /// The client's own `idle_session_timeout` (PostgreSQL's is at most `i32::MAX` ms).
+    pub(super) fn set_own_idle(&mut self, own_idle: Option<Duration>) {
+        self.own_idle_ms = own_idle.map_or(0, |d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX));
+    }
+
+    #[inline]
+    fn own_idle(&self) -> Option<Duration> {
+        (self.own_idle_ms > 0).then(|| Duration::from_millis(u64::from(self.own_idle_ms)))
+    }
+
     /// Arms the timer for `want` (from now) unless it already stands for it; `restart` starts it again
     /// (the client did something).
     pub(super) fn set(&mut self, want: Option<(Deadline, Duration)>, restart: bool) {
@@ -76,7 +99,8 @@ impl Session {
     /// The timeout that applies now, if it is set.
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
         // A client waiting in line is bounded by query_wait_timeout alone.
-        if !self.shared.pool.live_config().session_timers() || self.in_line() {
+        let own_idle = self.timer.own_idle();
+        if (own_idle.is_none() && !self.shared.pool.live_config().session_timers()) || self.in_line() {
             return None;
         }
         let config = self.shared.config();
@@ -87,11 +111,18 @@ impl Session {
                     (Deadline::Query, config.query_timeout)
                 } else if tracker.status() != TxStatus::Idle {
                     (Deadline::IdleInTransaction, config.idle_transaction_timeout)
+                } else if let Some(own) = own_idle {
+                    (Deadline::SessionIdle, own)
                 } else {
                     return None;
                 }
             }
-            None => (Deadline::ClientIdle, config.client_idle_timeout),
+            None => match own_idle {
+                Some(own) if config.client_idle_timeout.is_zero() || own < config.client_idle_timeout => {
+                    (Deadline::SessionIdle, own)
+                }
+                _ => (Deadline::ClientIdle, config.client_idle_timeout),
+            },
         };
         (!after.is_zero()).then_some((kind, after))
     }
@@ -124,6 +155,11 @@ impl Session {
                     "terminating connection due to idle_transaction_timeout ({}s): the transaction was rolled back",
                     config.idle_transaction_timeout.as_secs_f32()
                 ),
+            ))),
+            // PostgreSQL's own words: the client set the timeout, and expects its server's answer.
+            Deadline::SessionIdle => Err(End::closed(ErrorMessage::fatal(
+                sqlstate::IDLE_SESSION_TIMEOUT,
+                "terminating connection due to idle-session timeout",
             ))),
             Deadline::ClientIdle => Err(End::closed(ErrorMessage::fatal(
                 sqlstate::IDLE_SESSION_TIMEOUT,

@@ -34,10 +34,40 @@ fn a_server_lost_while_the_client_idles_in_a_transaction_fails_its_next_unit_onc
     let tracker = std::mem::take(&mut rig.servers[0].tracker);
     let reply = rig.router.server_lost(tracker, "lost", &rig.registry);
     assert!(reply.is_empty(), "nothing was owed: the client hears of it at its next unit");
-    assert_eq!(rig.router.mode(), Mode::LostTransaction);
+    assert_eq!(rig.router.mode(), Mode::Lost(Loss::Transaction));
     let Verdict::Answer(err) = rig.router.unlinked(b'Q', &query("insert into t values (1)")) else { panic!() };
     assert_eq!(tokens(&err), strs(&["E 08006", "Z"]));
     assert_eq!(rig.router.unlinked(b'Q', &query("select 1")), Verdict::NeedServer, "once");
+}
+
+#[test]
+fn settings_lost_before_they_were_read_back_fail_the_next_unit_once_and_say_so() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("set statement_timeout = '1ms'")]);
+    rig.serve(&[done("SET"), ready(b'I')]);
+    assert!(rig.router.take_settings_dirty());
+    let tracker = std::mem::take(&mut rig.servers[0].tracker);
+    assert!(rig.router.server_lost(tracker, "lost", &rig.registry).is_empty(), "nothing was owed");
+    rig.router.settings_lost();
+    // An extended-protocol unit: the error now, its ReadyForQuery at its Sync.
+    let Verdict::Answer(err) = rig.router.unlinked(b'P', &parse("", "show statement_timeout")) else { panic!() };
+    assert_eq!(tokens(&err), strs(&["E 08006"]));
+    let message = String::from_utf8_lossy(&err).into_owned();
+    assert!(message.contains("settings") && message.contains("SET them again"), "{message}");
+    assert_eq!(rig.router.unlinked(b'B', &bind("")), Verdict::Drop);
+    assert!(matches!(rig.router.unlinked(b'S', &sync()), Verdict::Answer(_)));
+    assert_eq!(rig.router.unlinked(b'Q', &query("select 1")), Verdict::NeedServer, "once");
+}
+
+#[test]
+fn settings_that_could_not_be_read_back_yet_are_asked_for_again() {
+    let mut rig = Rig::new(10);
+    rig.client(&[query("set work_mem = '64kB'")]);
+    rig.serve(&[done("SET"), ready(b'I')]);
+    assert!(rig.router.take_settings_dirty());
+    assert!(!rig.router.settings_dirty());
+    rig.router.settings_unread();
+    assert!(rig.router.take_settings_dirty(), "the next release reads them");
 }
 
 #[test]
