@@ -38,10 +38,7 @@ fn every_show_has_columns_with_unique_documented_names() {
         assert_eq!(seen.len(), cols.len(), "{show:?} repeats a column");
         for c in cols {
             assert!(!c.doc.is_empty(), "{show:?}.{} is undocumented", c.name);
-            assert!(
-                c.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-                    || c.name == "DateStyle"
-            );
+            assert!(c.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'), "{}", c.name);
         }
     }
     assert_eq!(of(Show::Help), None);

@@ -82,14 +82,15 @@ impl SessionSetting {
         })
     }
 
-    /// The column name of its `SHOW`, as PostgreSQL names it.
+    /// The column name of its `SHOW`, as PgBouncer's console names it: in lower case, every one (PostgreSQL
+    /// itself says `DateStyle` and `TimeZone`; scripts written against PgBouncer look for `datestyle`).
     pub fn name(self) -> &'static str {
         match self {
             SessionSetting::ClientEncoding => "client_encoding",
             SessionSetting::DefaultTransactionIsolation => "default_transaction_isolation",
             SessionSetting::StandardConformingStrings => "standard_conforming_strings",
-            SessionSetting::DateStyle => "DateStyle",
-            SessionSetting::TimeZone => "TimeZone",
+            SessionSetting::DateStyle => "datestyle",
+            SessionSetting::TimeZone => "timezone",
         }
     }
 

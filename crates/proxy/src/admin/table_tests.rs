@@ -91,7 +91,8 @@ fn set_ignored_and_fake_settings() {
     encode_set_ignored(&mut buf);
     assert!(buf.starts_with(b"N") && buf.ends_with(b"C\0\0\0\x08SET\0"));
     let set = setting(SessionSetting::DateStyle);
-    assert_eq!(set.columns()[0].name, "DateStyle");
+    assert_eq!(set.columns()[0].name, "datestyle", "PgBouncer's name");
+    assert_eq!(setting(SessionSetting::TimeZone).columns()[0].name, "timezone");
     assert_eq!(set.rows(), &[vec![Some("ISO".to_owned())]]);
 }
 
