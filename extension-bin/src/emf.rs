@@ -4,8 +4,9 @@
 //!
 //! Every flush sends what happened since the previous one (gauges as they are now), so a flush that comes
 //! late loses nothing: on classic Lambda, where the environment is frozen between invocations and a timer
-//! may not run for minutes, the last flush at SHUTDOWN carries everything since. On Managed Instances,
-//! never frozen, a timer flushes every `metrics_interval`.
+//! may not run for minutes, the last flush at SHUTDOWN carries everything since. Its gauges are those of the
+//! moment SHUTDOWN came, before the drain closed every connection. On Managed Instances, never frozen, a
+//! timer flushes every `metrics_interval`.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -30,11 +31,20 @@ impl Emf {
 
     /// Prints the lines of everything since the previous flush.
     pub fn flush(&mut self) {
+        self.flush_snapshot(self.admin.metrics());
+    }
+
+    /// [`flush`](Self::flush), with the gauges as they were in `gauges` (before a drain): counters and
+    /// latencies up to now.
+    pub fn flush_with_gauges_of(&mut self, gauges: &Snapshot) {
+        self.flush_snapshot(self.admin.metrics().with_gauges_of(gauges));
+    }
+
+    fn flush_snapshot(&mut self, now: Snapshot) {
         let config = self.admin.config();
         if !config.metrics_emf {
             return;
         }
-        let now = self.admin.metrics();
         let timestamp_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let lines = cloudwatch_lines(
             &now,

@@ -47,6 +47,7 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
         proxy.hold_database_until(gate);
     }
     let stop = proxy.stop();
+    let proxy_admin = proxy.admin();
     let emf = Arc::new(Mutex::new(Emf::new(proxy.admin())));
     let timed = tokio::spawn(flush_every_interval(Arc::clone(&emf)));
     let mut served = tokio::spawn(proxy.run());
@@ -63,6 +64,9 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
         },
         _ = &mut served => return Ok(()),
     };
+    // The last flush reports the connections as they were before the drain closes them all: on classic
+    // Lambda it may be the only flush the environment ever makes.
+    let before_drain = proxy_admin.metrics();
     stop.begin_graceful();
     let grace = deadline.unwrap_or(Duration::ZERO).saturating_sub(EXIT_MARGIN);
     if tokio::time::timeout(grace, &mut served).await.is_err() {
@@ -72,7 +76,7 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
     }
     // Last: everything measured since the previous flush, the drain included, before the deadline.
     timed.abort();
-    emf.lock().unwrap_or_else(|e| e.into_inner()).flush();
+    emf.lock().unwrap_or_else(|e| e.into_inner()).flush_with_gauges_of(&before_drain);
     Ok(())
 }
 

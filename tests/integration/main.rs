@@ -5,6 +5,7 @@ use pgmux_testkit::fixture as common;
 
 mod basics;
 mod failures;
+mod figures;
 mod params;
 mod pooling;
 mod protocol;

@@ -89,6 +89,8 @@ crate::label_enum! {
         Idle => "idle",
         /// Connecting or logging in.
         Opening => "opening",
+        /// pgmux's own, outside the pool: sizing's control connection, liveness probes.
+        Control => "control",
     }
 }
 
@@ -108,7 +110,8 @@ crate::label_enum! {
         ServerWait => "server_wait",
         /// From a server connection's link to its release.
         Transaction => "transaction",
-        /// From a query's first message to its `ReadyForQuery`.
+        /// A query's time on a server connection: from its first message (or, if it waited for a
+        /// server connection, from the link) to its `ReadyForQuery`.
         Query => "query",
         /// Opening a server connection: TCP, TLS and login.
         ServerConnect => "server_connect",
@@ -312,6 +315,20 @@ pub struct Snapshot {
     pub server_connect_time: HistogramSnapshot,
 }
 
+impl Snapshot {
+    /// This snapshot's counters and histograms with the gauges (connections, pins, limit, budget, fleet)
+    /// of `at`: the last flush before an exit reports what was open before the drain closed it all.
+    pub fn with_gauges_of(mut self, at: &Snapshot) -> Snapshot {
+        self.clients = at.clients.clone();
+        self.servers = at.servers.clone();
+        self.pinned_clients = at.pinned_clients;
+        self.pool_limit = at.pool_limit;
+        self.pool_budget = at.pool_budget;
+        self.fleet_instances = at.fleet_instances;
+        self
+    }
+}
+
 /// The value of label `l` in a family's values (0 when absent).
 pub fn value_of<L: PartialEq + Copy, V: Copy + Default>(values: &[(L, V)], l: L) -> V {
     values.iter().find(|(k, _)| *k == l).map_or_else(V::default, |(_, v)| *v)
@@ -343,14 +360,14 @@ descs! {
     EVICTIONS = "pgmux_statement_evictions", None, "Prepared statements closed on a server to stay within max_prepared_statements.";
     RELOADS = "pgmux_reloads", None, "Configuration reloads (SIGHUP, RELOAD), by result.";
     CLIENTS = "pgmux_clients", None, "Client connections now, by state: active (linked), waiting for a server connection, idle.";
-    SERVERS = "pgmux_server_connections", None, "Server connections now, by state: active (lent), idle, opening.";
+    SERVERS = "pgmux_server_connections", None, "Server connections now, by state: active (lent), idle, opening, control (pgmux's own: the control connection and probes).";
     PINNED = "pgmux_pinned_clients", None, "Clients pinned to a server connection now.";
     LIMIT = "pgmux_pool_limit", None, "Server connections pgmux may hold now (the limit in force).";
     BUDGET = "pgmux_pool_budget", None, "Server connections the fleet of pgmux instances may hold, from max_connections.";
     FLEET = "pgmux_fleet_instances", None, "pgmux instances seen sharing the database, this one included.";
     SERVER_WAIT = "pgmux_server_wait_seconds", Seconds, "Time a transaction waited for a server connection.";
     XACT_TIME = "pgmux_transaction_duration_seconds", Seconds, "Time a server connection was linked to one transaction.";
-    QUERY_TIME = "pgmux_query_duration_seconds", Seconds, "Time from a query's first message to its ReadyForQuery.";
+    QUERY_TIME = "pgmux_query_duration_seconds", Seconds, "Time a query spent on a server connection, up to its ReadyForQuery (the wait for a connection is pgmux_server_wait_seconds).";
     CONNECT_TIME = "pgmux_server_connect_duration_seconds", Seconds, "Time to open a server connection: TCP, TLS and login.";
 }
 

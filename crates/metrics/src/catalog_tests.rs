@@ -91,3 +91,19 @@ fn latency_report_has_both_windows_of_every_latency() {
     assert_eq!(row(Latency::ServerConnect, "last_minute").count, 0);
     assert_eq!(row(Latency::ServerConnect, "last_minute").p50_us, None);
 }
+
+#[test]
+fn a_snapshot_takes_another_s_gauges_and_keeps_its_own_counters() {
+    let before = busy().snapshot();
+    let drained = {
+        let m = busy();
+        m.transactions.inc();
+        m.servers.dec(ServerState::Idle);
+        m.snapshot()
+    };
+    let last = drained.clone().with_gauges_of(&before);
+    assert_eq!(last.transactions, 4, "counters as they ended");
+    assert_eq!(value_of(&last.servers, ServerState::Idle), 1, "gauges as they were before the drain");
+    assert_eq!(value_of(&drained.servers, ServerState::Idle), 0);
+    assert_eq!((last.pool_limit, last.clients.clone()), (before.pool_limit, before.clients.clone()));
+}

@@ -38,9 +38,14 @@ pub fn cloudwatch_metrics(now: &Snapshot, previous: &Snapshot, max_latency_value
         // Gauges.
         gauge("ClientConnections", c.clients.iter().map(|(_, v)| *v).sum()),
         gauge("ClientConnectionsWaiting", value_of(&c.clients, ClientState::Waiting)),
+        // Every connection pgmux holds, as RDS Proxy counts its own and as max_connections sees them: the
+        // pool's (opening ones too) and pgmux's own (control connection, probes).
         gauge(
             "DatabaseConnections",
-            value_of(&c.servers, ServerState::Active) + value_of(&c.servers, ServerState::Idle),
+            value_of(&c.servers, ServerState::Active)
+                + value_of(&c.servers, ServerState::Idle)
+                + value_of(&c.servers, ServerState::Opening)
+                + value_of(&c.servers, ServerState::Control),
         ),
         gauge("DatabaseConnectionsCurrentlyBorrowed", value_of(&c.servers, ServerState::Active)),
         gauge("DatabaseConnectionsCurrentlySessionPinned", c.pinned_clients),

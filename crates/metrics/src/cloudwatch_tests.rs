@@ -23,13 +23,18 @@ fn counters_are_deltas_and_gauges_are_current() {
     m.servers.set(ServerState::Active, 2);
     m.servers.set(ServerState::Idle, 3);
     m.servers.set(ServerState::Opening, 1);
+    m.servers.set(ServerState::Control, 1);
     let first = m.snapshot();
     (0..4).for_each(|_| m.queries.inc());
     m.pins.inc(PinReason::AdvisoryLock);
     let metrics = cloudwatch_metrics(&m.snapshot(), &first, 100);
     assert_eq!(single(&metrics, "QueryRequests"), 4.0);
     assert_eq!(single(&metrics, "SessionPins"), 1.0);
-    assert_eq!(single(&metrics, "DatabaseConnections"), 5.0, "opened ones, not those still opening");
+    assert_eq!(
+        single(&metrics, "DatabaseConnections"),
+        7.0,
+        "every connection the database sees: lent, idle, logging in, and pgmux's control connection"
+    );
     assert_eq!(single(&metrics, "DatabaseConnectionsCurrentlyBorrowed"), 2.0);
     let all = cloudwatch_metrics(&m.snapshot(), &Default::default(), 100);
     assert_eq!(single(&all, "QueryRequests"), 14.0, "first flush: everything since start");

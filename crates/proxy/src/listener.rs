@@ -115,7 +115,7 @@ impl Admin {
     pub fn metrics(&self) -> pgmux_metrics::Snapshot {
         let obs = self.shared.observer();
         obs.tick();
-        obs.snapshot(self.shared.pool.status(), self.shared.pool.limit())
+        obs.snapshot(self.shared.pool.status(), self.shared.pool.limit(), self.shared.pool.own_connections())
     }
 
     /// The configuration in force.

@@ -205,6 +205,13 @@ fn the_binary_in_lambda_prints_emf_lines_that_add_up_to_the_workload() {
     // Lambda trusts loopback clients: no password.
     let sent = workload::run(port, APP_USER.user, None, DATABASE);
     std::thread::sleep(Duration::from_millis(2500));
+    // What the database sees of pgmux when SHUTDOWN comes: the pool's idle connections and the control
+    // connection.
+    let held: f64 = pg
+        .psql("select count(*) from pg_stat_activity where usename = 'pgmux_app' and backend_type = 'client backend'")
+        .trim()
+        .parse()
+        .expect("a count");
     rt.block_on(sim.graceful_shutdown(ShutdownReason::Spindown));
     let status = child.wait().expect("pgmux exits");
     let (mut stdout, mut stderr) = (String::new(), String::new());
@@ -225,6 +232,16 @@ fn the_binary_in_lambda_prints_emf_lines_that_add_up_to_the_workload() {
     let borrow_latencies: usize =
         docs.iter().filter_map(|d| d["DatabaseConnectionsBorrowLatency"].as_array()).map(Vec::len).sum();
     assert_eq!(borrow_latencies, sent.transactions as usize, "one borrow latency per transaction");
+    // The SHUTDOWN flush reports the connections as they were before the drain closed them, and every one
+    // of them, the control connection included.
+    let last = *flushes.last().expect("a flush");
+    let at_shutdown = docs
+        .iter()
+        .filter(|d| d["_aws"]["Timestamp"].as_u64() == Some(last))
+        .find_map(|d| d["DatabaseConnections"].as_f64())
+        .expect("DatabaseConnections in the last flush");
+    assert!(held >= 2.0, "the pool's connections and the control connection: {held}");
+    assert_eq!(at_shutdown, held, "DatabaseConnections at SHUTDOWN against pg_stat_activity");
 
     // Each flush against the schema and aws-embedded-metrics, with the metrics read back from its lines.
     for ts in flushes {

@@ -67,7 +67,7 @@ pub(super) fn view(console: &Console) -> View {
     let pool = &console.shared.pool;
     let (status, limit) = (pool.status(), pool.limit());
     let obs = console.shared.observer();
-    View { snap: obs.snapshot(status, limit), status, limit, clients: obs.clients.all() }
+    View { snap: obs.snapshot(status, limit, pool.own_connections()), status, limit, clients: obs.clients.all() }
 }
 
 fn count(v: &[(ClientState, i64)], s: ClientState) -> i64 {

@@ -248,8 +248,9 @@ impl Observer {
         self.sizing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Every metric now, gauges counted from the books and the pool's `status` and `limit`.
-    pub(crate) fn snapshot(&self, status: Status, limit: usize) -> Snapshot {
+    /// Every metric now, gauges counted from the books and the pool's `status` and `limit`; `own` is the
+    /// server connections pgmux holds for itself (control, probes).
+    pub(crate) fn snapshot(&self, status: Status, limit: usize, own: usize) -> Snapshot {
         let mut snap = self.metrics.snapshot();
         let mut clients = [0i64; 3];
         let mut pinned = 0;
@@ -268,6 +269,7 @@ impl Observer {
                     ServerState::Active => active,
                     ServerState::Idle => idle,
                     ServerState::Opening => opening,
+                    ServerState::Control => own as i64,
                 };
                 (*s, v)
             })

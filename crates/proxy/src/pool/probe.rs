@@ -84,6 +84,12 @@ impl Probes {
     fn open(&self) -> usize {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).conns.len()
     }
+
+    /// Connections pgmux holds for itself now: kept probe connections, and sizing's control connection.
+    fn own(&self) -> usize {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.conns.len() + usize::from(state.control.is_some())
+    }
 }
 
 /// What one round trip to a node showed.
@@ -194,6 +200,12 @@ impl ServerPool {
     /// Sizing's control connection is open on `node` (it probes that node itself), or closed (`None`).
     pub(crate) fn control_on(&self, node: Option<SocketAddr>) {
         self.probes.state.lock().unwrap_or_else(|e| e.into_inner()).control = node;
+    }
+
+    /// Server connections pgmux holds for itself, outside the pool: sizing's control connection and the
+    /// probe's own. They count in `pg_stat_activity`, and in `DatabaseConnections`.
+    pub(crate) fn own_connections(&self) -> usize {
+        self.probes.own()
     }
 
     /// Probe connections open now (they count in `pg_stat_activity`, not in the pool).

@@ -17,7 +17,8 @@ use crate::sql::PinReason;
 pub(super) struct Meter {
     /// Its entry in the console's list of clients, and the observer its counters go to.
     pub(super) seen: ClientTicket,
-    /// When the query now running (or the next one the client sent) began.
+    /// When the query now running (or the next one the client sent) began: its first byte, or the link
+    /// of a server connection if it had to wait for one.
     query_start: Option<Instant>,
     /// When the server was linked, or the pinned client's last transaction ended.
     xact_start: Instant,
@@ -79,13 +80,16 @@ impl Meter {
         }
     }
 
-    /// Server connection `server` is linked for a transaction.
+    /// Server connection `server` is linked for a transaction. The wait for it ends, and the query's time
+    /// on a server begins: query and transaction time are time on a server connection, as PgBouncer
+    /// counts them, and the wait is a figure of its own.
     #[inline]
     pub(super) fn linked(&mut self, server: u64) {
         let now = Instant::now();
         let began = self.query_start.unwrap_or(now);
         self.obs().metrics.server_wait.record(micros_between(began, now));
         self.xact_start = now;
+        self.query_start = Some(now);
         self.seen.linked(server, self.obs().micros_at(began));
     }
 
