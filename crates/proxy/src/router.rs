@@ -42,9 +42,12 @@ pub(crate) enum Mode {
     /// pgmux answered an error inside a unit on a linked server: drop messages up to the next Sync, which
     /// goes to the server as usual.
     DiscardToSync,
-    /// The server was lost while the client sat idle inside a transaction, or before pgmux could read back
-    /// the settings its last transaction changed: its next unit gets the error.
-    Lost(Loss),
+    /// The server was lost while the client sat idle inside a transaction: its next unit gets the error.
+    LostTransaction,
+    /// The server was lost before pgmux could read back the settings the client's last transaction changed:
+    /// its next unit gets the error. (A variant of its own rather than a payload: the mode is compared on
+    /// every client message, and a fieldless enum compares as one byte.)
+    LostSettings,
     /// pgmux asked the linked server what a statement it prepared anew returns, and the client's next
     /// messages wait for the answer ([`Router::holding`]). Then the client's Bind goes on, or the client
     /// gets `cached plan must not change result type` as PostgreSQL would have answered it.
@@ -61,6 +64,14 @@ pub(crate) enum Loss {
 }
 
 impl Loss {
+    fn of(mode: Mode) -> Option<Loss> {
+        match mode {
+            Mode::LostTransaction => Some(Loss::Transaction),
+            Mode::LostSettings => Some(Loss::Settings),
+            _ => None,
+        }
+    }
+
     fn error(self) -> Bytes {
         let message = match self {
             Loss::Transaction => {
@@ -253,7 +264,7 @@ impl Router {
 
     /// The server was lost before the settings the client changed could be read back: its next unit is told.
     pub(crate) fn settings_lost(&mut self) {
-        self.mode = Mode::Lost(Loss::Settings);
+        self.mode = Mode::LostSettings;
     }
 
     /// Whether the router waits for the linked server before it can take the client's next message: the
@@ -288,12 +299,15 @@ impl Router {
             Mode::SkipToSync => return Verdict::Drop,
             Mode::DiscardToSync if tag != b'S' => return Verdict::Drop,
             Mode::DiscardToSync => self.mode = Mode::Normal,
-            Mode::Lost(loss) if !matches!(tag, b'd' | b'c' | b'f') => {
+            Mode::LostTransaction | Mode::LostSettings if !matches!(tag, b'd' | b'c' | b'f') => {
+                let loss = Loss::of(self.mode);
                 self.mode = Mode::Normal;
-                return self.answer_unit(tag, loss.error());
+                if let Some(loss) = loss {
+                    return self.answer_unit(tag, loss.error());
+                }
             }
             // A check needs a linked server, and losing it ends the check.
-            Mode::Lost(_) | Mode::Normal | Mode::Checking => {}
+            Mode::LostTransaction | Mode::LostSettings | Mode::Normal | Mode::Checking => {}
         }
         match tag {
             // COPY messages after a COPY that already failed: PostgreSQL ignores them too.
@@ -364,7 +378,9 @@ impl Router {
         debug_assert_ne!(self.mode, Mode::Checking, "the session hands the router nothing while it holds");
         match self.mode {
             Mode::DiscardToSync | Mode::SkipToSync if tag != b'S' => return,
-            Mode::DiscardToSync | Mode::SkipToSync | Mode::Lost(_) => self.mode = Mode::Normal,
+            Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction | Mode::LostSettings => {
+                self.mode = Mode::Normal
+            }
             Mode::Normal | Mode::Checking => {}
         }
         match tag {
@@ -525,7 +541,7 @@ impl Router {
         match self.mode {
             Mode::Normal | Mode::Checking => {}
             // Dropped, and so is the rest (it streams only in Normal mode).
-            Mode::DiscardToSync | Mode::SkipToSync | Mode::Lost(_) => return,
+            Mode::DiscardToSync | Mode::SkipToSync | Mode::LostTransaction | Mode::LostSettings => return,
         }
         let declared = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
         let Ok((_, name, range)) = frontend::bind_names(&head[5..]) else { return server.forward(b'B', head) };

@@ -7,7 +7,7 @@ use pgmux_proto::backend::{self, ErrorFields};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{TxStatus, sqlstate};
 
-use super::{Loss, Mode, Router, ServerView, ready_for_query};
+use super::{Mode, Router, ServerView, ready_for_query};
 use crate::server::{ServerError, ServerFailure};
 use crate::sql::PinReason;
 use crate::statements::{ClientStatements, Registry, ServerStatements, Statement, Undo};
@@ -206,7 +206,7 @@ impl Router {
             reply.extend_from_slice(error);
             self.mode = Mode::SkipToSync;
         } else if pending == 0 && tracker.status() != TxStatus::Idle {
-            self.mode = Mode::Lost(Loss::Transaction);
+            self.mode = Mode::LostTransaction;
         }
         reply.freeze()
     }

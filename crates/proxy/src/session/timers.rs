@@ -52,6 +52,7 @@ impl Timer {
         self.own_idle_ms = own_idle.map_or(0, |d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX));
     }
 
+    /// The client's own `idle_session_timeout`, if it set one.
     #[inline]
     fn own_idle(&self) -> Option<Duration> {
         (self.own_idle_ms > 0).then(|| Duration::from_millis(u64::from(self.own_idle_ms)))
@@ -98,11 +99,12 @@ impl Timer {
 impl Session {
     /// The timeout that applies now, if it is set.
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
-        // A client waiting in line is bounded by query_wait_timeout alone.
-        let own_idle = self.timer.own_idle();
-        if (own_idle.is_none() && !self.shared.pool.live_config().session_timers()) || self.in_line() {
+        // A client waiting in line is bounded by query_wait_timeout alone. (Called on every turn of the
+        // relay loop: the usual case, nothing set, is a compare and a load.)
+        if (self.timer.own_idle_ms == 0 && !self.shared.pool.live_config().session_timers()) || self.in_line() {
             return None;
         }
+        let own_idle = self.timer.own_idle();
         let config = self.shared.config();
         let (kind, after) = match self.server.as_mut() {
             Some(linked) => {

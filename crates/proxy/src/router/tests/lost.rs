@@ -34,7 +34,7 @@ fn a_server_lost_while_the_client_idles_in_a_transaction_fails_its_next_unit_onc
     let tracker = std::mem::take(&mut rig.servers[0].tracker);
     let reply = rig.router.server_lost(tracker, "lost", &rig.registry);
     assert!(reply.is_empty(), "nothing was owed: the client hears of it at its next unit");
-    assert_eq!(rig.router.mode(), Mode::Lost(Loss::Transaction));
+    assert_eq!(rig.router.mode(), Mode::LostTransaction);
     let Verdict::Answer(err) = rig.router.unlinked(b'Q', &query("insert into t values (1)")) else { panic!() };
     assert_eq!(tokens(&err), strs(&["E 08006", "Z"]));
     assert_eq!(rig.router.unlinked(b'Q', &query("select 1")), Verdict::NeedServer, "once");
