@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use crate::slots::Slots;
+use crate::runtime::slots::Slots;
 
 /// Longest a forwarded cancel may take (PgBouncer's `cancel_wait_timeout` default).
 const CANCEL_WAIT: Duration = Duration::from_secs(10);

@@ -21,11 +21,11 @@ use crate::io::Stream;
 use crate::metrics_http;
 use crate::observe::Peer;
 use crate::pool::ServerPool;
+use crate::runtime::stop::{Level, Stop};
 use crate::session;
 use crate::shared::Shared;
 use crate::sizing;
 use crate::source::ConfigSource;
-use crate::stop::{Level, Stop};
 use crate::tls::{self, TlsSetupError};
 use crate::unix_socket::{self, UnixSocket};
 

@@ -11,7 +11,7 @@ use crate::admin::columns;
 use crate::admin::table::{Cell, ResultSet, TableError, timestamp};
 use crate::admin::{Command, ShutdownMode};
 use crate::reload;
-use crate::stop::Level;
+use crate::runtime::stop::Level;
 
 /// How often PAUSE and WAIT_CLOSE look whether they are done.
 const POLL: Duration = Duration::from_millis(20);

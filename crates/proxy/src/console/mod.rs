@@ -25,9 +25,9 @@ use crate::admin::{self, Access, Command, table};
 use crate::config::{Config, LoginInfo};
 use crate::io::{Conn, ReadOutcome};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
+use crate::runtime::stop::{Level, Stop};
 use crate::shared::Shared;
 use crate::startup::OpeningError;
-use crate::stop::{Level, Stop};
 
 /// The console's own database name.
 pub(crate) const DATABASE: &str = "pgbouncer";

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pgmux_metrics::{ClientState, Label};
 
 use super::Observer;
+use crate::runtime::stop::KillSwitch;
 use crate::sql::PinReason;
-use crate::stop::KillSwitch;
 
 /// Where a client connected from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,8 +34,8 @@ use crate::config::{Config, LiveConfig};
 use crate::credentials::Credentials;
 use crate::observe::{Observer, ServerEntry, unix_now};
 use crate::params::Defaults;
+use crate::runtime::stop::Stop;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
-use crate::stop::Stop;
 use crate::tls::ServerTls;
 
 /// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.

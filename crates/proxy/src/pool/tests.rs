@@ -14,7 +14,7 @@ use crate::testing::FakeServer;
 fn pool_for(config: Config) -> Arc<ServerPool> {
     let credentials = Arc::new(StaticCredentials::from_config(&config));
     let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
-    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::stop::Stop::new()))
+    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::runtime::stop::Stop::new()))
 }
 
 /// Waits up to two seconds for `cond`.

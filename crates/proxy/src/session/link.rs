@@ -14,9 +14,9 @@ use crate::io::{MAX_QUEUED, ReadOutcome};
 use crate::params;
 use crate::pool::{CheckoutError, Resume, ServerLease};
 use crate::router::Verdict;
+use crate::runtime::stop::Level;
 use crate::server::ServerFailure;
 use crate::server::guard::Blame;
-use crate::stop::Level;
 
 /// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

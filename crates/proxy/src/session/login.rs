@@ -20,11 +20,11 @@ use crate::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::params::{self, ClientParams, Param};
 use crate::router::Router;
+use crate::runtime::stop::{Level, Stop};
 use crate::server::ServerFailure;
 use crate::server::guard::Blame;
 use crate::shared::Shared;
 use crate::startup::{self, Opening, OpeningError};
-use crate::stop::{Level, Stop};
 use pgmux_proto::frontend::StartupMessage;
 
 /// Ends a login without a session: tells the client why, if there is anything to tell.

@@ -30,9 +30,9 @@ use crate::io::{Conn, Stream};
 use crate::memory::Reservation;
 use crate::params::ClientParams;
 use crate::router::Router;
+use crate::runtime::stop::{KillSwitch, Level, Stop, Watch};
 use crate::server::ServerConn;
 use crate::shared::Shared;
-use crate::stop::{KillSwitch, Level, Stop, Watch};
 use relay::{Event, Then};
 
 /// Why a session ended.

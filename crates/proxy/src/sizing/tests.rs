@@ -61,7 +61,7 @@ fn pool(extra: &str) -> Arc<ServerPool> {
     let config = Config::from_toml_str(&text).expect("test configuration");
     let credentials = Arc::new(StaticCredentials::from_config(&config));
     let tls = ServerTls::new(SslMode::Disable, Vec::new()).unwrap();
-    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::stop::Stop::new()))
+    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::runtime::stop::Stop::new()))
 }
 
 fn start(pool: &Arc<ServerPool>, script: &Script, gate: Option<oneshot::Receiver<()>>) -> Stop {

@@ -11,7 +11,7 @@ use std::task::{Context, Waker};
 
 use tokio::sync::Notify;
 
-use crate::slots::Slots;
+use crate::runtime::slots::Slots;
 
 /// How far shutdown has gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
