@@ -146,8 +146,8 @@ fn fatal(lambda: bool, error: &StartError) -> ExitCode {
 }
 
 /// The RDS CA bundle, trusted for the database besides `ssl_root_cert`.
-fn rds_roots() -> Result<Vec<pgmux_proxy::tls::CertificateDer<'static>>, StartError> {
-    pgmux_proxy::tls::certs_from_pem("built-in RDS CA bundle", pgmux_aws::rds_ca_bundle_pem())
+fn rds_roots() -> Result<Vec<pgmux_proxy::net::tls::CertificateDer<'static>>, StartError> {
+    pgmux_proxy::net::tls::certs_from_pem("built-in RDS CA bundle", pgmux_aws::rds_ca_bundle_pem())
         .map_err(|e| StartError::new("Extension.Internal", e.to_string()))
 }
 

@@ -9,7 +9,7 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, encode, frontend, sqlstate};
 
 use crate::config::{ClientAuth, Config, Secret};
-use crate::io::{Conn, ReadOutcome};
+use crate::net::io::{Conn, ReadOutcome};
 use crate::startup::OpeningError;
 
 /// What pgmux checks client logins against, prepared once at start-up.

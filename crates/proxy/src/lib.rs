@@ -8,10 +8,10 @@ mod client_auth;
 pub mod config;
 mod console;
 pub mod credentials;
-mod io;
 mod listener;
 mod memory;
 mod metrics_http;
+pub mod net;
 mod observe;
 mod params;
 mod pool;
@@ -28,7 +28,6 @@ mod startup;
 mod statements;
 #[cfg(test)]
 mod testing;
-pub mod tls;
 pub mod tracker;
 mod unix_socket;
 

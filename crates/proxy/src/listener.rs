@@ -17,8 +17,9 @@ use tokio_util::task::TaskTracker;
 use crate::budget::Report;
 use crate::config::Config;
 use crate::credentials::{ServerAccess, StaticCredentials};
-use crate::io::Stream;
 use crate::metrics_http;
+use crate::net::io::Stream;
+use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
 use crate::pool::ServerPool;
 use crate::runtime::stop::{Level, Stop};
@@ -26,7 +27,6 @@ use crate::session;
 use crate::shared::Shared;
 use crate::sizing;
 use crate::source::ConfigSource;
-use crate::tls::{self, TlsSetupError};
 use crate::unix_socket::{self, UnixSocket};
 
 /// A pooler bound to its listen address, not yet accepting.

@@ -15,8 +15,8 @@ use pgmux_metrics::ReloadResult;
 use crate::client_auth::Authenticator;
 use crate::config::{Config, KEYS, RESTART_ONLY};
 use crate::credentials::{Credentials, ServerAccess, StaticCredentials};
+use crate::net::tls;
 use crate::shared::Shared;
-use crate::tls;
 
 /// What a reload did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{TxStatus, frontend, sqlstate};
 
-use crate::io::WriteQueue;
+use crate::net::io::WriteQueue;
 use crate::sql::{self, PinReason, SqlFacts};
 use crate::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
 use crate::tracker::{Fate, Reply, TxTracker};

@@ -9,7 +9,7 @@ use pgmux_proto::{encode, sqlstate};
 
 use tokio_rustls::TlsAcceptor;
 
-use crate::io::{Conn, ReadOutcome, Stream};
+use crate::net::io::{Conn, ReadOutcome, Stream};
 
 /// How a client opened its connection.
 #[derive(Debug)]

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::admin::{self, Access, Command, table};
 use crate::config::{Config, LoginInfo};
-use crate::io::{Conn, ReadOutcome};
+use crate::net::io::{Conn, ReadOutcome};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::runtime::stop::{Level, Stop};
 use crate::shared::Shared;

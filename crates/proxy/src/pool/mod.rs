@@ -32,11 +32,11 @@ use nodes::Nodes;
 use crate::budget;
 use crate::config::{Config, LiveConfig};
 use crate::credentials::Credentials;
+use crate::net::tls::ServerTls;
 use crate::observe::{Observer, ServerEntry, unix_now};
 use crate::params::Defaults;
 use crate::runtime::stop::Stop;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
-use crate::tls::ServerTls;
 
 /// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.
 pub(crate) type ServerLease = Lease<Box<ServerConn>>;
@@ -276,7 +276,7 @@ impl ServerPool {
             self.pool.set_grow_after(grow_after(&config, login), config.pool_grow_after);
         }
         conn.lifetime = jittered(config.server_lifetime, self.jitter.hash_one(id));
-        let tls = matches!(conn.io.stream, crate::io::Stream::TlsToServer(_));
+        let tls = matches!(conn.io.stream, crate::net::io::Stream::TlsToServer(_));
         conn.ticket = Some(self.observer.servers.add(ServerEntry {
             id: conn.id,
             addr: conn.addr,

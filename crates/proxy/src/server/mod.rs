@@ -18,11 +18,11 @@ use tokio::net::TcpStream;
 pub(crate) use failure::{ConnectError, ServerError, ServerFailure};
 
 use crate::config::{LoginInfo, NodeRole, Secret, SslMode};
-use crate::io::{Conn, Stream};
+use crate::net::io::{Conn, Stream};
+use crate::net::tls::ServerTls;
 use crate::observe::ServerTicket;
 use crate::params::ServerParams;
 use crate::statements::{ServerStatements, Undo};
-use crate::tls::ServerTls;
 use crate::tracker::TxTracker;
 
 /// Read buffer growth for server sockets: results can be large, so read in big pieces.

@@ -10,7 +10,7 @@ use pgmux_proto::backend::{self, ErrorFields};
 use pgmux_proto::{ParseError, Step, TxStatus, encode};
 
 use super::{SERVER_READ_CHUNK, ServerConn, ServerError, ServerFailure, guard};
-use crate::io::ReadOutcome;
+use crate::net::io::ReadOutcome;
 use crate::params::Param;
 use crate::tracker::TxTracker;
 

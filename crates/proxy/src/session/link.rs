@@ -10,7 +10,7 @@ use pgmux_proto::sqlstate;
 
 use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
-use crate::io::{MAX_QUEUED, ReadOutcome};
+use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::params;
 use crate::pool::{CheckoutError, Resume, ServerLease};
 use crate::router::Verdict;

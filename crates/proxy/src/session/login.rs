@@ -16,7 +16,7 @@ use super::meter::Meter;
 use super::{ClientSlot, Session, shutting_down, timers};
 use crate::cancel::Registration;
 use crate::console;
-use crate::io::Conn;
+use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::params::{self, ClientParams, Param};
 use crate::router::Router;

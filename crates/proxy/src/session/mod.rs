@@ -26,8 +26,8 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
 
 use crate::cancel::Registration;
-use crate::io::{Conn, Stream};
 use crate::memory::Reservation;
+use crate::net::io::{Conn, Stream};
 use crate::params::ClientParams;
 use crate::router::Router;
 use crate::runtime::stop::{KillSwitch, Level, Stop, Watch};
@@ -369,9 +369,9 @@ mod tests {
     use super::*;
     use crate::config::SslMode;
     use crate::credentials::StaticCredentials;
+    use crate::net::tls::ServerTls;
     use crate::pool::ServerPool;
     use crate::testing::FakeServer;
-    use crate::tls::ServerTls;
     use tokio_util::task::TaskTracker;
 
     #[tokio::test]

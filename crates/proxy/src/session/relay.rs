@@ -12,7 +12,7 @@ use pgmux_proto::sqlstate;
 use pgmux_proto::{Step, backend};
 
 use super::{End, Session};
-use crate::io::{MAX_QUEUED, ReadOutcome};
+use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::params::ClientParams;
 use crate::pool::{Resume, ServerGrant, ServerLease, ServerPool};
 use crate::router::{Mode, ServerView, Verdict};
@@ -114,7 +114,7 @@ impl Session {
     #[cold]
     fn lend_message_memory(&mut self) -> bool {
         let limit = self.shared.config().max_client_buffers;
-        let wanted = self.client.rbuf.len() + crate::io::READ_SCRATCH;
+        let wanted = self.client.rbuf.len() + crate::net::io::READ_SCRATCH;
         self.reservation.cover(&self.shared.message_memory, wanted, limit)
     }
 

@@ -9,7 +9,7 @@ use tokio_util::task::TaskTracker;
 use super::*;
 use crate::config::{Config, SslMode};
 use crate::credentials::StaticCredentials;
-use crate::tls::ServerTls;
+use crate::net::tls::ServerTls;
 
 /// Hands out scripted readings (or failures) and records what each call published.
 #[derive(Clone, Default)]
