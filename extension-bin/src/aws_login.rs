@@ -9,8 +9,8 @@ use std::sync::Arc;
 use pgmux_aws::iam::TokenCache;
 use pgmux_aws::secrets::{DbSecret, SecretsClient};
 use pgmux_aws::{AwsCredentials, CredentialsProvider};
+use pgmux_proxy::config::credentials::{BoxFuture, Credentials, CredentialsError, LoginInfo};
 use pgmux_proxy::config::{Config, Secret};
-use pgmux_proxy::credentials::{BoxFuture, Credentials, CredentialsError, LoginInfo};
 use tokio::sync::Mutex;
 
 /// Where the host, user and password come from before IAM replaces the password.

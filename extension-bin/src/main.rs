@@ -154,7 +154,7 @@ fn rds_roots() -> Result<Vec<pgmux_proxy::net::tls::CertificateDer<'static>>, St
 fn server_access(cfg: &Config) -> Result<ServerAccess, StartError> {
     let credentials = aws_login::AwsLogin::from_config(cfg)
         .map_err(|e| StartError::new("Extension.CredentialsInvalid", e.to_string()))?
-        .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::credentials::Credentials>);
+        .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::config::credentials::Credentials>);
     // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
     let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
     Ok(ServerAccess { credentials, extra_root_certs })

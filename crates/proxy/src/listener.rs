@@ -16,7 +16,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::budget::Report;
 use crate::config::Config;
-use crate::credentials::{ServerAccess, StaticCredentials};
+use crate::config::credentials::{ServerAccess, StaticCredentials};
+use crate::config::source::ConfigSource;
 use crate::metrics_http;
 use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
@@ -26,7 +27,6 @@ use crate::runtime::stop::{Level, Stop};
 use crate::session;
 use crate::shared::Shared;
 use crate::sizing;
-use crate::source::ConfigSource;
 use crate::unix_socket::{self, UnixSocket};
 
 /// A pooler bound to its listen address, not yet accepting.

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use pgmux_metrics::ReloadResult;
 
 use crate::client_auth::Authenticator;
+use crate::config::credentials::{Credentials, ServerAccess, StaticCredentials};
 use crate::config::{Config, KEYS, RESTART_ONLY};
-use crate::credentials::{Credentials, ServerAccess, StaticCredentials};
 use crate::net::tls;
 use crate::shared::Shared;
 

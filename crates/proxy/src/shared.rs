@@ -10,11 +10,11 @@ use tokio_util::task::TaskTracker;
 use crate::cancel::CancelRegistry;
 use crate::client_auth::Authenticator;
 use crate::config::Config;
+use crate::config::source::ConfigSource;
 use crate::memory::MessageMemory;
 use crate::observe::Observer;
 use crate::params::{Catalog, Greetings};
 use crate::pool::ServerPool;
-use crate::source::ConfigSource;
 use crate::statements::Registry;
 
 /// The TLS acceptor for clients (a wrapper, for `Debug`).

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::budget::{Member, Plan, Reading, Report, plan};
-use crate::credentials::BoxFuture;
+use crate::config::credentials::BoxFuture;
 use crate::pool::{CheckoutError, ServerPool};
 use crate::runtime::stop::{Level, Stop};
 use crate::server::{ServerConn, ServerFailure};

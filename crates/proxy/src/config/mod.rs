@@ -5,9 +5,11 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+pub mod credentials;
 mod live;
 mod role;
 mod secret;
+pub mod source;
 mod url;
 mod value;
 

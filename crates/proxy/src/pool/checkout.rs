@@ -16,7 +16,7 @@ use pgmux_proto::sqlstate;
 use tokio::time::Instant;
 
 use super::{ServerLease, ServerPool};
-use crate::credentials::CredentialsError;
+use crate::config::credentials::CredentialsError;
 use crate::server::{ConnectError, ServerConn, ServerError};
 
 /// Why a client could not get a server connection.

@@ -30,8 +30,8 @@ pub(crate) use nodes::Distrust;
 use nodes::Nodes;
 
 use crate::budget;
+use crate::config::credentials::Credentials;
 use crate::config::{Config, LiveConfig};
-use crate::credentials::Credentials;
 use crate::net::tls::ServerTls;
 use crate::observe::{Observer, ServerEntry, unix_now};
 use crate::params::Defaults;

@@ -8,7 +8,7 @@ use tokio_util::task::TaskTracker;
 
 use super::*;
 use crate::config::SslMode;
-use crate::credentials::StaticCredentials;
+use crate::config::credentials::StaticCredentials;
 use crate::testing::FakeServer;
 
 fn pool_for(config: Config) -> Arc<ServerPool> {

@@ -368,7 +368,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::config::SslMode;
-    use crate::credentials::StaticCredentials;
+    use crate::config::credentials::StaticCredentials;
     use crate::net::tls::ServerTls;
     use crate::pool::ServerPool;
     use crate::testing::FakeServer;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use tokio_util::task::TaskTracker;
 
 use super::*;
+use crate::config::credentials::StaticCredentials;
 use crate::config::{Config, SslMode};
-use crate::credentials::StaticCredentials;
 use crate::net::tls::ServerTls;
 
 /// Hands out scripted readings (or failures) and records what each call published.

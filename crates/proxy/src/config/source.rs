@@ -5,7 +5,7 @@
 use std::fmt;
 
 use crate::config::Config;
-use crate::credentials::ServerAccess;
+use crate::config::credentials::ServerAccess;
 
 /// A source of configurations for reloads.
 pub trait ConfigSource: Send + Sync + fmt::Debug {
