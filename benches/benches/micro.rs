@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use pgmux_pool::{Grant, Pool, PoolConfig};
 use pgmux_proto::{Framer, Sender, Step, TxStatus};
-use pgmux_proxy::tracker::TxTracker;
+use pgmux_proxy::protocol::tracker::TxTracker;
 use pgmux_testkit::wire::msg;
 
 /// A `SELECT` result: RowDescription, `rows` DataRows of three text columns, CommandComplete, ReadyForQuery.

@@ -13,9 +13,9 @@ use crate::config::Config;
 use crate::config::source::ConfigSource;
 use crate::memory::MessageMemory;
 use crate::observe::Observer;
-use crate::params::{Catalog, Greetings};
 use crate::pool::ServerPool;
-use crate::statements::Registry;
+use crate::protocol::params::{Catalog, Greetings};
+use crate::protocol::statements::Registry;
 
 /// The TLS acceptor for clients (a wrapper, for `Debug`).
 #[derive(Clone)]

@@ -77,5 +77,5 @@ fn the_scan_sees_a_cycle_when_there_is_one() {
     // The pool lends server connections, so it names `server`; the check above would fail if `server`
     // named `pool` too. Here: that the scan finds such edges at all.
     let graph = imports();
-    assert!(graph["pool"].contains("server") && graph["session"].contains("router"), "{graph:?}");
+    assert!(graph["pool"].contains("server") && graph["session"].contains("protocol"), "{graph:?}");
 }

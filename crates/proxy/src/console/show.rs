@@ -396,8 +396,8 @@ fn pins(console: &Console) -> Built {
     Ok(set)
 }
 
-fn metric_pin_name(reason: crate::sql::PinReason) -> &'static str {
-    use crate::sql::PinReason as P;
+fn metric_pin_name(reason: crate::protocol::sql::PinReason) -> &'static str {
+    use crate::protocol::sql::PinReason as P;
     match reason {
         P::Listen => "listen",
         P::AdvisoryLock => "advisory_lock",

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pgmux_metrics::{ClientState, Label};
 
 use super::Observer;
+use crate::protocol::sql::PinReason;
 use crate::runtime::stop::KillSwitch;
-use crate::sql::PinReason;
 
 /// Where a client connected from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

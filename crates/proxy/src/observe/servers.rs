@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pgmux_metrics::{CounterFamily, Label, ServerCloseReason};
 
-use crate::statements::StatementStats;
+use crate::protocol::statements::StatementStats;
 
 /// One open pool connection.
 #[derive(Debug)]

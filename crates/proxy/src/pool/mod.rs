@@ -34,7 +34,7 @@ use crate::config::credentials::Credentials;
 use crate::config::{Config, LiveConfig};
 use crate::net::tls::ServerTls;
 use crate::observe::{Observer, ServerEntry, unix_now};
-use crate::params::Defaults;
+use crate::protocol::params::Defaults;
 use crate::runtime::stop::Stop;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 

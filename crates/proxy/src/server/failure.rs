@@ -11,7 +11,7 @@ use pgmux_proto::encode::{self, Severity};
 use pgmux_proto::{FrameError, ParseError, TxStatus, sqlstate};
 
 use crate::config::{NodeRole, SslMode, TargetSessionAttrs};
-use crate::tracker::Unexpected;
+use crate::protocol::tracker::Unexpected;
 
 /// Whose fault a failure was: what an operator looks at first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@
 //! statement of its own reads those before they are turned off ([`read_back`]); whether the session set
 //! them is told by comparing them with the value a `RESET` would restore ([`ReadBack`]).
 
-use crate::params::{self, Param};
+use crate::protocol::params::{self, Param};
 
 /// A server's major version, from its `server_version` (`"15.18 (Debian 15.18-0+deb12u1)"`, `"17beta1"`);
 /// 0 when it says nothing readable.

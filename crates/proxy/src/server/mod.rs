@@ -21,9 +21,9 @@ use crate::config::{LoginInfo, NodeRole, Secret, SslMode};
 use crate::net::io::{Conn, Stream};
 use crate::net::tls::ServerTls;
 use crate::observe::ServerTicket;
-use crate::params::ServerParams;
-use crate::statements::{ServerStatements, Undo};
-use crate::tracker::TxTracker;
+use crate::protocol::params::ServerParams;
+use crate::protocol::statements::{ServerStatements, Undo};
+use crate::protocol::tracker::TxTracker;
 
 /// Read buffer growth for server sockets: results can be large, so read in big pieces.
 pub(crate) const SERVER_READ_CHUNK: usize = 32 * 1024;
@@ -241,7 +241,7 @@ impl ServerConn {
             b'Z' => return Ok(true),
             // Notices and protocol negotiation carry nothing pgmux needs at login.
             b'N' | b'v' => {}
-            other => return Err(protocol(ServerFailure::Unexpected(crate::tracker::Unexpected(other)))),
+            other => return Err(protocol(ServerFailure::Unexpected(crate::protocol::tracker::Unexpected(other)))),
         }
         Ok(false)
     }

@@ -11,8 +11,8 @@ use pgmux_proto::{ParseError, Step, TxStatus, encode};
 
 use super::{SERVER_READ_CHUNK, ServerConn, ServerError, ServerFailure, guard};
 use crate::net::io::ReadOutcome;
-use crate::params::Param;
-use crate::tracker::TxTracker;
+use crate::protocol::params::Param;
+use crate::protocol::tracker::TxTracker;
 
 /// Rows of a result, every value as text (NULL as `None`).
 pub(crate) type Rows = Vec<Vec<Option<String>>>;
@@ -31,7 +31,7 @@ impl ServerConn {
         loop {
             match self.io.framer.step(&self.io.rbuf)? {
                 Step::Message { tag, len } => return Ok((tag, self.io.rbuf.split_to(len).freeze())),
-                Step::Stream { tag, .. } => return Err(crate::tracker::Unexpected(tag).into()),
+                Step::Stream { tag, .. } => return Err(crate::protocol::tracker::Unexpected(tag).into()),
                 Step::NeedMore { .. } => {}
             }
             if let ReadOutcome::Eof = self.io.read(SERVER_READ_CHUNK).await? {

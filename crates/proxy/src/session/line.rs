@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::relay::{Event, Waiting};
 use super::{End, Session};
 use crate::pool::{CheckoutError, Fitness, Resume, ServerGrant, ServerTicket};
-use crate::router::Verdict;
+use crate::protocol::router::Verdict;
 
 /// A unit's first message waiting in line for a server connection.
 pub(super) struct InLine {

@@ -11,9 +11,9 @@ use pgmux_proto::sqlstate;
 use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
-use crate::params;
 use crate::pool::{CheckoutError, Resume, ServerLease};
-use crate::router::Verdict;
+use crate::protocol::params;
+use crate::protocol::router::Verdict;
 use crate::runtime::stop::Level;
 use crate::server::ServerFailure;
 use crate::server::guard::Blame;
@@ -267,7 +267,7 @@ impl Session {
     }
 
     /// The transaction is counted as done; the pin that keeps the server, if any (reported the first time).
-    fn transaction_over(&mut self) -> Option<crate::sql::PinReason> {
+    fn transaction_over(&mut self) -> Option<crate::protocol::sql::PinReason> {
         self.meter.transaction_done(self.client.received, self.client.out.sent());
         let reason = self.router.pin()?;
         if let Some(reason) = self.router.pin_to_report() {
@@ -278,7 +278,7 @@ impl Session {
     }
 
     /// A pinned client keeps its server for its next transaction, if the server's node is still trusted.
-    fn stay_pinned(&mut self, reason: crate::sql::PinReason) -> Result<(), End> {
+    fn stay_pinned(&mut self, reason: crate::protocol::sql::PinReason) -> Result<(), End> {
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         linked.next_transaction();
         self.still_trusted(reason)
@@ -389,7 +389,7 @@ impl Session {
 impl Session {
     /// A pinned client may go on with its server only while the node is trusted and its role fits: its
     /// session state (`reason`) cannot move to another node, so it is told and disconnected instead.
-    fn still_trusted(&mut self, reason: crate::sql::PinReason) -> Result<(), End> {
+    fn still_trusted(&mut self, reason: crate::protocol::sql::PinReason) -> Result<(), End> {
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         let server = linked.conn();
         if self.shared.pool.keeps(server) && self.shared.pool.fits(server.role) {

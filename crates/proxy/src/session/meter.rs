@@ -10,7 +10,7 @@ use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
 
 use crate::observe::{ClientTicket, Observer, micros_between, unix_now};
 use crate::pool::CheckoutError;
-use crate::sql::PinReason;
+use crate::protocol::sql::PinReason;
 
 /// One session's clocks and what it has published.
 #[derive(Debug)]

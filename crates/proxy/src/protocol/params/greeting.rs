@@ -68,7 +68,7 @@ fn encode(defaults: &Defaults, client: &ClientParams) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::params::ServerParams;
+    use crate::protocol::params::ServerParams;
 
     fn defaults(zone: &str) -> Arc<Defaults> {
         let mut s = ServerParams::default();

@@ -21,9 +21,9 @@ use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{TxStatus, frontend, sqlstate};
 
 use crate::net::io::WriteQueue;
-use crate::sql::{self, PinReason, SqlFacts};
-use crate::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
-use crate::tracker::{Fate, Reply, TxTracker};
+use crate::protocol::sql::{self, PinReason, SqlFacts};
+use crate::protocol::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
+use crate::protocol::tracker::{Fate, Reply, TxTracker};
 
 mod check;
 mod replies;

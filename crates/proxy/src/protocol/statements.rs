@@ -136,7 +136,7 @@ impl Registry {
         encode::parse_with_name(&mut parse, &name, key);
         let key = Bytes::copy_from_slice(key);
         let text = pgmux_proto::frontend::parse_query_bytes(&key).unwrap_or_default();
-        let may_commit = [crate::sql::may_commit(text, false), crate::sql::may_commit(text, true)];
+        let may_commit = [crate::protocol::sql::may_commit(text, false), crate::protocol::sql::may_commit(text, true)];
         let stmt = Arc::new(Statement {
             id,
             name,

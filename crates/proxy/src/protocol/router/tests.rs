@@ -9,8 +9,8 @@ use pgmux_proto::TxStatus;
 use pgmux_testkit::wire::{cstr, msg};
 
 use super::*;
+use crate::protocol::tracker::Route;
 use crate::server::ServerFailure;
-use crate::tracker::Route;
 
 mod ddl;
 mod forgetting;
