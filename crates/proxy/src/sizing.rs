@@ -15,8 +15,9 @@ use tokio::time::Instant;
 use crate::budget::{Member, Plan, Reading, Report, plan};
 use crate::config::credentials::BoxFuture;
 use crate::pool::{CheckoutError, ServerPool};
+use crate::protocol::failure::ServerFailure;
 use crate::runtime::stop::{Level, Stop};
-use crate::server::{ServerConn, ServerFailure};
+use crate::server::ServerConn;
 
 /// How long the limit may stay stale in the fleet's view after this instance's pool changes size.
 const PUBLISH_DEBOUNCE: Duration = Duration::from_secs(1);

@@ -17,7 +17,8 @@ use tokio::time::Instant;
 
 use super::{ServerLease, ServerPool};
 use crate::config::credentials::CredentialsError;
-use crate::server::{ConnectError, ServerConn, ServerError};
+use crate::protocol::failure::ServerError;
+use crate::server::{ConnectError, ServerConn};
 
 /// Why a client could not get a server connection.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Distrust, ServerPool, connect_options};
-use crate::server::{ConnectError, ConnectOptions, ServerConn, ServerFailure};
+use crate::protocol::failure::ServerFailure;
+use crate::server::{ConnectError, ConnectOptions, ServerConn};
 
 /// How the probe connection names itself: not a pool connection, not a fleet member's control connection.
 const PROBE_NAME: &str = "pgmux-probe";

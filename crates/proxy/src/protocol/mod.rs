@@ -3,6 +3,7 @@
 //! the session ([`sql`]), session parameters and their sync ([`params`]), and why a server connection
 //! failed ([`failure`]). Pure: no sockets, no awaits; driven by bytes, tested with byte fixtures.
 
+pub(crate) mod failure;
 pub(crate) mod params;
 pub(crate) mod router;
 pub mod sql;

@@ -2,7 +2,7 @@
 //! own account (parameter sync, rollback of an abandoned transaction, liveness checks), shielded from the
 //! settings of the session on the connection ([`guard`]).
 
-mod failure;
+mod connect_error;
 pub(crate) mod guard;
 mod own;
 
@@ -15,7 +15,9 @@ use pgmux_proto::backend::{self, AuthRequest, ErrorFields};
 use pgmux_proto::{Sender, encode};
 use tokio::net::TcpStream;
 
-pub(crate) use failure::{ConnectError, ServerError, ServerFailure};
+pub(crate) use connect_error::ConnectError;
+
+use crate::protocol::failure::{ServerError, ServerFailure};
 
 use crate::config::{LoginInfo, NodeRole, Secret, SslMode};
 use crate::net::io::{Conn, Stream};

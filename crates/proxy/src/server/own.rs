@@ -9,8 +9,9 @@ use bytes::{Bytes, BytesMut};
 use pgmux_proto::backend::{self, ErrorFields};
 use pgmux_proto::{ParseError, Step, TxStatus, encode};
 
-use super::{SERVER_READ_CHUNK, ServerConn, ServerError, ServerFailure, guard};
+use super::{SERVER_READ_CHUNK, ServerConn, guard};
 use crate::net::io::ReadOutcome;
+use crate::protocol::failure::{ServerError, ServerFailure};
 use crate::protocol::params::Param;
 use crate::protocol::tracker::TxTracker;
 

@@ -12,10 +12,10 @@ use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::pool::{CheckoutError, Resume, ServerLease};
+use crate::protocol::failure::ServerFailure;
 use crate::protocol::params;
 use crate::protocol::router::Verdict;
 use crate::runtime::stop::Level;
-use crate::server::ServerFailure;
 use crate::server::guard::Blame;
 
 /// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.

@@ -14,10 +14,11 @@ use pgmux_proto::{Step, backend};
 use super::{End, Session};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::pool::{Resume, ServerGrant, ServerLease, ServerPool};
+use crate::protocol::failure::ServerFailure;
 use crate::protocol::params::ClientParams;
 use crate::protocol::router::{Mode, ServerView, Verdict};
 use crate::protocol::tracker::Route;
-use crate::server::{SERVER_READ_CHUNK, ServerConn, ServerFailure};
+use crate::server::{SERVER_READ_CHUNK, ServerConn};
 
 /// Something happened on a socket.
 #[derive(Debug)]

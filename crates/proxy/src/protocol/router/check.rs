@@ -20,9 +20,9 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
 use super::{Mode, Router, ServerView, describe_statement};
+use crate::protocol::failure::ServerFailure;
 use crate::protocol::statements::{Registry, Shape, Statement, Undo};
 use crate::protocol::tracker::{Fate, Reply, Route};
-use crate::server::ServerFailure;
 
 /// What [`Mode::Checking`] waits for.
 #[derive(Debug)]

@@ -8,10 +8,10 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{TxStatus, sqlstate};
 
 use super::{Mode, Router, ServerView, ready_for_query};
+use crate::protocol::failure::{ServerError, ServerFailure};
 use crate::protocol::sql::PinReason;
 use crate::protocol::statements::{ClientStatements, Registry, ServerStatements, Statement, Undo};
 use crate::protocol::tracker::{Route, TxTracker};
-use crate::server::{ServerError, ServerFailure};
 
 /// Whether an error is PostgreSQL's "the prepared statement's result changed under it" (after DDL).
 fn is_stale_plan(f: &ErrorFields<'_>) -> bool {

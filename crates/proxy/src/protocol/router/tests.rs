@@ -9,8 +9,8 @@ use pgmux_proto::TxStatus;
 use pgmux_testkit::wire::{cstr, msg};
 
 use super::*;
+use crate::protocol::failure::ServerFailure;
 use crate::protocol::tracker::Route;
-use crate::server::ServerFailure;
 
 mod ddl;
 mod forgetting;
