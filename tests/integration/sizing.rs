@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use pgmux_proxy::budget::Member;
+use pgmux_proxy::pools::budget::Member;
 use pgmux_proxy::{Config, Listener, ListenerHandle};
 use pgmux_testkit::{APP_USER, PgOptions, PgServer};
 use tokio_postgres::Client;

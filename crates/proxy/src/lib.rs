@@ -2,7 +2,6 @@
 //! transaction at a time.
 
 pub mod admin;
-pub mod budget;
 mod cancel;
 mod client_auth;
 pub mod config;
@@ -12,14 +11,13 @@ mod memory;
 mod metrics_http;
 pub mod net;
 mod observe;
-mod pool;
+pub mod pools;
 pub mod protocol;
 mod reload;
 mod runtime;
 mod server;
 mod session;
 mod shared;
-mod sizing;
 mod startup;
 #[cfg(test)]
 mod testing;

@@ -14,7 +14,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::budget::Report;
 use crate::config::Config;
 use crate::config::credentials::{ServerAccess, StaticCredentials};
 use crate::config::source::ConfigSource;
@@ -22,11 +21,12 @@ use crate::metrics_http;
 use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
-use crate::pool::ServerPool;
+use crate::pools::ServerPool;
+use crate::pools::budget::Report;
+use crate::pools::sizing;
 use crate::runtime::stop::{Level, Stop};
 use crate::session;
 use crate::shared::Shared;
-use crate::sizing;
 use crate::unix_socket::{self, UnixSocket};
 
 /// A pooler bound to its listen address, not yet accepting.
@@ -115,7 +115,7 @@ impl Admin {
     pub fn metrics(&self) -> pgmux_metrics::Snapshot {
         let obs = self.shared.observer();
         obs.tick();
-        obs.snapshot(self.shared.pool.status(), self.shared.pool.limit(), self.shared.pool.own_connections())
+        obs.snapshot(self.shared.pool.gauges())
     }
 
     /// The configuration in force.

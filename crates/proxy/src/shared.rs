@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::config::source::ConfigSource;
 use crate::memory::MessageMemory;
 use crate::observe::Observer;
-use crate::pool::ServerPool;
+use crate::pools::ServerPool;
 use crate::protocol::params::{Catalog, Greetings};
 use crate::protocol::statements::Registry;
 

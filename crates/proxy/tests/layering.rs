@@ -60,7 +60,7 @@ fn collect(dir: &Path, out: &mut Vec<(String, String)>) {
 #[test]
 fn no_two_modules_import_each_other() {
     let graph = imports();
-    assert!(graph.len() > 20, "the scan found the modules: {:?}", graph.keys());
+    assert!(graph.len() > 10, "the scan found the modules: {:?}", graph.keys());
     let mut both_ways = Vec::new();
     for (a, named) in &graph {
         for b in named {
@@ -77,5 +77,5 @@ fn the_scan_sees_a_cycle_when_there_is_one() {
     // The pool lends server connections, so it names `server`; the check above would fail if `server`
     // named `pool` too. Here: that the scan finds such edges at all.
     let graph = imports();
-    assert!(graph["pool"].contains("server") && graph["session"].contains("protocol"), "{graph:?}");
+    assert!(graph["pools"].contains("server") && graph["session"].contains("protocol"), "{graph:?}");
 }

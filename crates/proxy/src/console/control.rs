@@ -146,7 +146,7 @@ fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage>
 pub(super) fn sizing(console: &Console) -> Result<ResultSet, TableError> {
     let pool = &console.shared.pool;
     let config = console.shared.config();
-    let view = console.shared.observer().sizing();
+    let view = pool.sizing();
     let on = config.max_connections_percent > 0;
     let reading = view.reading.as_ref();
     let plan = view.plan.as_ref();
@@ -164,7 +164,7 @@ pub(super) fn sizing(console: &Console) -> Result<ResultSet, TableError> {
         opt(plan.map(|p| p.members)),
         opt(plan.map(|p| p.share)),
         opt(config.pool_max),
-        opt(plan.map(|p| p.limit).or((!on).then(|| pool.cap().unwrap_or(crate::budget::FALLBACK_POOL_MAX)))),
+        opt(plan.map(|p| p.limit).or((!on).then(|| pool.cap().unwrap_or(crate::pools::budget::FALLBACK_POOL_MAX)))),
         pool.limit().into(),
         pool.status().size.into(),
         reading.map(|r| r.sees_all).into(),

@@ -64,10 +64,9 @@ pub(super) struct View {
 }
 
 pub(super) fn view(console: &Console) -> View {
-    let pool = &console.shared.pool;
-    let (status, limit) = (pool.status(), pool.limit());
+    let gauges = console.shared.pool.gauges();
     let obs = console.shared.observer();
-    View { snap: obs.snapshot(status, limit, pool.own_connections()), status, limit, clients: obs.clients.all() }
+    View { snap: obs.snapshot(gauges), status: gauges.status, limit: gauges.limit, clients: obs.clients.all() }
 }
 
 fn count(v: &[(ClientState, i64)], s: ClientState) -> i64 {

@@ -1,8 +1,8 @@
 //! What pgmux knows about itself, for the admin console, `/metrics` and the CloudWatch lines: the counters
-//! and histograms of `pgmux_metrics`, every client ([`clients`]) and pool connection ([`servers`]), and the
-//! last sizing reading. Recording happens where the event happens, with relaxed atomics and no lock; the
+//! and histograms of `pgmux_metrics`, every client ([`clients`]) and pool connection ([`servers`]).
+//! Recording happens where the event happens, with relaxed atomics and no lock; the
 //! gauges (clients by state, servers by state, pins, limit, budget) are not kept at all but counted from
-//! the books and the pool when a reader asks, so they cost the data path nothing.
+//! the books and what the pools say ([`PoolGauges`]) when a reader asks, so they cost the data path nothing.
 
 mod clients;
 mod servers;
@@ -18,17 +18,19 @@ use pgmux_proto::sqlstate;
 pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient, Peer};
 pub(crate) use servers::{ServerBook, ServerEntry, ServerTicket, StatementTotals};
 
-use crate::budget::{Plan, Reading};
-
-/// The last sizing reading, for `SHOW SIZING` and the budget gauges.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct SizingView {
-    pub(crate) reading: Option<Reading>,
-    pub(crate) plan: Option<Plan>,
-    /// Unix seconds of the last successful reading.
-    pub(crate) read_unix: Option<u64>,
-    /// Why the last reading failed, if it did.
-    pub(crate) error: Option<String>,
+/// The gauges the pools report, read when a snapshot is taken.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolGauges {
+    /// The pool's counters now.
+    pub(crate) status: Status,
+    /// The limit in force.
+    pub(crate) limit: usize,
+    /// Server connections pgmux holds for itself (control, probes).
+    pub(crate) own: usize,
+    /// What the fleet may hold, from the last sizing reading, if there was one.
+    pub(crate) budget: Option<usize>,
+    /// pgmux instances the last reading saw, this one included.
+    pub(crate) members: Option<usize>,
 }
 
 /// How often PgBouncer-style averages are refreshed (PgBouncer's default `stats_period`).
@@ -125,7 +127,6 @@ pub(crate) struct Observer {
     pub(crate) metrics: Metrics,
     pub(crate) clients: Arc<ClientBook>,
     pub(crate) servers: Arc<ServerBook>,
-    sizing: Mutex<SizingView>,
     period: Mutex<Period>,
     started: Instant,
     started_unix: f64,
@@ -137,7 +138,6 @@ impl Default for Observer {
             metrics: Metrics::new(),
             clients: Arc::default(),
             servers: Arc::default(),
-            sizing: Mutex::default(),
             period: Mutex::new(Period { began: Instant::now(), totals: Stats::default(), averages: Stats::default() }),
             started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
@@ -230,27 +230,9 @@ impl Observer {
         outcome
     }
 
-    /// Records a sizing reading (or why there was none).
-    pub(crate) fn sizing_read(&self, outcome: Result<(&Reading, &Plan), String>) {
-        let mut view = self.sizing.lock().unwrap_or_else(|e| e.into_inner());
-        match outcome {
-            Ok((reading, plan)) => {
-                view.reading = Some(reading.clone());
-                view.plan = Some(plan.clone());
-                view.read_unix = Some(unix_now());
-                view.error = None;
-            }
-            Err(why) => view.error = Some(why),
-        }
-    }
-
-    pub(crate) fn sizing(&self) -> SizingView {
-        self.sizing.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Every metric now, gauges counted from the books and the pool's `status` and `limit`; `own` is the
-    /// server connections pgmux holds for itself (control, probes).
-    pub(crate) fn snapshot(&self, status: Status, limit: usize, own: usize) -> Snapshot {
+    /// Every metric now, gauges counted from the books and from what the pools say now.
+    pub(crate) fn snapshot(&self, pools: PoolGauges) -> Snapshot {
+        let PoolGauges { status, limit, own, budget, members } = pools;
         let mut snap = self.metrics.snapshot();
         let mut clients = [0i64; 3];
         let mut pinned = 0;
@@ -276,13 +258,8 @@ impl Observer {
             .collect();
         snap.pinned_clients = pinned;
         snap.pool_limit = limit as i64;
-        let sizing = self.sizing();
-        if let Some(plan) = &sizing.plan {
-            snap.pool_budget = plan.budget as i64;
-            snap.fleet_instances = plan.members as i64;
-        } else {
-            snap.fleet_instances = 1;
-        }
+        snap.pool_budget = budget.map_or(0, |b| b as i64);
+        snap.fleet_instances = members.map_or(1, |m| m as i64);
         snap.server_closed = self.servers.closed.values();
         let st = self.servers.statement_totals();
         snap.statement_parses = st.client_parses;

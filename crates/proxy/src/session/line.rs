@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::relay::{Event, Waiting};
 use super::{End, Session};
-use crate::pool::{CheckoutError, Fitness, Resume, ServerGrant, ServerTicket};
+use crate::pools::{CheckoutError, Fitness, Resume, ServerGrant, ServerTicket};
 use crate::protocol::router::Verdict;
 
 /// A unit's first message waiting in line for a server connection.

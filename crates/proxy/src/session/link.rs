@@ -11,7 +11,7 @@ use pgmux_proto::sqlstate;
 use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::cancel::{self, ServerKey};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
-use crate::pool::{CheckoutError, Resume, ServerLease};
+use crate::pools::{CheckoutError, Resume, ServerLease};
 use crate::protocol::failure::ServerFailure;
 use crate::protocol::params;
 use crate::protocol::router::Verdict;

@@ -9,7 +9,7 @@ use std::time::Instant;
 use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
 
 use crate::observe::{ClientTicket, Observer, micros_between, unix_now};
-use crate::pool::CheckoutError;
+use crate::pools::CheckoutError;
 use crate::protocol::sql::PinReason;
 
 /// One session's clocks and what it has published.

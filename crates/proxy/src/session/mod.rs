@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use crate::observe::Peer;
-use crate::pool::ServerLease;
+use crate::pools::ServerLease;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
 
@@ -370,7 +370,7 @@ mod tests {
     use crate::config::SslMode;
     use crate::config::credentials::StaticCredentials;
     use crate::net::tls::ServerTls;
-    use crate::pool::ServerPool;
+    use crate::pools::ServerPool;
     use crate::testing::FakeServer;
     use tokio_util::task::TaskTracker;
 

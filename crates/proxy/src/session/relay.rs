@@ -13,7 +13,7 @@ use pgmux_proto::{Step, backend};
 
 use super::{End, Session};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
-use crate::pool::{Resume, ServerGrant, ServerLease, ServerPool};
+use crate::pools::{Resume, ServerGrant, ServerLease, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::protocol::params::ClientParams;
 use crate::protocol::router::{Mode, ServerView, Verdict};

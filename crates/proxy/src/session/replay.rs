@@ -15,7 +15,7 @@ use pgmux_proto::backend::ErrorFields;
 use pgmux_proto::sqlstate;
 
 use super::{End, Linked, Session};
-use crate::pool::Distrust;
+use crate::pools::Distrust;
 
 /// Most bytes kept for a replay: a transaction whose first messages are larger is not replayed.
 const MAX_KEPT: usize = 1 << 20;

@@ -1,6 +1,6 @@
 //! Sizing the pool from the database, over time: the control loop that reads the database's connection
 //! budget at start-up, every `pool_sizing_interval` and soon after this instance's pool changes size, turns
-//! each reading into a plan ([`crate::budget`]) and hands it to the [`ServerPool`], which enforces it. The
+//! each reading into a plan ([`crate::pools::budget`]) and hands it to the [`ServerPool`], which enforces it. The
 //! same loop raises a ceiling that a refusal set (the pool's probe) and keeps `min_pool_size` warm.
 //!
 //! Readings come through a [`Gauge`]: in production the control connection, one more server connection
@@ -12,9 +12,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::budget::{Member, Plan, Reading, Report, plan};
 use crate::config::credentials::BoxFuture;
-use crate::pool::{CheckoutError, ServerPool};
+use crate::pools::budget::{Member, Plan, Reading, Report, plan};
+use crate::pools::{CheckoutError, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::runtime::stop::{Level, Stop};
 use crate::server::ServerConn;
@@ -40,6 +40,17 @@ const READ_SQL: &str = "SELECT pg_catalog.current_setting('max_connections'), \
        WHERE backend_type = 'client backend' OR (backend_type IS NULL AND usesysid IS NOT NULL)), \
     (SELECT pg_catalog.string_agg(application_name, '|') FROM pg_catalog.pg_stat_activity \
        WHERE application_name LIKE 'pgmux %' AND pid <> pg_catalog.pg_backend_pid());";
+
+/// The last sizing reading, for `SHOW SIZING` and the budget gauges.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SizingView {
+    pub(crate) reading: Option<Reading>,
+    pub(crate) plan: Option<Plan>,
+    /// Unix seconds of the last successful reading.
+    pub(crate) read_unix: Option<u64>,
+    /// Why the last reading failed, if it did.
+    pub(crate) error: Option<String>,
+}
 
 /// Why a reading could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -251,10 +262,9 @@ impl<G: Gauge> Control<G> {
         let status = pool.status();
         let held = status.size - status.opening;
         let me = Member { id: self.id.clone(), open: held, limit: pool.limit(), cap: pool.cap() };
-        let reading =
-            self.gauge.read(pool, &me).await.inspect_err(|e| pool.observer().sizing_read(Err(e.to_string())))?;
+        let reading = self.gauge.read(pool, &me).await.inspect_err(|e| pool.sizing_read(Err(e.to_string())))?;
         let plan = plan(&reading, &me, pool.config().max_connections_percent);
-        pool.observer().sizing_read(Ok((&reading, &plan)));
+        pool.sizing_read(Ok((&reading, &plan)));
         if !reading.sees_all && self.last.is_none() {
             tracing::warn!(
                 "the database role lacks pg_read_all_stats: connections of other roles are counted, \

@@ -73,7 +73,7 @@ fn start(pool: &Arc<ServerPool>, script: &Script, gate: Option<oneshot::Receiver
 #[tokio::test(start_paused = true)]
 async fn a_reading_sets_the_limit_and_the_next_one_comes_after_the_interval() {
     let pool = pool("pool_sizing_interval = \"10s\"");
-    assert_eq!(pool.limit(), crate::budget::PROVISIONAL_LIMIT, "before any reading");
+    assert_eq!(pool.limit(), crate::pools::budget::PROVISIONAL_LIMIT, "before any reading");
     let script = Script::default();
     // 100 slots, 3 reserved: 97 usable, 87 in the budget, less 10 others and our control connection.
     script.push(Ok(reading(100, 10)));

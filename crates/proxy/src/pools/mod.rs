@@ -1,4 +1,6 @@
-//! The server pool: every connection pgmux holds to the database, and the rules for lending them.
+//! The pools and how big they may be: [`ServerPool`] lends server connections, [`budget`] works out from a
+//! reading of the database how many this pgmux may hold, and [`sizing`] keeps reading and hands the plan to
+//! the pool.
 //!
 //! [`ServerPool`] opens and logs in server connections (with fresh credentials each time), lends idle ones
 //! after checking they are fit ([`checkout`](ServerPool::checkout)), closes those that are too old, idle too
@@ -9,14 +11,16 @@
 //! The bookkeeping (who is idle, who waits, how many are open) is `pgmux_pool`'s, which knows nothing of
 //! PostgreSQL; this module adds what does.
 
+pub mod budget;
 mod checkout;
 mod limit;
 mod nodes;
 mod probe;
+pub(crate) mod sizing;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use arc_swap::Guard;
@@ -29,11 +33,10 @@ use limit::{BudgetClock, Limit};
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
 
-use crate::budget;
 use crate::config::credentials::Credentials;
 use crate::config::{Config, LiveConfig};
 use crate::net::tls::ServerTls;
-use crate::observe::{Observer, ServerEntry, unix_now};
+use crate::observe::{Observer, PoolGauges, ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
 use crate::runtime::stop::Stop;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
@@ -68,6 +71,8 @@ pub(crate) struct ServerPool {
     stop: Stop,
     /// When the database's budget was last read (sizing), and a way to ask for a fresh reading.
     budget: BudgetClock,
+    /// The last sizing reading (or why there was none).
+    sizing: Mutex<sizing::SizingView>,
     /// Seeds the per-connection lifetime jitter.
     jitter: std::collections::hash_map::RandomState,
     /// Background work (closing retired connections) that shutdown waits for.
@@ -106,6 +111,7 @@ impl ServerPool {
             probes: probe::Probes::default(),
             stop,
             budget: Default::default(),
+            sizing: Mutex::default(),
             jitter: Default::default(),
             tasks,
         }
@@ -130,6 +136,37 @@ impl ServerPool {
     /// Counters at this moment.
     pub(crate) fn status(&self) -> Status {
         self.pool.status()
+    }
+
+    /// What the pool says for a snapshot of the metrics.
+    pub(crate) fn gauges(&self) -> PoolGauges {
+        let plan = self.sizing.lock().unwrap_or_else(|e| e.into_inner()).plan.as_ref().map(|p| (p.budget, p.members));
+        PoolGauges {
+            status: self.status(),
+            limit: self.limit(),
+            own: self.own_connections(),
+            budget: plan.map(|(budget, _)| budget),
+            members: plan.map(|(_, members)| members),
+        }
+    }
+
+    /// Records a sizing reading (or why there was none).
+    pub(crate) fn sizing_read(&self, outcome: Result<(&budget::Reading, &budget::Plan), String>) {
+        let mut view = self.sizing.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok((reading, plan)) => {
+                view.reading = Some(reading.clone());
+                view.plan = Some(plan.clone());
+                view.read_unix = Some(unix_now());
+                view.error = None;
+            }
+            Err(why) => view.error = Some(why),
+        }
+    }
+
+    /// The last sizing reading, for `SHOW SIZING`.
+    pub(crate) fn sizing(&self) -> sizing::SizingView {
+        self.sizing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The limit in force.
