@@ -2,12 +2,10 @@
 //! transaction at a time.
 
 pub mod admin;
-mod cancel;
-mod client_auth;
+mod client;
 pub mod config;
 mod console;
 mod listener;
-mod memory;
 mod metrics_http;
 pub mod net;
 mod observe;
@@ -17,11 +15,8 @@ mod reload;
 mod runtime;
 mod server;
 mod session;
-mod shared;
-mod startup;
 #[cfg(test)]
 mod testing;
-mod unix_socket;
 
 pub use config::Config;
 pub use config::credentials::ServerAccess;

@@ -14,6 +14,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
+use crate::client::shared::Shared;
+use crate::client::unix_socket::{self, UnixSocket};
 use crate::config::Config;
 use crate::config::credentials::{ServerAccess, StaticCredentials};
 use crate::config::source::ConfigSource;
@@ -26,8 +28,6 @@ use crate::pools::budget::Report;
 use crate::pools::sizing;
 use crate::runtime::stop::{Level, Stop};
 use crate::session;
-use crate::shared::Shared;
-use crate::unix_socket::{self, UnixSocket};
 
 /// A pooler bound to its listen address, not yet accepting.
 #[derive(Debug)]

@@ -14,8 +14,8 @@ use pgmux_metrics::{Format, render};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::client::shared::Shared;
 use crate::runtime::stop::{Level, Stop};
-use crate::shared::Shared;
 
 /// Longest request head read.
 const MAX_HEAD: usize = 8 * 1024;

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use pgmux_metrics::ReloadResult;
 
-use crate::client_auth::Authenticator;
+use crate::client::auth::Authenticator;
+use crate::client::shared::Shared;
 use crate::config::credentials::{Credentials, ServerAccess, StaticCredentials};
 use crate::config::{Config, KEYS, RESTART_ONLY};
 use crate::net::tls;
-use crate::shared::Shared;
 
 /// What a reload did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -22,12 +22,12 @@ use pgmux_proto::{Step, TxStatus, sqlstate};
 use tokio::time::Instant;
 
 use crate::admin::{self, Access, Command, table};
+use crate::client::shared::Shared;
+use crate::client::startup::OpeningError;
 use crate::config::{Config, LoginInfo};
 use crate::net::io::{Conn, ReadOutcome};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::runtime::stop::{Level, Stop};
-use crate::shared::Shared;
-use crate::startup::OpeningError;
 
 /// The console's own database name.
 pub(crate) const DATABASE: &str = "pgbouncer";

@@ -9,7 +9,7 @@ use pgmux_proto::encode::{ErrorMessage, Severity};
 use pgmux_proto::sqlstate;
 
 use super::{End, Linked, Session, goodbye, shutting_down};
-use crate::cancel::{self, ServerKey};
+use crate::client::cancel::{self, ServerKey};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::pools::{CheckoutError, Resume, ServerLease};
 use crate::protocol::failure::ServerFailure;

@@ -14,7 +14,9 @@ use pgmux_proto::{TxStatus, sqlstate};
 
 use super::meter::Meter;
 use super::{ClientSlot, Session, shutting_down, timers};
-use crate::cancel::Registration;
+use crate::client::cancel::Registration;
+use crate::client::shared::Shared;
+use crate::client::startup::{self, Opening, OpeningError};
 use crate::console;
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
@@ -23,8 +25,6 @@ use crate::protocol::params::{self, ClientParams, Param};
 use crate::protocol::router::Router;
 use crate::runtime::stop::{Level, Stop};
 use crate::server::guard::Blame;
-use crate::shared::Shared;
-use crate::startup::{self, Opening, OpeningError};
 use pgmux_proto::frontend::StartupMessage;
 
 /// Ends a login without a session: tells the client why, if there is anything to tell.

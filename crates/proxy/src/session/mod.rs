@@ -25,14 +25,14 @@ use crate::pools::ServerLease;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
 
-use crate::cancel::Registration;
-use crate::memory::Reservation;
+use crate::client::cancel::Registration;
+use crate::client::memory::Reservation;
+use crate::client::shared::Shared;
 use crate::net::io::{Conn, Stream};
 use crate::protocol::params::ClientParams;
 use crate::protocol::router::Router;
 use crate::runtime::stop::{KillSwitch, Level, Stop, Watch};
 use crate::server::ServerConn;
-use crate::shared::Shared;
 use relay::{Event, Then};
 
 /// Why a session ended.

@@ -15,7 +15,7 @@ use pgmux_proto::{TxStatus, sqlstate};
 use tokio::time::{Instant, Sleep};
 
 use super::{End, Session};
-use crate::cancel::{self, ServerKey};
+use crate::client::cancel::{self, ServerKey};
 
 /// Which timeout a session's timer stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

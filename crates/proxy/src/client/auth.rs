@@ -8,9 +8,9 @@ use pgmux_proto::auth::{md5, scram};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, encode, frontend, sqlstate};
 
+use crate::client::startup::OpeningError;
 use crate::config::{ClientAuth, Config, Secret};
 use crate::net::io::{Conn, ReadOutcome};
-use crate::startup::OpeningError;
 
 /// What pgmux checks client logins against, prepared once at start-up.
 #[derive(Debug)]

@@ -7,11 +7,11 @@ use std::sync::{Arc, OnceLock, RwLock};
 use arc_swap::Guard;
 use tokio_util::task::TaskTracker;
 
-use crate::cancel::CancelRegistry;
-use crate::client_auth::Authenticator;
+use crate::client::auth::Authenticator;
+use crate::client::cancel::CancelRegistry;
+use crate::client::memory::MessageMemory;
 use crate::config::Config;
 use crate::config::source::ConfigSource;
-use crate::memory::MessageMemory;
 use crate::observe::Observer;
 use crate::pools::ServerPool;
 use crate::protocol::params::{Catalog, Greetings};
