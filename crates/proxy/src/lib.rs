@@ -1,7 +1,6 @@
 //! The pgmux pooler: accepts PostgreSQL clients, authenticates them, and lends them server connections one
 //! transaction at a time.
 
-pub mod admin;
 mod client;
 pub mod config;
 mod console;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
+use super::columns;
+use super::command::{Command, ShutdownMode};
+use super::table::{Cell, ResultSet, TableError, timestamp};
 use super::{Console, Reply};
-use crate::admin::columns;
-use crate::admin::table::{Cell, ResultSet, TableError, timestamp};
-use crate::admin::{Command, ShutdownMode};
 use crate::reload;
 use crate::runtime::stop::Level;
 

@@ -1,15 +1,23 @@
 //! The admin console: the virtual database `pgbouncer` (and `pgmux`, unless the database pgmux serves is
 //! itself named `pgmux`, which then wins) on pgmux's own listener. A session of its own, apart from the
-//! relay loop: the usual client authentication, then simple queries, each parsed by [`crate::admin`] and
-//! answered from what pgmux knows about itself ([`show`]) or acted on ([`control`]).
+//! relay loop: the usual client authentication, then simple queries, each parsed ([`lexer`], [`grammar`],
+//! into a [`command::Command`]) and answered from what pgmux knows about itself ([`show`]: columns from
+//! [`columns`], encoded by [`table`]) or acted on ([`control`]). The parsing and encoding touch no socket.
 //!
 //! Who may enter: users in `admin_users` (every command; by default the user pgmux logs in as) and in
 //! `stats_users` (SHOW only). Anyone else fails authentication the way a wrong password does. Console
 //! sessions are not among the tasks a graceful shutdown waits for, and the listener keeps accepting them
 //! until pgmux exits, so the console answers while pgmux drains.
 
+pub(crate) mod columns;
+pub(crate) mod command;
 mod control;
+pub(crate) mod grammar;
+mod lexer;
 mod show;
+pub(crate) mod table;
+#[cfg(test)]
+mod tests;
 
 use crate::observe::Peer;
 use std::sync::Arc;
@@ -21,13 +29,13 @@ use pgmux_proto::frontend::StartupMessage;
 use pgmux_proto::{Step, TxStatus, sqlstate};
 use tokio::time::Instant;
 
-use crate::admin::{self, Access, Command, table};
 use crate::client::shared::Shared;
 use crate::client::startup::OpeningError;
 use crate::config::{Config, LoginInfo};
 use crate::net::io::{Conn, ReadOutcome};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::runtime::stop::{Level, Stop};
+use command::{Access, Command};
 
 /// The console's own database name.
 pub(crate) const DATABASE: &str = "pgbouncer";
@@ -255,7 +263,7 @@ impl Console {
 
     /// Runs one simple query; writes its results or its error to `out` (ReadyForQuery is the caller's).
     async fn query(&mut self, body: &[u8], out: &mut BytesMut) {
-        let command = match admin::parse_query_body(body) {
+        let command = match grammar::parse_query_body(body) {
             Ok(command) => command,
             Err(e) => return e.to_error_message().encode(out),
         };

@@ -10,10 +10,10 @@ use pgmux_metrics::{ClientState, Snapshot};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
+use super::columns::{self, LISTS_ROWS};
+use super::command::Show;
+use super::table::{self, Cell, ResultSet, timestamp};
 use super::{Console, DATABASE, Reply};
-use crate::admin::Show;
-use crate::admin::columns::{self, LISTS_ROWS};
-use crate::admin::table::{self, Cell, ResultSet, timestamp};
 use crate::config::{KEYS, RESTART_ONLY};
 use crate::observe::{ClientEntry, ServerEntry, Stats};
 

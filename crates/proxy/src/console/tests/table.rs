@@ -1,6 +1,9 @@
 //! Result sets as bytes on the wire.
 
-use super::*;
+use bytes::BytesMut;
+
+use crate::console::command::SessionSetting;
+use crate::console::table::*;
 
 const COLS: [ColumnDef; 3] =
     [text("database", "d"), int8("cl_active", "n"), ColumnDef { name: "p", ty: ColumnType::Int4, doc: "" }];

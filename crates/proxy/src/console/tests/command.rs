@@ -1,7 +1,12 @@
 //! The console's grammar: what pgbouncer_exporter, psql, psycopg and an operator send, and what an
 //! attacker might.
 
-use super::*;
+use pgmux_proto::sqlstate::{
+    CHARACTER_NOT_IN_REPERTOIRE, INSUFFICIENT_PRIVILEGE, PROGRAM_LIMIT_EXCEEDED, SYNTAX_ERROR,
+};
+
+use crate::console::command::*;
+use crate::console::grammar::{parse, parse_query_body};
 
 fn ok(q: &str) -> Command {
     parse(q).unwrap_or_else(|e| panic!("{q:?}: {e}"))

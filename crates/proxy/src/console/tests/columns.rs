@@ -1,8 +1,10 @@
 //! The column lists against what their readers need: pgbouncer_exporter v0.12.1 (observability.md §1.2-1.4)
 //! and PgBouncer's own order.
 
-use super::*;
-use crate::admin::table::ColumnType;
+use crate::console::columns::*;
+use crate::console::command::Show;
+use crate::console::table::ColumnDef;
+use crate::console::table::ColumnType;
 
 fn names(cols: &[ColumnDef]) -> Vec<&'static str> {
     cols.iter().map(|c| c.name).collect()
@@ -171,4 +173,28 @@ fn times_are_microseconds_and_maxwait_is_split() {
 fn lists_rows_are_pgbouncer_s() {
     assert_eq!(LISTS_ROWS.len(), 14);
     assert_eq!((LISTS_ROWS[0], LISTS_ROWS[13]), ("databases", "dns_pending"));
+}
+
+/// The columns of a SHOW; `None` for HELP (a notice, no rows) and the session settings (one column named
+/// after the setting: [`super::table::setting`]).
+fn of(show: Show) -> Option<&'static [ColumnDef]> {
+    Some(match show {
+        Show::Version => VERSION,
+        Show::Pools => POOLS,
+        Show::Stats => STATS,
+        Show::StatsTotals => STATS_TOTALS,
+        Show::StatsAverages => STATS_AVERAGES,
+        Show::Totals => TOTALS,
+        Show::Clients | Show::Servers => CONNECTIONS,
+        Show::Databases => DATABASES,
+        Show::Config => CONFIG,
+        Show::Lists => LISTS,
+        Show::Users => USERS,
+        Show::State => STATE,
+        Show::Sizing => SIZING,
+        Show::Pins => PINS,
+        Show::Prepared => PREPARED,
+        Show::Latency => LATENCY,
+        Show::Help | Show::Setting(_) => return None,
+    })
 }

@@ -1,7 +1,40 @@
-//! From tokens to a [`Command`]: which words each command takes, and what to say when they are wrong.
+//! From a query to a [`Command`]: the entry points ([`parse`], [`parse_query_body`]), then from tokens to a
+//! command: which words each command takes, and what to say when they are wrong.
 
-use super::command::{Command, CommandError, Show, ShutdownMode, quote, session_setting, syntax, unsupported};
-use super::lexer::Token;
+use pgmux_proto::sqlstate::CHARACTER_NOT_IN_REPERTOIRE;
+
+use super::command::{
+    Command, CommandError, MAX_QUERY_LEN, Show, ShutdownMode, quote, session_setting, syntax, too_long, unsupported,
+};
+use super::lexer::{self, Token};
+
+/// Parses the body of a `Query` message: the query, NUL-terminated as on the wire (the final NUL is
+/// optional here).
+pub fn parse_query_body(body: &[u8]) -> Result<Command, CommandError> {
+    let body = body.strip_suffix(b"\0").unwrap_or(body);
+    if body.len() > MAX_QUERY_LEN {
+        return Err(too_long(body.len()));
+    }
+    if body.contains(&0) {
+        return Err(CommandError::new(CHARACTER_NOT_IN_REPERTOIRE, "the query holds a NUL byte"));
+    }
+    match std::str::from_utf8(body) {
+        Ok(text) => parse(text),
+        Err(_) => Err(CommandError::new(CHARACTER_NOT_IN_REPERTOIRE, "the query is not valid UTF-8")),
+    }
+}
+
+/// Parses one admin command.
+pub fn parse(query: &str) -> Result<Command, CommandError> {
+    if query.len() > MAX_QUERY_LEN {
+        return Err(too_long(query.len()));
+    }
+    if query.contains('\0') {
+        return Err(CommandError::new(CHARACTER_NOT_IN_REPERTOIRE, "the query holds a NUL byte"));
+    }
+    let tokens = lexer::tokens(query).map_err(|why| syntax(query, why))?;
+    command(query, &tokens)
+}
 
 /// The command `tokens` (of `query`, quoted in errors) spell.
 pub(super) fn command(query: &str, tokens: &[Token]) -> Result<Command, CommandError> {

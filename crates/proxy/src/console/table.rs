@@ -19,6 +19,7 @@ use super::command::SessionSetting;
 
 /// A column's PostgreSQL type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code, reason = "PgBouncer's int4 and numeric columns, for the SHOW commands of many routes still to come")]
 pub enum ColumnType {
     /// `text` (OID 25): labels, names, and timestamps written `YYYY-MM-DD HH:MM:SS UTC`.
     Text,
@@ -183,10 +184,12 @@ impl ResultSet {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn columns(&self) -> &[ColumnDef] {
         &self.columns
     }
 
+    #[cfg(test)]
     pub fn rows(&self) -> &[Vec<Option<String>>] {
         &self.rows
     }
@@ -268,7 +271,3 @@ pub fn timestamp(unix_secs: u64) -> String {
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", secs / 3600, secs % 3600 / 60, secs % 60)
 }
-
-#[cfg(test)]
-#[path = "table_tests.rs"]
-mod tests;

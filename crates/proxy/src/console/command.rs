@@ -22,9 +22,7 @@
 use std::fmt;
 
 use pgmux_proto::encode::{ErrorMessage, Severity};
-use pgmux_proto::sqlstate::{
-    self, CHARACTER_NOT_IN_REPERTOIRE, INSUFFICIENT_PRIVILEGE, PROGRAM_LIMIT_EXCEEDED, SYNTAX_ERROR,
-};
+use pgmux_proto::sqlstate::{self, INSUFFICIENT_PRIVILEGE, PROGRAM_LIMIT_EXCEEDED, SYNTAX_ERROR};
 
 /// Longest query the console reads; every command fits in far less.
 pub const MAX_QUERY_LEN: usize = 4096;
@@ -195,7 +193,7 @@ pub struct CommandError {
 }
 
 impl CommandError {
-    fn new(code: &'static str, message: impl Into<String>) -> CommandError {
+    pub(super) fn new(code: &'static str, message: impl Into<String>) -> CommandError {
         CommandError { code, message: message.into(), hint: None }
     }
 
@@ -224,35 +222,7 @@ impl fmt::Display for CommandError {
 
 impl std::error::Error for CommandError {}
 
-/// Parses the body of a `Query` message: the query, NUL-terminated as on the wire (the final NUL is
-/// optional here).
-pub fn parse_query_body(body: &[u8]) -> Result<Command, CommandError> {
-    let body = body.strip_suffix(b"\0").unwrap_or(body);
-    if body.len() > MAX_QUERY_LEN {
-        return Err(too_long(body.len()));
-    }
-    if body.contains(&0) {
-        return Err(CommandError::new(CHARACTER_NOT_IN_REPERTOIRE, "the query holds a NUL byte"));
-    }
-    match std::str::from_utf8(body) {
-        Ok(text) => parse(text),
-        Err(_) => Err(CommandError::new(CHARACTER_NOT_IN_REPERTOIRE, "the query is not valid UTF-8")),
-    }
-}
-
-/// Parses one admin command.
-pub fn parse(query: &str) -> Result<Command, CommandError> {
-    if query.len() > MAX_QUERY_LEN {
-        return Err(too_long(query.len()));
-    }
-    if query.contains('\0') {
-        return Err(CommandError::new(CHARACTER_NOT_IN_REPERTOIRE, "the query holds a NUL byte"));
-    }
-    let tokens = super::lexer::tokens(query).map_err(|why| syntax(query, why))?;
-    super::grammar::command(query, &tokens)
-}
-
-fn too_long(len: usize) -> CommandError {
+pub(super) fn too_long(len: usize) -> CommandError {
     CommandError::new(
         PROGRAM_LIMIT_EXCEEDED,
         format!("admin command of {len} bytes; none is longer than {MAX_QUERY_LEN}"),
@@ -284,7 +254,3 @@ pub(super) fn quote(s: &str) -> String {
 pub(super) fn session_setting(key: &str) -> Option<SessionSetting> {
     SessionSetting::from_name(key)
 }
-
-#[cfg(test)]
-#[path = "command_tests.rs"]
-mod tests;

@@ -8,7 +8,6 @@
 //! for the console's own `pgbouncer` database where PgBouncer shows one), and never two rows with the
 //! same labels: the exporter rejects a whole scrape for that (§1.4).
 
-use super::command::Show;
 use super::table::{ColumnDef, int8, text};
 
 /// `SHOW VERSION`.
@@ -266,31 +265,3 @@ pub const LATENCY: &[ColumnDef] = &[
     int8("p99_us", "99th percentile, µs"),
     int8("p999_us", "99.9th percentile, µs"),
 ];
-
-/// The columns of a SHOW; `None` for HELP (a notice, no rows) and the session settings (one column named
-/// after the setting: [`super::table::setting`]).
-pub fn of(show: Show) -> Option<&'static [ColumnDef]> {
-    Some(match show {
-        Show::Version => VERSION,
-        Show::Pools => POOLS,
-        Show::Stats => STATS,
-        Show::StatsTotals => STATS_TOTALS,
-        Show::StatsAverages => STATS_AVERAGES,
-        Show::Totals => TOTALS,
-        Show::Clients | Show::Servers => CONNECTIONS,
-        Show::Databases => DATABASES,
-        Show::Config => CONFIG,
-        Show::Lists => LISTS,
-        Show::Users => USERS,
-        Show::State => STATE,
-        Show::Sizing => SIZING,
-        Show::Pins => PINS,
-        Show::Prepared => PREPARED,
-        Show::Latency => LATENCY,
-        Show::Help | Show::Setting(_) => return None,
-    })
-}
-
-#[cfg(test)]
-#[path = "columns_tests.rs"]
-mod tests;
