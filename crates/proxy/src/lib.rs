@@ -3,14 +3,12 @@
 
 mod client;
 pub mod config;
-mod console;
 mod listener;
-mod metrics_http;
 pub mod net;
 mod observe;
+mod ops;
 pub mod pools;
 pub mod protocol;
-mod reload;
 mod runtime;
 mod server;
 mod session;

@@ -19,10 +19,10 @@ use crate::client::unix_socket::{self, UnixSocket};
 use crate::config::Config;
 use crate::config::credentials::{ServerAccess, StaticCredentials};
 use crate::config::source::ConfigSource;
-use crate::metrics_http;
 use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
+use crate::ops::metrics_http;
 use crate::pools::ServerPool;
 use crate::pools::budget::Report;
 use crate::pools::sizing;
@@ -108,7 +108,7 @@ impl Admin {
     /// Re-reads the configuration from the source given to [`Listener::set_config_source`] and puts it in
     /// force (`SIGHUP`). `Ok` says what changed; `Err` why the running configuration stays.
     pub fn reload(&self) -> Result<String, String> {
-        crate::reload::reload(&self.shared).map(|outcome| outcome.to_string())
+        crate::ops::reload::reload(&self.shared).map(|outcome| outcome.to_string())
     }
 
     /// Every metric now.

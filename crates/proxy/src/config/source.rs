@@ -1,6 +1,6 @@
 //! Where a new configuration comes from when pgmux is told to reload (`SIGHUP`, the console's `RELOAD`):
 //! the binary re-reads the file and the environment and builds what AWS logins need; the pooler applies
-//! it ([`crate::reload`]). Tests plug in their own source.
+//! it ([`crate::ops::reload`]). Tests plug in their own source.
 
 use std::fmt;
 

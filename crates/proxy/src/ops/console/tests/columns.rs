@@ -1,10 +1,10 @@
 //! The column lists against what their readers need: pgbouncer_exporter v0.12.1 (observability.md §1.2-1.4)
 //! and PgBouncer's own order.
 
-use crate::console::columns::*;
-use crate::console::command::Show;
-use crate::console::table::ColumnDef;
-use crate::console::table::ColumnType;
+use crate::ops::console::columns::*;
+use crate::ops::console::command::Show;
+use crate::ops::console::table::ColumnDef;
+use crate::ops::console::table::ColumnType;
 
 fn names(cols: &[ColumnDef]) -> Vec<&'static str> {
     cols.iter().map(|c| c.name).collect()

@@ -5,8 +5,8 @@ use pgmux_proto::sqlstate::{
     CHARACTER_NOT_IN_REPERTOIRE, INSUFFICIENT_PRIVILEGE, PROGRAM_LIMIT_EXCEEDED, SYNTAX_ERROR,
 };
 
-use crate::console::command::*;
-use crate::console::grammar::{parse, parse_query_body};
+use crate::ops::console::command::*;
+use crate::ops::console::grammar::{parse, parse_query_body};
 
 fn ok(q: &str) -> Command {
     parse(q).unwrap_or_else(|e| panic!("{q:?}: {e}"))

@@ -2,8 +2,8 @@
 
 use bytes::BytesMut;
 
-use crate::console::command::SessionSetting;
-use crate::console::table::*;
+use crate::ops::console::command::SessionSetting;
+use crate::ops::console::table::*;
 
 const COLS: [ColumnDef; 3] =
     [text("database", "d"), int8("cl_active", "n"), ColumnDef { name: "p", ty: ColumnType::Int4, doc: "" }];

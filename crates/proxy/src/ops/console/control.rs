@@ -10,7 +10,7 @@ use super::columns;
 use super::command::{Command, ShutdownMode};
 use super::table::{Cell, ResultSet, TableError, timestamp};
 use super::{Console, Reply};
-use crate::reload;
+use crate::ops::reload;
 use crate::runtime::stop::Level;
 
 /// How often PAUSE and WAIT_CLOSE look whether they are done.
