@@ -23,6 +23,7 @@ mod bins;
 #[cfg(feature = "fixture")]
 pub mod fixture;
 mod postmaster;
+pub mod process;
 mod psql;
 mod server;
 mod sys;
