@@ -2,11 +2,14 @@
 //! the short-form test) creates the namespace, re-executes the driver in it, forwards SIGINT/SIGTERM, and
 //! deletes the namespace whatever happened; and the stop flag both sides check.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use pgmux_testkit::process::ChildProcess;
 
 use crate::netns::{HostsFile, Namespace};
 
@@ -69,33 +72,14 @@ pub fn run_isolated(driver: &Path, args: &[String], first_writer: &str) -> Resul
     let mut ns = Namespace::create(&HostsFile::text(first_writer))?;
     let mut cmd = ns.command(driver);
     cmd.args(args).env(INSIDE_ENV, ns.name()).stdin(Stdio::null());
-    pgmux_testkit::die_with_parent(&mut cmd);
     // A group of its own: a terminal's Ctrl-C reaches only us, and we tell the driver to tear down.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {} in {}: {e}", driver.display(), ns.name()))?;
-    let mut forwarded: Option<Instant> = None;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => return Err(format!("waiting for the driver: {e}")),
-        }
-        if stop_requested() {
-            match forwarded {
-                None => {
-                    pgmux_testkit::send_signal(child.id(), libc::SIGTERM);
-                    forwarded = Some(Instant::now());
-                }
-                Some(at) if at.elapsed() > INNER_GRACE => {
-                    let _ = child.kill();
-                }
-                Some(_) => {}
-            }
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
+    cmd.process_group(0);
+    let mut inner = ChildProcess::spawn("the chaos driver", cmd)
+        .map_err(|e| format!("cannot start {} in {}: {e}", driver.display(), ns.name()))?;
+    let (status, forwarded) =
+        inner.wait_passing_on_stop(stop_requested, INNER_GRACE).map_err(|e| format!("waiting for the driver: {e}"))?;
     ns.delete();
-    if forwarded.is_some() {
+    if forwarded {
         return Err("interrupted".to_owned());
     }
     Ok(status.code().unwrap_or(1))
