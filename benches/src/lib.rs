@@ -1,7 +1,7 @@
 //! The pieces the demo (`pgmux-demo`) and the benchmark driver (`pgmux-bench`) share: the Lambda-style
 //! [`workload`], the pgmux child process ([`pooler`]), latency summaries ([`stats`]), where clients connect
 //! ([`endpoint`]) and the demo's side-by-side [`report`]; and the driver's own parts: PgBouncer
-//! ([`pgbouncer`]) and pgbench ([`pgbench`]) as children ([`child`]), both poolers of a setting
+//! ([`pgbouncer`]) and pgbench ([`pgbench`]) as children (`pgmux_testkit::process`), both poolers of a setting
 //! ([`poolers`]), the throwaway world they run in ([`lab`]) and the network lab beside it ([`netlab`]: an
 //! application host in a namespace of its own ([`netns`]), certificates ([`pki`]), TLS for the driver's own
 //! clients ([`pgtls`]), and those clients as jobs ([`jobs`]) for `pgmux-bench-client`); the workloads
@@ -12,7 +12,6 @@
 //! PBKDF2) on every connect, which is slow in a debug build; and the poolers under test should be optimised.
 
 pub mod args;
-pub mod child;
 pub mod endpoint;
 pub mod idle_clients;
 pub mod interrupt;

@@ -69,6 +69,28 @@ impl fmt::Display for Stopped {
     }
 }
 
+/// A child that did not come to listen, and why ([`ChildProcess::wait_listening`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotListening {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub limit: Duration,
+    pub why: Waited,
+}
+
+impl fmt::Display for NotListening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let NotListening { name, addr, limit, why } = self;
+        match why {
+            Waited::Exited(status) => write!(f, "{name} exited before listening on {addr} ({status})"),
+            Waited::TimedOut => write!(f, "{name} did not listen on {addr} within {limit:?}"),
+            Waited::Interrupted => write!(f, "interrupted"),
+        }
+    }
+}
+
+impl std::error::Error for NotListening {}
+
 impl ChildProcess {
     /// Spawn `cmd` as it is set up (stdio included), with the parent-death signal: the child gets SIGKILL
     /// when the calling thread exits, so call this from a thread that outlives the child.
@@ -158,8 +180,8 @@ impl ChildProcess {
     }
 
     /// Poll `addr` every `every` until it accepts a TCP connection; the time it took from `since`. Fails
-    /// with how the wait ended otherwise: the child exited first, `limit` passed since `since`, or
-    /// `interrupted()` said so. (When timing a start-up, poll often: a refused connect costs microseconds.)
+    /// saying why otherwise: the child exited first, `limit` passed since `since`, or `interrupted()` said
+    /// so. (When timing a start-up, poll often: a refused connect costs microseconds.)
     pub fn wait_listening(
         &mut self,
         addr: SocketAddr,
@@ -167,22 +189,23 @@ impl ChildProcess {
         limit: Duration,
         every: Duration,
         interrupted: impl Fn() -> bool,
-    ) -> Result<Duration, Waited> {
-        loop {
+    ) -> Result<Duration, NotListening> {
+        let why = loop {
             if TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).is_ok() {
                 return Ok(since.elapsed());
             }
             if let Some(status) = self.exited() {
-                return Err(Waited::Exited(status));
+                break Waited::Exited(status);
             }
             if interrupted() {
-                return Err(Waited::Interrupted);
+                break Waited::Interrupted;
             }
             if since.elapsed() > limit {
-                return Err(Waited::TimedOut);
+                break Waited::TimedOut;
             }
             thread::sleep(every);
-        }
+        };
+        Err(NotListening { name: self.name.clone(), addr, limit, why })
     }
 
     /// Wait until the child exits on its own. Once `stop()` says so, pass the request on (SIGTERM, once)

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pgmux_testkit::APP_USER;
-use pgmux_testkit::process::{ChildProcess, Stopped, Waited};
+use pgmux_testkit::process::{ChildProcess, NotListening, Stopped, Waited};
 use serde::Serialize;
 
 use crate::netns::WRITER_NAME;
@@ -84,7 +84,7 @@ impl Target {
         let every = Duration::from_millis(20);
         match self.process.wait_listening(addr, Instant::now(), LISTEN_TIMEOUT, every, || false) {
             Ok(_) => Ok(()),
-            Err(Waited::Exited(status)) => {
+            Err(NotListening { why: Waited::Exited(status), .. }) => {
                 Err(format!("{} exited ({status}):\n{}", self.kind.name(), self.output_tail(30)))
             }
             Err(_) => Err(format!("{} did not listen on {LISTEN}:\n{}", self.kind.name(), self.output_tail(30))),

@@ -70,10 +70,14 @@ fn waiting_for_a_listener() {
     drop(listener);
     let limit = Duration::from_millis(100);
     let closed = child.wait_listening(open, Instant::now(), limit, Duration::from_millis(10), || false);
-    assert_eq!(closed, Err(Waited::TimedOut));
+    let closed = closed.unwrap_err();
+    assert_eq!(closed.why, Waited::TimedOut);
+    assert_eq!(closed.to_string(), format!("sleep did not listen on {open} within 100ms"));
     let mut gone = ChildProcess::spawn("true", Command::new("true")).unwrap();
     let exited = gone.wait_listening(open, Instant::now(), Duration::from_secs(5), Duration::from_millis(10), || false);
-    assert!(matches!(exited, Err(Waited::Exited(s)) if s.success()), "{exited:?}");
+    let exited = exited.unwrap_err();
+    assert!(matches!(exited.why, Waited::Exited(s) if s.success()), "{exited:?}");
+    assert_eq!(exited.to_string(), format!("true exited before listening on {open} (exit status: 0)"));
 }
 
 #[test]
