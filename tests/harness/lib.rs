@@ -22,6 +22,7 @@
 mod bins;
 #[cfg(feature = "fixture")]
 pub mod fixture;
+pub mod netns;
 mod postmaster;
 pub mod process;
 mod psql;

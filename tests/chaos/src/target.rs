@@ -12,7 +12,7 @@ use pgmux_testkit::APP_USER;
 use pgmux_testkit::process::{ChildProcess, NotListening, Stopped, Waited};
 use serde::Serialize;
 
-use crate::netns::WRITER_NAME;
+use crate::hosts::WRITER_NAME;
 use crate::node::PG_PORT;
 
 /// Where every target listens, inside the namespace.

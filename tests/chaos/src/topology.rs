@@ -17,7 +17,7 @@ use pgmux_testkit::toxiproxy::{ToxiClient, Toxiproxy};
 use pgmux_testkit::{APP_USER, SUPERUSER, give_to_postgres, pg_bin_dir, run_as_postgres};
 use tokio_postgres::{NoTls, SimpleQueryMessage};
 
-use crate::netns::HostsFile;
+use crate::hosts::HostsFile;
 use crate::node::{Node, PG_PORT};
 
 pub const NODE_A: &str = "127.0.10.1";
@@ -39,7 +39,7 @@ pub struct Seed {
 pub fn scratch_dir(kind: &str) -> Result<tempfile::TempDir, String> {
     let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
     let dir = tempfile::Builder::new()
-        .prefix(&format!("{}{}-{kind}-", crate::netns::PREFIX, std::process::id()))
+        .prefix(&format!("{}{}-{kind}-", crate::NAMING.prefix, std::process::id()))
         .tempdir_in(&base)
         .map_err(|e| format!("cannot create a directory in {}: {e}", base.display()))?;
     give_to_postgres(dir.path()).map_err(|e| format!("chown {}: {e}", dir.path().display()))?;
