@@ -20,16 +20,17 @@ use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pgmux_testkit::netns;
 use pgmux_testkit::process::{ChildProcess, Waited};
 use pgmux_testkit::toxiproxy::{Toxic, Toxiproxy, free_port_on};
 use pgmux_testkit::{APP_USER, DATABASE, MD5_USER, PgOptions, PgServer, SUPERUSER};
 use serde::Serialize;
 use tokio_postgres::Config;
 
+use crate::app_host::{AppHost, DB_HOST_NAME};
 use crate::endpoint::Endpoint;
 use crate::jobs::{Job, JobReport, ProbeReport};
 use crate::lab::{INIT_LIMIT, Tools, wait_for_drain};
-use crate::netns::{self, AppHost, DB_HOST_NAME};
 use crate::pgbench::Pgbench;
 use crate::pgbouncer::{PgBouncerProcess, PgBouncerSettings};
 use crate::pki::Pki;

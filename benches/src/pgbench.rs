@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use pgmux_testkit::netns;
 use pgmux_testkit::process::{ChildProcess, Waited, tail};
 
 use crate::endpoint::Endpoint;
-use crate::{interrupt, netns};
+use crate::interrupt;
 
 /// Where pgbench is: `explicit` if given, else beside the PostgreSQL server binaries (Debian keeps it in
 /// `/usr/lib/postgresql/<v>/bin`, and `/usr/bin/pgbench` is only a wrapper that needs a cluster), else PATH.

@@ -19,9 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use pgmux_testkit::netns;
 use pgmux_testkit::process::{ChildProcess, tail};
 
-use crate::{interrupt, netns};
+use crate::interrupt;
 
 /// How long PgBouncer may take to listen after it is started.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);

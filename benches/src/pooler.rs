@@ -47,7 +47,7 @@ impl PgmuxSettings {
     /// themselves (or kill it by exiting), not pgmux directly in the middle of a measurement.
     pub fn command(&self) -> Command {
         let mut cmd = match &self.netns {
-            Some(ns) => crate::netns::exec_in(ns, &self.binary),
+            Some(ns) => pgmux_testkit::netns::exec_in(ns, &self.binary),
             None => Command::new(&self.binary),
         };
         cmd.process_group(0);
