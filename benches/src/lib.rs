@@ -6,7 +6,7 @@
 //! ([`netlab`]: an application host in a namespace of its own ([`app_host`], on `pgmux_testkit::netns`),
 //! certificates ([`pki`]), TLS for the driver's own clients ([`pgtls`]), and those clients as jobs ([`jobs`])
 //! for `pgmux-bench-client`); the workloads ([`suite`], [`suite_net`], with [`idle_clients`] and
-//! [`startup`]), what is measured from `/proc` ([`os`]), the figures ([`metric`], [`results`]) and
+//! [`startup`]), what is measured from `/proc` (`pgmux_testkit::procfs`), the figures ([`metric`], [`results`]) and
 //! docs/benchmarks.md ([`markdown`]).
 //!
 //! Build in release mode for meaningful figures: the demo's clients derive SCRAM keys (4096 rounds of
@@ -24,7 +24,6 @@ pub mod machine;
 pub mod markdown;
 pub mod metric;
 pub mod netlab;
-pub mod os;
 pub mod pgbench;
 pub mod pgbouncer;
 pub mod pgtls;

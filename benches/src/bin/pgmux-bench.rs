@@ -20,7 +20,7 @@ use pgmux_benches::machine::{self, Machine, Versions};
 use pgmux_benches::markdown::{self, RunReport};
 use pgmux_benches::plan::{Plan, STEPS};
 use pgmux_benches::suite::Suite;
-use pgmux_benches::{interrupt, os, pgbench, pgbouncer, pooler};
+use pgmux_benches::{interrupt, pgbench, pgbouncer, pooler};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -151,7 +151,7 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     }
     // Before anything is spawned: children inherit the limit.
-    let files = os::raise_open_file_limit(plan.open_files()).context("raising the open-file limit")?;
+    let files = pgmux_testkit::raise_open_file_limit(plan.open_files()).context("raising the open-file limit")?;
     if files < plan.open_files() {
         bail!(
             "W6 needs {} open files but the limit is {files}; raise it (`ulimit -n {}`, as root if need be) or \

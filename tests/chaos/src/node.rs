@@ -167,7 +167,7 @@ impl Node {
                 let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                     continue;
                 };
-                if parent_of(pid) == Some(root) {
+                if pgmux_testkit::procfs::parent_pid(pid) == Some(root) {
                     pids.push(pid);
                 }
             }
@@ -223,13 +223,6 @@ fn settings(addr: &str, dir: &Path) -> Vec<(&'static str, String)> {
         ("log_min_messages", "warning".into()),
         ("log_line_prefix", "%m [%p] ".into()),
     ]
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The written `pg_hba.conf`, for the seed cluster.

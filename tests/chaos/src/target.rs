@@ -97,8 +97,7 @@ impl Target {
 
     /// The process's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+        pgmux_testkit::procfs::rss_kib(self.pid()?).ok()
     }
 
     /// The end of what the target logged (PgBouncer's log file and its stderr).
