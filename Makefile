@@ -5,7 +5,7 @@
 # pgmux in front of a throwaway PostgreSQL, under the Lambda Managed Instances workload, side by side
 # with the same workload straight against PostgreSQL.
 demo: prereqs
-	cargo build --release -p pgmux -p pgmux-benches
+	cargo build --release -p pgmux -p pgmux-bench-lab
 	target/release/pgmux-demo
 
 # Everything CI runs: formatting, lints, unit and integration tests, the observability checks against the real
@@ -56,13 +56,13 @@ chaos: prereqs
 # SCRAM; needs root). Rewrites the generated section of docs/benchmarks.md (and writes every figure to
 # target/benchmarks.json).
 bench: prereqs
-	cargo build --release -p pgmux -p pgmux-benches
+	cargo build --release -p pgmux -p pgmux-bench-lab
 	target/release/pgmux-bench --pgmux target/release/pgmux --out docs/benchmarks.md --json target/benchmarks.json
 
 # The same driver in about a minute and a half, with debug builds, into a scratch file, every workload
 # included; fails if a figure is missing (a W4 failure through a pooler is an expected, recorded result).
 bench-quick: prereqs
-	cargo build -p pgmux -p pgmux-benches
+	cargo build -p pgmux -p pgmux-bench-lab
 	target/debug/pgmux-bench --quick --pgmux target/debug/pgmux --out target/bench-quick.md
 
 # The driver compatibility matrix (tests/drivers/README.md): real drivers at their defaults against pgmux

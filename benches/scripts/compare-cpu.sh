@@ -5,7 +5,7 @@
 #
 #   benches/scripts/compare-cpu.sh BEFORE_BINARY AFTER_BINARY [ROUNDS] [DURATION]
 #
-# Build first: cargo build --release -p pgmux -p pgmux-benches (and the BEFORE binary from the older commit).
+# Build first: cargo build --release -p pgmux -p pgmux-bench-lab (and the BEFORE binary from the older commit).
 set -euo pipefail
 before=$1 after=$2 rounds=${3:-3} duration=${4:-15s}
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -22,7 +22,10 @@
 mod bins;
 #[cfg(feature = "fixture")]
 pub mod fixture;
+pub mod netns;
 mod postmaster;
+pub mod process;
+pub mod procfs;
 mod psql;
 mod server;
 mod sys;
@@ -35,7 +38,7 @@ mod tests;
 
 pub use bins::pg_bin_dir;
 pub use server::PgServer;
-pub use sys::{die_with_parent, give_to_postgres, run_as_postgres, send_signal};
+pub use sys::{die_with_parent, give_to_postgres, raise_open_file_limit, run_as_postgres, send_signal};
 
 /// The test database, owned by [`APP_USER`]; every role may connect to it and create objects in `public`.
 pub const DATABASE: &str = "pgmux";

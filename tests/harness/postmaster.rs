@@ -3,10 +3,10 @@
 use std::fs::{self, OpenOptions};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::process::WatchedChild;
 use crate::psql::psql_with_timeout;
 use crate::server::{HOST, LOG_FILE, read_log_tail};
 use crate::{PgOptions, SUPERUSER, bins, free_port, sys, template};
@@ -76,19 +76,11 @@ fn write_trusting_hba(dir: &Path) -> std::io::Result<std::path::PathBuf> {
 }
 
 /// A postmaster process, spawned from (and waited on by) a thread of its own that lives exactly as long as
-/// the process: `PR_SET_PDEATHSIG` fires when the *spawning thread* exits, so that thread must not be a test
-/// thread that finishes early. Dropping it stops the server.
+/// the process ([`WatchedChild`]): `PR_SET_PDEATHSIG` fires when the *spawning thread* exits, and that must
+/// not be a test thread that finishes early. Dropping it stops the server.
 #[derive(Debug)]
 pub(crate) struct Postmaster {
-    pid: u32,
-    exit: Arc<ExitState>,
-    waiter: Option<JoinHandle<()>>,
-}
-
-#[derive(Debug, Default)]
-struct ExitState {
-    status: Mutex<Option<String>>,
-    changed: Condvar,
+    process: WatchedChild,
 }
 
 impl Postmaster {
@@ -114,72 +106,32 @@ impl Postmaster {
             cmd.arg("-c").arg(format!("{key}={value}"));
         }
         cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
-        sys::die_with_parent(&mut cmd);
 
-        let exit = Arc::new(ExitState::default());
-        let (spawned_tx, spawned_rx) = mpsc::channel();
-        let waiter_exit = Arc::clone(&exit);
-        let waiter = thread::Builder::new().name(format!("postmaster-{port}")).spawn(move || {
-            let mut child = match cmd.spawn() {
-                Ok(child) => child,
-                Err(e) => {
-                    let _ = spawned_tx.send(Err(e));
-                    return;
-                }
-            };
-            let _ = spawned_tx.send(Ok(child.id()));
-            let status = match child.wait() {
-                Ok(status) => status.to_string(),
-                Err(e) => format!("wait failed: {e}"),
-            };
-            *waiter_exit.status.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
-            waiter_exit.changed.notify_all();
-        })?;
-        match spawned_rx.recv() {
-            Ok(Ok(pid)) => Ok(Postmaster { pid, exit, waiter: Some(waiter) }),
-            Ok(Err(e)) => {
-                let _ = waiter.join();
-                Err(e)
-            }
-            Err(_) => Err(std::io::Error::other("the postmaster thread died before spawning")),
-        }
+        let process = WatchedChild::spawn(&format!("postmaster-{port}"), cmd)?;
+        Ok(Postmaster { process })
     }
 
     /// How the postmaster exited, if it has.
     pub(crate) fn exited(&self) -> Option<String> {
-        self.exit.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.process.exited()
     }
 
     /// Wait until the postmaster has exited (after someone else asked it to stop).
     pub(crate) fn wait_exit(&self, timeout: Duration) -> Option<String> {
-        let guard = self.exit.status.lock().unwrap_or_else(PoisonError::into_inner);
-        let (guard, _) = self
-            .exit
-            .changed
-            .wait_timeout_while(guard, timeout, |status| status.is_none())
-            .unwrap_or_else(PoisonError::into_inner);
-        guard.clone()
+        self.process.wait_exit(timeout)
     }
 
     /// Stop with `signal` (SIGQUIT: immediate, SIGINT: fast), escalating to SIGQUIT and then SIGKILL after
-    /// [`STOP_GRACE`] each. Signals only a process not yet seen to exit, so a recycled pid is not hit (short
-    /// of a reap and a reuse between the check and the signal).
+    /// [`STOP_GRACE`] each. Signals only a process not yet seen to exit ([`WatchedChild::signal`]).
     pub(crate) fn shutdown(&mut self, signal: libc::c_int) {
-        let Some(waiter) = self.waiter.take() else {
-            return;
-        };
         let escalation = [libc::SIGINT, libc::SIGQUIT, libc::SIGKILL];
         let first = escalation.iter().position(|&s| s == signal).unwrap_or(0);
         for &signal in &escalation[first..] {
-            if self.exited().is_some() {
-                break;
-            }
-            sys::send_signal(self.pid, signal);
-            if self.wait_exit(STOP_GRACE).is_some() {
+            if !self.process.signal(signal) || self.wait_exit(STOP_GRACE).is_some() {
                 break;
             }
         }
-        let _ = waiter.join();
+        self.process.join();
     }
 }
 

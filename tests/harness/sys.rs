@@ -1,5 +1,6 @@
 //! OS plumbing the harness cannot do in safe std: running PostgreSQL's programs as the `postgres` user when we
-//! are root, tying the postmaster's life to ours, signals, and liveness checks.
+//! are root, tying a child's life to ours, signals, liveness checks, the clock-tick rate of `/proc`'s times,
+//! and the open-file limit.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -147,4 +148,36 @@ pub(crate) fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
             return Err(err);
         }
     }
+}
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of `/proc/<pid>/stat`'s times (100 on Linux, but it is not ours to assume).
+pub(crate) fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
+/// Raise `RLIMIT_NOFILE` as far as allowed: the hard limit to `want` when we may (root), then the soft limit
+/// to the hard one. Children inherit it, so call this before spawning anything. Returns the soft limit now
+/// in force, which the caller compares with what it needs.
+pub fn raise_open_file_limit(want: u64) -> io::Result<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: a valid out pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_max < want {
+        let raised = libc::rlimit { rlim_cur: want, rlim_max: want };
+        // SAFETY: a valid pointer to a plain struct. Failure (not root, or above fs.nr_open) is fine: we
+        // still raise the soft limit to the old hard one below.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(want);
+        }
+    }
+    let soft = libc::rlimit { rlim_cur: limit.rlim_max.min(want.max(limit.rlim_cur)), rlim_max: limit.rlim_max };
+    // SAFETY: as above; a soft limit up to the hard limit is always allowed.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(soft.rlim_cur)
 }

@@ -22,15 +22,16 @@ mod api;
 #[cfg(test)]
 mod tests;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 pub use api::{Stream, ToxiClient, Toxic, ToxicKind};
 
+use crate::process::ChildProcess;
 use crate::sys;
 
 /// The pinned release; the Go module proxy serves it as `github.com/Shopify/toxiproxy/v2@VERSION`.
@@ -138,9 +139,10 @@ fn find_go() -> Result<PathBuf, String> {
 /// from a thread that outlives it; dropping it stops it and removes its log directory.
 #[derive(Debug)]
 pub struct Toxiproxy {
-    child: Option<Child>,
+    server: ChildProcess,
     api: SocketAddr,
-    dir: tempfile::TempDir,
+    // Its log's directory; dropped after the server (fields drop in order).
+    _dir: tempfile::TempDir,
 }
 
 impl Toxiproxy {
@@ -168,17 +170,12 @@ impl Toxiproxy {
             .prefix("pgmux-toxiproxy-")
             .tempdir()
             .map_err(|e| format!("cannot create a directory for Toxiproxy's log: {e}"))?;
-        let log = File::create(dir.path().join("toxiproxy.log")).map_err(|e| format!("Toxiproxy's log: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("Toxiproxy's log: {e}"))?;
         let mut cmd = Command::new(binary);
-        cmd.args(["-host", &api.ip().to_string(), "-port", &api.port().to_string()])
-            .env("LOG_LEVEL", "warn")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        sys::die_with_parent(&mut cmd);
-        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-        let mut toxiproxy = Toxiproxy { child: Some(child), api, dir };
+        cmd.args(["-host", &api.ip().to_string(), "-port", &api.port().to_string()]).env("LOG_LEVEL", "warn");
+        let server = ChildProcess::spawn_logged("Toxiproxy", cmd, &dir.path().join("toxiproxy.log"))
+            .map_err(|e| e.to_string())?
+            .with_stop_grace(STOP_GRACE);
+        let mut toxiproxy = Toxiproxy { server, api, _dir: dir };
         toxiproxy.wait_ready()?;
         Ok(toxiproxy)
     }
@@ -186,9 +183,7 @@ impl Toxiproxy {
     fn wait_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
+            if let Some(status) = self.server.exited() {
                 return Err(format!("Toxiproxy exited ({status}): {}", self.log_tail()));
             }
             match self.client().version() {
@@ -212,37 +207,17 @@ impl Toxiproxy {
 
     /// The server's pid while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.server.pid()
     }
 
     /// The end of the server's log, for error messages.
     pub fn log_tail(&self) -> String {
-        let text = fs::read_to_string(self.dir.path().join("toxiproxy.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        self.server.output_tail(20)
     }
 
-    /// SIGTERM, then SIGKILL after a grace period; idempotent.
+    /// SIGTERM, then SIGKILL after a grace period; idempotent. (Dropping it does the same.)
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        sys::send_signal(child.id(), libc::SIGTERM);
-        let started = Instant::now();
-        while started.elapsed() < STOP_GRACE {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-impl Drop for Toxiproxy {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.stop();
     }
 }
 

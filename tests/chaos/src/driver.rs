@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::faults::{self, FaultTiming, Scenario};
 use crate::goals::{self, Verdict};
-use crate::netns::HostsFile;
+use crate::hosts::HostsFile;
 use crate::report::{self, Summary};
 use crate::runner::{Bench, ScenarioRun};
 use crate::soak::{self, SoakResult};
@@ -338,7 +338,7 @@ fn machine() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netns::HostsFile;
+    use crate::hosts::HostsFile;
     use crate::topology::{PROXY_A, PROXY_B};
 
     fn args(list: &[&str]) -> Vec<String> {

@@ -11,8 +11,8 @@ pub mod clock;
 pub mod driver;
 pub mod faults;
 pub mod goals;
+pub mod hosts;
 pub mod isolate;
-pub mod netns;
 pub mod node;
 pub mod publish;
 pub mod report;
@@ -21,3 +21,8 @@ pub mod soak;
 pub mod target;
 pub mod topology;
 pub mod workload;
+
+/// Every namespace, `/etc/netns` directory and scratch directory of a run is `pgmux-chaos-<pid of the outer
+/// process>…`, so that concurrent runs do not collide and a run can sweep what a killed one left.
+pub const NAMING: pgmux_testkit::netns::Naming =
+    pgmux_testkit::netns::Naming { prefix: "pgmux-chaos-", suffix: "", veth: None };

@@ -9,10 +9,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pgmux_testkit::process::{WatchedChild, run};
 use pgmux_testkit::{SUPERUSER, pg_bin_dir, run_as_postgres};
 
 /// The port every node listens on (each on its own address).
@@ -34,15 +34,9 @@ pub struct Node {
     /// The address it listens on (`127.0.10.1` for A, `127.0.10.2` for B).
     pub addr: String,
     dir: PathBuf,
-    postmaster: Option<Waiter>,
-}
-
-/// The thread that spawned the postmaster and waits for it; its exit status once it is gone.
-#[derive(Debug)]
-struct Waiter {
-    pid: u32,
-    exited: Arc<Mutex<Option<String>>>,
-    thread: Option<thread::JoinHandle<()>>,
+    /// Spawned and waited for by a thread of its own: a restart may come from the fault injector's thread,
+    /// whose end must not kill the postmaster (`PR_SET_PDEATHSIG` follows the spawning thread).
+    postmaster: Option<WatchedChild>,
 }
 
 impl Node {
@@ -87,12 +81,14 @@ impl Node {
         }
         cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
         run_as_postgres(&mut cmd);
-        self.postmaster = Some(Waiter::spawn(cmd, self.name)?);
+        let postmaster = WatchedChild::spawn(&format!("postmaster-{}", self.name), cmd)
+            .map_err(|e| format!("cannot start postgres for node {}: {e}", self.name))?;
+        self.postmaster = Some(postmaster);
         self.wait_ready()
     }
 
     fn running(&self) -> bool {
-        self.postmaster.as_ref().is_some_and(|w| w.exit_status().is_none())
+        self.postmaster.as_ref().is_some_and(|p| p.exited().is_none())
     }
 
     /// Poll `pg_isready` until the node accepts connections.
@@ -100,7 +96,7 @@ impl Node {
         let bin = pg_bin_dir()?;
         let started = Instant::now();
         loop {
-            if let Some(status) = self.postmaster.as_ref().and_then(Waiter::exit_status) {
+            if let Some(status) = self.postmaster.as_ref().and_then(WatchedChild::exited) {
                 return Err(format!("node {} exited ({status}):\n{}", self.name, self.log_tail(20)));
             }
             let ready = Command::new(bin.join("pg_isready"))
@@ -117,15 +113,18 @@ impl Node {
         }
     }
 
-    /// `pg_ctl stop -m <mode> -w`, then reap the postmaster.
+    /// `pg_ctl stop -m <mode> -w`, then reap the postmaster. A postmaster that would not stop stays ours
+    /// (the drop kills it).
     pub fn stop(&mut self, mode: &str) -> Result<(), String> {
-        let Some(mut waiter) = self.postmaster.take() else {
+        let Some(running) = self.postmaster.as_ref().map(|p| p.exited().is_none()) else {
             return Ok(());
         };
-        if waiter.exit_status().is_none() {
+        if running {
             self.pg_ctl(&["stop", "-m", mode, "-w", "-t", "30"])?;
         }
-        waiter.join();
+        if let Some(mut postmaster) = self.postmaster.take() {
+            postmaster.join();
+        }
         Ok(())
     }
 
@@ -159,7 +158,7 @@ impl Node {
 
     /// The postmaster and every process it started (backends, walsender, checkpointer, ...).
     pub fn pids(&self) -> Vec<u32> {
-        let Some(root) = self.postmaster.as_ref().map(|w| w.pid) else {
+        let Some(root) = self.postmaster.as_ref().map(WatchedChild::pid) else {
             return Vec::new();
         };
         let mut pids = vec![root];
@@ -168,7 +167,7 @@ impl Node {
                 let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                     continue;
                 };
-                if parent_of(pid) == Some(root) {
+                if pgmux_testkit::procfs::parent_pid(pid) == Some(root) {
                     pids.push(pid);
                 }
             }
@@ -184,20 +183,9 @@ impl Node {
     fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
         let bin = pg_bin_dir()?;
         let mut cmd = Command::new(bin.join("pg_ctl"));
-        cmd.args(args).arg("-D").arg(self.data()).current_dir(&self.dir).stdin(Stdio::null());
+        cmd.args(args).arg("-D").arg(self.data()).current_dir(&self.dir);
         run_as_postgres(&mut cmd);
-        let out = cmd.output().map_err(|e| format!("cannot run pg_ctl: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "node {}: pg_ctl {} failed: {}{}",
-                self.name,
-                args.join(" "),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        run(cmd, &format!("node {}: pg_ctl {}", self.name, args.join(" "))).map(drop).map_err(|e| e.to_string())
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
@@ -212,47 +200,10 @@ impl Drop for Node {
         // A stopped node cannot be shut down by pg_ctl: wake it first.
         self.signal_all(libc::SIGCONT);
         if self.stop("immediate").is_err()
-            && let Some(mut waiter) = self.postmaster.take()
+            && let Some(mut postmaster) = self.postmaster.take()
         {
-            pgmux_testkit::send_signal(waiter.pid, libc::SIGKILL);
-            waiter.join();
-        }
-    }
-}
-
-impl Waiter {
-    fn spawn(mut cmd: Command, name: &str) -> Result<Waiter, String> {
-        pgmux_testkit::die_with_parent(&mut cmd);
-        let exited = Arc::new(Mutex::new(None));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let status = Arc::clone(&exited);
-        let thread = thread::Builder::new()
-            .name(format!("postmaster-{name}"))
-            .spawn(move || match cmd.spawn() {
-                Ok(mut child) => {
-                    let _ = tx.send(Ok(child.id()));
-                    let result = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
-                    *status.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
-                }
-            })
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
-        match rx.recv() {
-            Ok(Ok(pid)) => Ok(Waiter { pid, exited, thread: Some(thread) }),
-            Ok(Err(e)) => Err(format!("cannot start postgres for node {name}: {e}")),
-            Err(_) => Err(format!("the postmaster thread of node {name} died")),
-        }
-    }
-
-    fn exit_status(&self) -> Option<String> {
-        self.exited.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    fn join(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            postmaster.signal(libc::SIGKILL);
+            postmaster.join();
         }
     }
 }
@@ -272,13 +223,6 @@ fn settings(addr: &str, dir: &Path) -> Vec<(&'static str, String)> {
         ("log_min_messages", "warning".into()),
         ("log_line_prefix", "%m [%p] ".into()),
     ]
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The written `pg_hba.conf`, for the seed cluster.

@@ -14,7 +14,7 @@ use tokio_postgres::{Config, NoTls, SimpleQueryMessage};
 
 use crate::clock::Clock;
 use crate::faults::{self, FaultEvents, FaultTiming, Scenario};
-use crate::netns::HostsFile;
+use crate::hosts::HostsFile;
 use crate::target::{LISTEN, Target, TargetKind, TargetSettings};
 use crate::topology::{NODE_A, Seed, Topology, admin_sql};
 use crate::workload::{self, LockWatch, Plan, Record};

@@ -2,23 +2,22 @@
 //! variables, and Debian's PgBouncer 1.18 with its defaults (and, optionally, tuned as failover.md 7.4
 //! suggests), both in transaction mode in front of the writer host name, SCRAM on both sides.
 
-use std::fs::{self, File};
-use std::net::{SocketAddr, TcpStream};
+use std::fs;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pgmux_testkit::APP_USER;
+use pgmux_testkit::process::{ChildProcess, NotListening, Stopped, Waited};
 use serde::Serialize;
 
-use crate::netns::WRITER_NAME;
+use crate::hosts::WRITER_NAME;
 use crate::node::PG_PORT;
 
 /// Where every target listens, inside the namespace.
 pub const LISTEN: &str = "127.0.0.1:6432";
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
-const STOP_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -58,58 +57,47 @@ pub struct TargetSettings {
     pub pgmux_env: Vec<(String, String)>,
 }
 
-/// A running target; dropping it stops it.
+/// A running target; dropping it stops it (SIGTERM, SIGKILL after 10 s), then removes its directory.
 #[derive(Debug)]
 pub struct Target {
     pub kind: TargetKind,
-    child: Option<Child>,
+    process: ChildProcess,
     dir: tempfile::TempDir,
 }
 
 impl Target {
     pub fn start(kind: TargetKind, settings: &TargetSettings) -> Result<Target, String> {
         let dir = crate::topology::scratch_dir(kind.name())?;
-        let mut cmd = match kind {
+        let cmd = match kind {
             TargetKind::Pgmux => pgmux_command(settings),
             TargetKind::Pgbouncer | TargetKind::PgbouncerTuned => pgbouncer_command(kind, settings, dir.path())?,
         };
-        let log = File::create(dir.path().join("output.log")).map_err(|e| format!("log: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("log: {e}"))?;
-        cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
-        pgmux_testkit::die_with_parent(&mut cmd);
-        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", kind.name()))?;
-        let mut target = Target { kind, child: Some(child), dir };
+        let process = ChildProcess::spawn_logged(kind.name(), cmd, &dir.path().join("output.log"))
+            .map_err(|e| format!("{}: {e}", kind.name()))?;
+        let mut target = Target { kind, process, dir };
         target.wait_listening()?;
         Ok(target)
     }
 
     fn wait_listening(&mut self) -> Result<(), String> {
         let addr: SocketAddr = LISTEN.parse().map_err(|e| format!("{LISTEN}: {e}"))?;
-        let started = Instant::now();
-        loop {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(format!("{} exited ({status}):\n{}", self.kind.name(), self.output_tail(30)));
+        let every = Duration::from_millis(20);
+        match self.process.wait_listening(addr, Instant::now(), LISTEN_TIMEOUT, every, || false) {
+            Ok(_) => Ok(()),
+            Err(NotListening { why: Waited::Exited(status), .. }) => {
+                Err(format!("{} exited ({status}):\n{}", self.kind.name(), self.output_tail(30)))
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if started.elapsed() > LISTEN_TIMEOUT {
-                return Err(format!("{} did not listen on {LISTEN}:\n{}", self.kind.name(), self.output_tail(30)));
-            }
-            thread::sleep(Duration::from_millis(20));
+            Err(_) => Err(format!("{} did not listen on {LISTEN}:\n{}", self.kind.name(), self.output_tail(30))),
         }
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// The process's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+        pgmux_testkit::procfs::rss_kib(self.pid()?).ok()
     }
 
     /// The end of what the target logged (PgBouncer's log file and its stderr).
@@ -122,29 +110,12 @@ impl Target {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    /// SIGTERM, then SIGKILL after a grace period; idempotent. Returns whether it had exited on its own.
+    /// SIGTERM, then SIGKILL after a grace period; idempotent. Says so if it had exited on its own.
     pub fn stop(&mut self) -> Option<String> {
-        let mut child = self.child.take()?;
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(format!("{} had exited by itself ({status})", self.kind.name()));
+        match self.process.stop()? {
+            Stopped::AlreadyExited(status) => Some(format!("{} had exited by itself ({status})", self.kind.name())),
+            Stopped::Exited(_) | Stopped::Killed { .. } => None,
         }
-        pgmux_testkit::send_signal(child.id(), libc::SIGTERM);
-        let started = Instant::now();
-        while started.elapsed() < STOP_GRACE {
-            if let Ok(Some(_)) = child.try_wait() {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

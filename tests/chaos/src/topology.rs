@@ -9,14 +9,15 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use pgmux_testkit::process::run;
 use pgmux_testkit::toxiproxy::{ToxiClient, Toxiproxy};
 use pgmux_testkit::{APP_USER, SUPERUSER, give_to_postgres, pg_bin_dir, run_as_postgres};
 use tokio_postgres::{NoTls, SimpleQueryMessage};
 
-use crate::netns::HostsFile;
+use crate::hosts::HostsFile;
 use crate::node::{Node, PG_PORT};
 
 pub const NODE_A: &str = "127.0.10.1";
@@ -38,7 +39,7 @@ pub struct Seed {
 pub fn scratch_dir(kind: &str) -> Result<tempfile::TempDir, String> {
     let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
     let dir = tempfile::Builder::new()
-        .prefix(&format!("{}{}-{kind}-", crate::netns::PREFIX, std::process::id()))
+        .prefix(&format!("{}{}-{kind}-", crate::NAMING.prefix, std::process::id()))
         .tempdir_in(&base)
         .map_err(|e| format!("cannot create a directory in {}: {e}", base.display()))?;
     give_to_postgres(dir.path()).map_err(|e| format!("chown {}: {e}", dir.path().display()))?;
@@ -60,7 +61,7 @@ impl Seed {
             .arg(format!("--pwfile={}", pwfile.display()))
             .current_dir(dir.path());
         run_as_postgres(&mut initdb);
-        run(initdb, "initdb")?;
+        run(initdb, "initdb").map_err(|e| e.to_string())?;
         std::fs::write(data.join("pg_hba.conf"), crate::node::pg_hba()).map_err(|e| format!("pg_hba: {e}"))?;
         let mut node = Node::new("seed", NODE_A, dir.path().to_owned());
         node.start()?;
@@ -117,7 +118,7 @@ impl Topology {
         }
         let mut copy = Command::new("cp");
         copy.arg("-a").arg(seed.dir.path().join("data")).arg(dir.path().join("a").join("data"));
-        run(copy, "cp -a of the seed cluster")?;
+        run(copy, "cp -a of the seed cluster").map_err(|e| e.to_string())?;
         let mut a = Node::new("A", NODE_A, dir.path().join("a"));
         a.start()?;
         let mut backup = Command::new(pg_bin_dir()?.join("pg_basebackup"));
@@ -128,7 +129,7 @@ impl Topology {
             .env("PGPASSWORD", SUPERUSER.password)
             .current_dir(dir.path().join("b"));
         run_as_postgres(&mut backup);
-        run(backup, "pg_basebackup")?;
+        run(backup, "pg_basebackup").map_err(|e| e.to_string())?;
         let mut b = Node::new("B", NODE_B, dir.path().join("b"));
         b.start()?;
         let topology = Topology { a, b, hosts: hosts.clone(), toxi, _dir: dir };
@@ -217,19 +218,5 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime.block_on(future),
         Err(e) => panic!("pgmux-chaos: cannot build a runtime: {e}"),
-    }
-}
-
-fn run(mut cmd: Command, what: &str) -> Result<(), String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("cannot run {what}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
     }
 }

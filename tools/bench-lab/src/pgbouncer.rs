@@ -14,12 +14,15 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::child::Supervised;
-use crate::netns;
+use pgmux_testkit::netns;
+use pgmux_testkit::process::{ChildProcess, tail};
+
+use crate::interrupt;
 
 /// How long PgBouncer may take to listen after it is started.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -136,6 +139,8 @@ impl PgBouncerSettings {
             }
         };
         cmd.arg("-q").arg(&ini).current_dir(&self.dir);
+        // A group of its own: a Ctrl-C in the terminal reaches only the driver, which stops it.
+        cmd.process_group(0);
         Ok(cmd)
     }
 }
@@ -143,7 +148,7 @@ impl PgBouncerSettings {
 /// A running PgBouncer. Dropping it stops it.
 #[derive(Debug)]
 pub struct PgBouncerProcess {
-    child: Supervised,
+    child: ChildProcess,
     port: u16,
     log: PathBuf,
 }
@@ -155,10 +160,11 @@ impl PgBouncerProcess {
         let cmd = settings.command(name, port).map_err(|e| format!("writing the PgBouncer configuration: {e}"))?;
         let started = Instant::now();
         let output = settings.dir.join(format!("{name}.stderr"));
-        let mut child = Supervised::spawn(name, cmd, &output).map_err(|e| e.to_string())?;
+        let mut child = ChildProcess::spawn_logged(name, cmd, &output).map_err(|e| e.to_string())?;
         let log = settings.dir.join(format!("{name}.log"));
         let addr = SocketAddr::new(settings.listen_addr, port);
-        if let Err(e) = child.wait_listening(addr, started, LISTEN_TIMEOUT, Duration::from_millis(20)) {
+        let every = Duration::from_millis(20);
+        if let Err(e) = child.wait_listening(addr, started, LISTEN_TIMEOUT, every, interrupt::requested) {
             child.stop();
             return Err(format!("{e}; PgBouncer's log:\n{}\n{}", read_tail(&log, 10), child.output_tail(10)));
         }
@@ -189,12 +195,12 @@ impl PgBouncerProcess {
     }
 
     pub fn stop(&mut self) -> Option<String> {
-        self.child.stop()
+        self.child.stop().map(|stopped| stopped.to_string())
     }
 }
 
 fn read_tail(path: &Path, lines: usize) -> String {
-    crate::child::tail(&std::fs::read_to_string(path).unwrap_or_default(), lines)
+    tail(&std::fs::read_to_string(path).unwrap_or_default(), lines)
 }
 
 #[cfg(test)]

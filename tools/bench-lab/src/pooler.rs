@@ -1,20 +1,19 @@
 //! pgmux as a child process, configured the way the Lambda extension is (environment variables only), so the
 //! demo and the benchmark driver measure the real binary rather than an in-process pool.
-#![allow(unsafe_code)] // kill (SIGTERM); see the SAFETY note
 
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use pgmux_testkit::process::{ChildProcess, Waited};
+
 /// How long pgmux may take to accept connections after it is started.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long pgmux may take to exit after SIGTERM before it gets SIGKILL.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
 
 /// The environment pgmux is started with.
@@ -43,12 +42,15 @@ pub struct PgmuxSettings {
 }
 
 impl PgmuxSettings {
-    /// The command that runs pgmux with these settings (and nothing inherited that could change them).
+    /// The command that runs pgmux with these settings (and nothing inherited that could change them), in a
+    /// process group of its own: a Ctrl-C in the terminal reaches the demo or the driver, which stop pgmux
+    /// themselves (or kill it by exiting), not pgmux directly in the middle of a measurement.
     pub fn command(&self) -> Command {
         let mut cmd = match &self.netns {
-            Some(ns) => crate::netns::exec_in(ns, &self.binary),
+            Some(ns) => pgmux_testkit::netns::exec_in(ns, &self.binary),
             None => Command::new(&self.binary),
         };
+        cmd.process_group(0);
         cmd.env("PGMUX_LISTEN", self.listen.to_string())
             .env("PGMUX_DATABASE_URL", &self.database_url)
             .env("PGMUX_CLIENT_AUTH", &self.client_auth)
@@ -70,11 +72,11 @@ impl PgmuxSettings {
     }
 }
 
-/// A running pgmux. Dropping it stops it (SIGTERM, then SIGKILL); it also dies with the thread that started
-/// it (`PR_SET_PDEATHSIG`), so start it from a thread that outlives it, such as `main`.
+/// A running pgmux. Dropping it stops it (SIGTERM, then SIGKILL after 10 s); it also dies with the thread
+/// that started it (`PR_SET_PDEATHSIG`), so start it from a thread that outlives it, such as `main`.
 #[derive(Debug)]
 pub struct PgmuxProcess {
-    child: Option<Child>,
+    process: ChildProcess,
     listen: SocketAddr,
     output: Arc<Mutex<Vec<u8>>>,
     readers: Vec<JoinHandle<()>>,
@@ -102,23 +104,17 @@ impl PgmuxProcess {
         }
         let mut cmd = settings.command();
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // SIGKILL the child when the thread that started it exits: a killed demo leaves no pooler behind.
-        pgmux_testkit::die_with_parent(&mut cmd);
-        // A group of its own: a Ctrl-C in the terminal reaches the demo or the driver, which stop pgmux
-        // themselves (or kill it by exiting), not pgmux directly in the middle of a measurement.
-        cmd.process_group(0);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot start {}: {e}", settings.binary.display())))?;
+        // SIGKILL for the child when the thread that started it exits: a killed demo leaves no pooler behind.
+        let mut process = ChildProcess::spawn("pgmux", cmd)?;
         let output = Arc::new(Mutex::new(Vec::new()));
         let mut readers = Vec::new();
-        if let Some(stdout) = child.stdout.take() {
+        if let Some(stdout) = process.take_stdout() {
             readers.push(collect(stdout, Arc::clone(&output)));
         }
-        if let Some(stderr) = child.stderr.take() {
+        if let Some(stderr) = process.take_stderr() {
             readers.push(collect(stderr, Arc::clone(&output)));
         }
-        let mut pgmux = PgmuxProcess { child: Some(child), listen: settings.listen, output, readers };
+        let mut pgmux = PgmuxProcess { process, listen: settings.listen, output, readers };
         pgmux.wait_listening()?;
         Ok(pgmux)
     }
@@ -129,13 +125,12 @@ impl PgmuxProcess {
 
     /// pgmux's pid while it has not been reaped (for its memory and CPU time in `/proc`).
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// How pgmux exited, if it has exited on its own.
     pub fn exited(&mut self) -> Option<String> {
-        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
-        Some(status.to_string())
+        self.process.exited().map(|status| status.to_string())
     }
 
     /// Everything pgmux wrote to stdout and stderr so far.
@@ -150,60 +145,32 @@ impl PgmuxProcess {
     }
 
     fn wait_listening(&mut self) -> io::Result<()> {
-        let started = Instant::now();
-        loop {
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
+        let waited = self.process.wait_listening(self.listen, Instant::now(), LISTEN_TIMEOUT, POLL, || false);
+        match waited {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.why, Waited::Exited(_)) => {
                 self.join_readers();
-                return Err(io::Error::other(format!(
-                    "pgmux exited before listening on {} ({status}); its output:\n{}",
-                    self.listen,
-                    self.output_for_error()
-                )));
+                Err(io::Error::other(format!("{e}; its output:\n{}", self.output_for_error())))
             }
-            if TcpStream::connect_timeout(&self.listen, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if started.elapsed() > LISTEN_TIMEOUT {
+            Err(_) => {
                 self.stop();
-                return Err(io::Error::new(
+                Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
                         "pgmux did not accept connections on {} within {LISTEN_TIMEOUT:?}; its output:\n{}",
                         self.listen,
                         self.output_for_error()
                     ),
-                ));
+                ))
             }
-            thread::sleep(POLL);
         }
     }
 
     /// SIGTERM, wait up to 10 s, then SIGKILL. Returns how it exited; idempotent (`None` the second time).
     pub fn stop(&mut self) -> Option<String> {
-        let mut child = self.child.take()?;
-        let status = match child.try_wait() {
-            Ok(Some(status)) => Some(status),
-            _ => {
-                if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-                    // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped, so the
-                    // pid is still ours.
-                    unsafe { libc::kill(pid, libc::SIGTERM) };
-                }
-                wait_timeout(&mut child, STOP_TIMEOUT)
-            }
-        };
-        let status = match status {
-            Some(status) => status.to_string(),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                format!("killed after not exiting within {STOP_TIMEOUT:?} of SIGTERM")
-            }
-        };
+        let stopped = self.process.stop()?;
         self.join_readers();
-        Some(status)
+        Some(stopped.to_string())
     }
 
     fn join_readers(&mut self) {
@@ -217,18 +184,6 @@ impl Drop for PgmuxProcess {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) => thread::sleep(POLL),
-            Err(_) => return None,
-        }
-    }
-    None
 }
 
 fn collect(mut pipe: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {

@@ -1,11 +1,11 @@
 //! `pgmux-bench-client JOB.json REPORT.json`: runs one job of the network lab's clients (see
-//! `pgmux_benches::jobs`) where it is started, which is the lab's application host (`pgmux-bench` starts it
+//! `pgmux_bench_lab::jobs`) where it is started, which is the lab's application host (`pgmux-bench` starts it
 //! there with `ip netns exec`), and writes what it measured as JSON. Not meant to be run by hand.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use pgmux_benches::jobs::{self, Job};
+use pgmux_bench_lab::jobs::{self, Job};
 
 fn main() -> ExitCode {
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();

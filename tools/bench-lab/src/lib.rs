@@ -1,18 +1,19 @@
 //! The pieces the demo (`pgmux-demo`) and the benchmark driver (`pgmux-bench`) share: the Lambda-style
 //! [`workload`], the pgmux child process ([`pooler`]), latency summaries ([`stats`]), where clients connect
 //! ([`endpoint`]) and the demo's side-by-side [`report`]; and the driver's own parts: PgBouncer
-//! ([`pgbouncer`]) and pgbench ([`pgbench`]) as children ([`child`]), both poolers of a setting
-//! ([`poolers`]), the throwaway world they run in ([`lab`]) and the network lab beside it ([`netlab`]: an
-//! application host in a namespace of its own ([`netns`]), certificates ([`pki`]), TLS for the driver's own
-//! clients ([`pgtls`]), and those clients as jobs ([`jobs`]) for `pgmux-bench-client`); the workloads
-//! ([`suite`], [`suite_net`], with [`idle_clients`] and [`startup`]), what is measured from `/proc` ([`os`]),
-//! the figures ([`metric`], [`results`]) and docs/benchmarks.md ([`markdown`]).
+//! ([`pgbouncer`]) and pgbench ([`pgbench`]) as children (through `pgmux_testkit::process`), both poolers of
+//! a setting ([`poolers`]), the throwaway world they run in ([`lab`]) and the network lab beside it
+//! ([`netlab`]: an application host in a namespace of its own ([`app_host`], on `pgmux_testkit::netns`),
+//! certificates ([`pki`]), TLS for the driver's own clients ([`pgtls`]), and those clients as jobs ([`jobs`])
+//! for `pgmux-bench-client`); the workloads ([`suite`], [`suite_net`], with [`idle_clients`] and
+//! [`startup`]), what is measured from `/proc` (`pgmux_testkit::procfs`), the figures ([`metric`], [`results`]) and
+//! docs/benchmarks.md ([`markdown`]).
 //!
 //! Build in release mode for meaningful figures: the demo's clients derive SCRAM keys (4096 rounds of
 //! PBKDF2) on every connect, which is slow in a debug build; and the poolers under test should be optimised.
 
+pub mod app_host;
 pub mod args;
-pub mod child;
 pub mod endpoint;
 pub mod idle_clients;
 pub mod interrupt;
@@ -23,8 +24,6 @@ pub mod machine;
 pub mod markdown;
 pub mod metric;
 pub mod netlab;
-pub mod netns;
-pub mod os;
 pub mod pgbench;
 pub mod pgbouncer;
 pub mod pgtls;

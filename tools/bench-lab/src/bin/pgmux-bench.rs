@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use clap::Parser;
-use pgmux_benches::args::parse_duration;
-use pgmux_benches::lab::{Lab, Tools};
-use pgmux_benches::machine::{self, Machine, Versions};
-use pgmux_benches::markdown::{self, RunReport};
-use pgmux_benches::plan::{Plan, STEPS};
-use pgmux_benches::suite::Suite;
-use pgmux_benches::{interrupt, os, pgbench, pgbouncer, pooler};
+use pgmux_bench_lab::args::parse_duration;
+use pgmux_bench_lab::lab::{Lab, Tools};
+use pgmux_bench_lab::machine::{self, Machine, Versions};
+use pgmux_bench_lab::markdown::{self, RunReport};
+use pgmux_bench_lab::plan::{Plan, STEPS};
+use pgmux_bench_lab::suite::Suite;
+use pgmux_bench_lab::{interrupt, pgbench, pgbouncer, pooler};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -124,9 +124,10 @@ impl Args {
     }
 }
 
-/// The workspace this driver was built from (for docs/benchmarks.md and the git revision).
+/// The workspace this driver was built from (for docs/benchmarks.md and the git revision): two levels above
+/// this crate's `tools/bench-lab`.
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_owned)
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).map_or_else(|| PathBuf::from("."), Path::to_owned)
 }
 
 fn main() -> ExitCode {
@@ -151,7 +152,7 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     }
     // Before anything is spawned: children inherit the limit.
-    let files = os::raise_open_file_limit(plan.open_files()).context("raising the open-file limit")?;
+    let files = pgmux_testkit::raise_open_file_limit(plan.open_files()).context("raising the open-file limit")?;
     if files < plan.open_files() {
         bail!(
             "W6 needs {} open files but the limit is {files}; raise it (`ulimit -n {}`, as root if need be) or \
@@ -227,7 +228,7 @@ fn find_tools(args: &Args) -> anyhow::Result<Tools> {
     let pgbench = pgbench::find(args.pgbench.as_deref()).map_err(|e| anyhow!(e))?;
     let client = std::env::current_exe().context("cannot locate this executable")?.with_file_name("pgmux-bench-client");
     if !client.is_file() {
-        bail!("{} not found: build it with `cargo build -p pgmux-benches`", client.display());
+        bail!("{} not found: build it with `cargo build -p pgmux-bench-lab`", client.display());
     }
     Ok(Tools { pgmux, pgbouncer, pgbench, client })
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use pgmux_testkit::procfs;
 use pgmux_testkit::{APP_USER, DATABASE, SUPERUSER};
 use tokio::runtime::Runtime;
 use tokio_postgres::Config;
@@ -16,7 +17,7 @@ use crate::lab::Lab;
 use crate::pgbench::{Pgbench, PgbenchOutcome};
 use crate::plan::Plan;
 use crate::results::{Metric, Outcome, Results, Target, World, median};
-use crate::{ServerMonitor, Workload, interrupt, os, startup};
+use crate::{ServerMonitor, Workload, interrupt, startup};
 
 /// Extra time a step may take beyond its planned length before it is abandoned.
 pub(crate) const SLACK: Duration = Duration::from_secs(60);
@@ -267,21 +268,21 @@ impl Suite<'_> {
         let plan = self.plan;
         let clients = rows.clients.unwrap_or(plan.pgbench_clients);
         let args = pgbench_args(plan, mode, clients);
-        let cpu_before = pid.map(os::cpu_seconds);
-        let machine_before = os::machine_busy_seconds();
+        let cpu_before = pid.map(procfs::cpu_seconds);
+        let machine_before = procfs::machine_busy_seconds();
         let outcome = pgbench.run(endpoint, &args, clients, plan.pgbench_duration() + SLACK);
         // Read at once, before the pooler lets idle connections go.
         let servers = rows.servers.filter(|m| m.applies_to(target)).map(|metric| {
             let held = pid.ok_or_else(|| "no pooler process".to_owned()).and_then(|pid| {
-                os::tcp_connections_to(pid, server.port).map_err(|e| format!("counting its sockets: {e}"))
+                procfs::tcp_connections_to(pid, server.port).map_err(|e| format!("counting its sockets: {e}"))
             });
             (metric, held.map_or_else(Outcome::Failed, |n| Outcome::Value(n as f64)))
         });
-        let machine_used = match (os::machine_busy_seconds(), machine_before) {
+        let machine_used = match (procfs::machine_busy_seconds(), machine_before) {
             (Ok(after), Ok(before)) => Ok(after - before),
             (Err(e), _) | (_, Err(e)) => Err(format!("reading /proc/stat: {e}")),
         };
-        let cpu_used = match (pid.map(os::cpu_seconds), cpu_before) {
+        let cpu_used = match (pid.map(procfs::cpu_seconds), cpu_before) {
             (Some(Ok(after)), Some(Ok(before))) => Ok(after - before),
             (Some(Err(e)), _) | (_, Some(Err(e))) => Err(format!("reading the pooler's CPU time: {e}")),
             _ => Err("no pooler process to measure".to_owned()),
@@ -399,7 +400,7 @@ impl Suite<'_> {
         let endpoint = self.lab.fresh(target)?;
         let pid = self.lab.poolers.pid(target).ok_or("the pooler has no pid")?;
         let port = endpoint.port;
-        let rss = || os::rss_kib(pid).map_err(|e| format!("reading the pooler's memory: {e}"));
+        let rss = || procfs::rss_kib(pid).map_err(|e| format!("reading the pooler's memory: {e}"));
         let before = rss()?;
         let clients = IdleClients {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),

@@ -4,7 +4,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::child::tail;
+use pgmux_testkit::process::tail;
+
 use crate::endpoint::Endpoint;
 use crate::pgbouncer::{PgBouncerProcess, PgBouncerSettings};
 use crate::results::Target;

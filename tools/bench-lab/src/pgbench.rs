@@ -4,13 +4,16 @@
 //! whose reason is the error pgbench printed (for `-M prepared` through a transaction pooler: `prepared
 //! statement "P_0" does not exist`), so that the report shows why instead of a partial tps.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::child::{Supervised, Waited, tail};
+use pgmux_testkit::netns;
+use pgmux_testkit::process::{ChildProcess, Waited, tail};
+
 use crate::endpoint::Endpoint;
-use crate::netns;
+use crate::interrupt;
 
 /// Where pgbench is: `explicit` if given, else beside the PostgreSQL server binaries (Debian keeps it in
 /// `/usr/lib/postgresql/<v>/bin`, and `/usr/bin/pgbench` is only a wrapper that needs a cluster), else PATH.
@@ -69,11 +72,11 @@ impl Pgbench {
         let _ = std::fs::remove_file(&output);
         let mut cmd = self.command(endpoint);
         cmd.args(args).arg(&self.database);
-        let mut child = match Supervised::spawn("pgbench", cmd, &output) {
+        let mut child = match ChildProcess::spawn_logged("pgbench", cmd, &output) {
             Ok(child) => child,
             Err(e) => return PgbenchOutcome::Failed(e.to_string()),
         };
-        let waited = child.wait(limit);
+        let waited = child.wait(limit, interrupt::requested);
         child.stop();
         let text = child.output();
         match waited {
@@ -88,8 +91,8 @@ impl Pgbench {
         let output = self.scratch.join("pgbench-init.out");
         let mut cmd = self.command(endpoint);
         cmd.args(["-i", "-s", &scale.to_string(), "-q"]).arg(&self.database);
-        let mut child = Supervised::spawn("pgbench -i", cmd, &output).map_err(|e| e.to_string())?;
-        match child.wait(limit) {
+        let mut child = ChildProcess::spawn_logged("pgbench -i", cmd, &output).map_err(|e| e.to_string())?;
+        match child.wait(limit, interrupt::requested) {
             Waited::Exited(status) if status.success() => Ok(()),
             Waited::Exited(status) => Err(format!("pgbench -i failed ({status}):\n{}", child.output_tail(10))),
             Waited::TimedOut => Err(format!("pgbench -i did not finish within {limit:?}")),
@@ -103,6 +106,8 @@ impl Pgbench {
             None => Command::new(&self.program),
         };
         cmd.args(["-U", &self.user]);
+        // A group of its own: a Ctrl-C in the terminal reaches only the driver, which stops it.
+        cmd.process_group(0);
         for var in ["PGPASSWORD", "PGOPTIONS", "PGSERVICE", "PGSSLROOTCERT", "PGHOSTADDR"] {
             cmd.env_remove(var);
         }

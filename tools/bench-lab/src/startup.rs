@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::child::Supervised;
+use pgmux_testkit::process::ChildProcess;
+
+use crate::interrupt;
 
 /// Longest a start may take before it counts as failed.
 const START_LIMIT: Duration = Duration::from_secs(10);
@@ -30,8 +32,9 @@ pub fn time_starts(
         let cmd = command(port).map_err(|e| format!("preparing {name}: {e}"))?;
         let _ = std::fs::remove_file(output);
         let started = Instant::now();
-        let mut child = Supervised::spawn_short_lived(name, cmd, output).map_err(|e| e.to_string())?;
-        let took = child.wait_listening(SocketAddr::from(([127, 0, 0, 1], port)), started, START_LIMIT, POLL);
+        let mut child = ChildProcess::spawn_short_lived_logged(name, cmd, output).map_err(|e| e.to_string())?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let took = child.wait_listening(addr, started, START_LIMIT, POLL, interrupt::requested);
         child.stop();
         match took {
             Ok(took) => times.push(took),

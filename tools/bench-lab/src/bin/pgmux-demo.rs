@@ -3,7 +3,7 @@
 //! pgmux, then straight against PostgreSQL; the table shows how many server connections each needed.
 //!
 //! ```text
-//! cargo build --release -p pgmux -p pgmux-benches
+//! cargo build --release -p pgmux -p pgmux-bench-lab
 //! target/release/pgmux-demo            # or --quick for a 3 s run
 //! ```
 
@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use pgmux_benches::args::parse_duration;
-use pgmux_benches::endpoint::Endpoint;
-use pgmux_benches::report::Settings;
-use pgmux_benches::{Comparison, PgmuxProcess, PgmuxSettings, Progress, ServerMonitor, Workload, pooler};
+use pgmux_bench_lab::args::parse_duration;
+use pgmux_bench_lab::endpoint::Endpoint;
+use pgmux_bench_lab::report::Settings;
+use pgmux_bench_lab::{Comparison, PgmuxProcess, PgmuxSettings, Progress, ServerMonitor, Workload, pooler};
 use pgmux_testkit::{APP_USER, PgOptions, PgServer, SUPERUSER};
 
 /// PostgreSQL's `max_connections` for the demo: room for the direct run's 64 clients and more.

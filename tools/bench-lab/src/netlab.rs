@@ -15,20 +15,22 @@
 //! host and measures the round trip ([`Topology`]).
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pgmux_testkit::netns;
+use pgmux_testkit::process::{ChildProcess, Waited};
 use pgmux_testkit::toxiproxy::{Toxic, Toxiproxy, free_port_on};
 use pgmux_testkit::{APP_USER, DATABASE, MD5_USER, PgOptions, PgServer, SUPERUSER};
 use serde::Serialize;
 use tokio_postgres::Config;
 
-use crate::child::{Supervised, Waited};
+use crate::app_host::{AppHost, DB_HOST_NAME};
 use crate::endpoint::Endpoint;
 use crate::jobs::{Job, JobReport, ProbeReport};
 use crate::lab::{INIT_LIMIT, Tools, wait_for_drain};
-use crate::netns::{self, AppHost, DB_HOST_NAME};
 use crate::pgbench::Pgbench;
 use crate::pgbouncer::{PgBouncerProcess, PgBouncerSettings};
 use crate::pki::Pki;
@@ -36,7 +38,7 @@ use crate::plan::Plan;
 use crate::poolers::{Poolers, Ports};
 use crate::results::Target;
 use crate::workload::ServerMonitor;
-use crate::{PgmuxProcess, PgmuxSettings};
+use crate::{PgmuxProcess, PgmuxSettings, interrupt};
 
 /// `select 1` round trips the topology check times.
 const PINGS: usize = 50;
@@ -269,9 +271,9 @@ impl NetLab {
         let text = serde_json::to_string(job).map_err(|e| e.to_string())?;
         std::fs::write(&input, text).map_err(|e| format!("writing {}: {e}", input.display()))?;
         let mut cmd = netns::exec_in(self.host.name(), &self.client);
-        cmd.arg(&input).arg(&output);
-        let mut child = Supervised::spawn("pgmux-bench-client", cmd, &log).map_err(|e| e.to_string())?;
-        let waited = child.wait(limit);
+        cmd.arg(&input).arg(&output).process_group(0);
+        let mut child = ChildProcess::spawn_logged("pgmux-bench-client", cmd, &log).map_err(|e| e.to_string())?;
+        let waited = child.wait(limit, interrupt::requested);
         child.stop();
         match waited {
             Waited::Exited(status) if status.success() => {

@@ -19,7 +19,7 @@ const INTRO: &str = "# Benchmarks
 
 pgmux next to PgBouncer and next to PostgreSQL without a pooler, on the same machine, in the same run.
 `make bench` measures and rewrites the section between the markers below (the driver is
-`benches/src/bin/pgmux-bench.rs`); anything outside the markers is kept as written.
+`tools/bench-lab/src/bin/pgmux-bench.rs`); anything outside the markers is kept as written.
 ";
 
 /// Everything a run produced: the document's section and `--json` are both made from it.
