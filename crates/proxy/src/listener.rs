@@ -23,7 +23,7 @@ use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
 use crate::ops::metrics_http;
-use crate::pools::ServerPool;
+use crate::pools::Pools;
 use crate::pools::budget::Report;
 use crate::pools::sizing;
 use crate::runtime::stop::{Level, Stop};
@@ -115,12 +115,12 @@ impl Admin {
     pub fn metrics(&self) -> pgmux_metrics::Snapshot {
         let obs = self.shared.observer();
         obs.tick();
-        obs.snapshot(self.shared.pool.gauges())
+        obs.snapshot(self.shared.pools.gauges())
     }
 
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
-        self.shared.pool.live_config().full()
+        self.shared.pools.live_config().full()
     }
 }
 
@@ -166,8 +166,8 @@ impl Listener {
         let listen = config.listen;
         let config = Arc::new(config);
         let tasks = TaskTracker::new();
-        let pool = Arc::new(ServerPool::new(Arc::clone(&config), credentials, server_tls, tasks.clone(), stop.clone()));
-        let shared = Arc::new(Shared::new(pool, tasks, client_tls));
+        let pools = Pools::new(config, credentials, server_tls, tasks.clone(), stop.clone());
+        let shared = Arc::new(Shared::new(pools, tasks, client_tls));
         Ok((shared, listen))
     }
 
@@ -175,7 +175,7 @@ impl Listener {
     /// limit this instance would take. Listens on nothing.
     pub async fn check(config: Config, access: ServerAccess) -> Result<Report, SetupError> {
         let (shared, _) = Self::prepare(config, access, &Stop::new())?;
-        sizing::check(&shared.pool).await.map_err(|e| SetupError::Check(e.to_string()))
+        sizing::check(shared.pools.first()).await.map_err(|e| SetupError::Check(e.to_string()))
     }
 
     /// Holds back pgmux's own database I/O (the control connection, `min_pool_size`) until `gate` fires or
@@ -229,7 +229,7 @@ impl Listener {
         // Unix clients are shown with the port their socket file is named after, as PgBouncer does.
         let unix_peer = Peer::Unix { port: socket.local_addr().map(|a| a.port()).unwrap_or_default() };
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
-        let sizing = tokio::spawn(sizing::run(Arc::clone(&shared.pool), stop.clone(), gate));
+        let sizing = tokio::spawn(sizing::run(Arc::clone(shared.pools.first()), stop.clone(), gate));
         let metrics = tokio::spawn(metrics_http::serve(Arc::clone(&shared), stop.clone()));
         let next_id = Arc::new(AtomicU64::new(1));
         loop {
@@ -257,7 +257,7 @@ impl Listener {
         // The sockets stay open for the admin console until pgmux exits; other clients are turned away.
         let door = tokio::spawn(console_door(socket, unix, unix_peer, Arc::clone(&shared), stop.clone(), next_id));
         tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
-        shared.pool.close();
+        shared.pools.all().iter().for_each(|pool| pool.close());
         shared.tasks.close();
         let deadline = shared.config().shutdown_timeout;
         if tokio::time::timeout(deadline, shared.tasks.wait()).await.is_err() {
@@ -270,7 +270,7 @@ impl Listener {
         let _ = sizing.await;
         let _ = door.await;
         let _ = metrics.await;
-        let servers = shared.pool.drain_idle();
+        let servers: Vec<_> = shared.pools.all().iter().flat_map(|pool| pool.drain_idle()).collect();
         let count = servers.len();
         futures_join_all(servers.into_iter().map(|s| s.terminate())).await;
         tracing::info!(servers = count, "pgmux stopped");
@@ -310,11 +310,13 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
             _ = stop.reached(Level::Hard) => return,
             _ = tick.tick() => {}
         }
-        shared.pool.evict_idle();
+        shared.pools.all().iter().for_each(|pool| pool.evict_idle());
         shared.observer().tick();
-        tokio::select! {
-            _ = stop.reached(Level::Hard) => return,
-            () = shared.pool.probe_liveness() => {}
+        for pool in shared.pools.all() {
+            tokio::select! {
+                _ = stop.reached(Level::Hard) => return,
+                () = pool.probe_liveness() => {}
+            }
         }
     }
 }

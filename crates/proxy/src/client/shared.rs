@@ -1,4 +1,4 @@
-//! What every client session of one pgmux shares: the configuration, the server pool, what is known about
+//! What every client session of one pgmux shares: the pools (and through them the configuration), what is known about
 //! clients' start-up parameters and prepared statements, cancel keys, and how clients log in.
 
 use std::sync::atomic::AtomicUsize;
@@ -13,7 +13,7 @@ use crate::client::memory::MessageMemory;
 use crate::config::Config;
 use crate::config::source::ConfigSource;
 use crate::observe::Observer;
-use crate::pools::ServerPool;
+use crate::pools::Pools;
 use crate::protocol::params::{Catalog, Greetings};
 use crate::protocol::statements::Registry;
 
@@ -30,7 +30,8 @@ impl std::fmt::Debug for ClientTls {
 /// State shared by every session of one pgmux.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) pool: Arc<ServerPool>,
+    /// The registry of pools, and what they share.
+    pub(crate) pools: Pools,
     /// What clients' start-up parameter values turn into on the server.
     pub(crate) catalog: Catalog,
     /// The parameter messages recent logins were sent, to send again.
@@ -54,14 +55,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(
-        pool: Arc<ServerPool>,
-        tasks: TaskTracker,
-        client_tls: Option<tokio_rustls::TlsAcceptor>,
-    ) -> Self {
+    pub(crate) fn new(pools: Pools, tasks: TaskTracker, client_tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         Shared {
-            auth: RwLock::new(Arc::new(Authenticator::new(&pool.config()))),
-            pool,
+            auth: RwLock::new(Arc::new(Authenticator::new(&pools.config()))),
+            pools,
             catalog: Catalog::default(),
             greetings: Greetings::default(),
             statements: Registry::default(),
@@ -78,13 +75,13 @@ impl Shared {
     /// The configuration in force. A guard: hold it briefly.
     #[inline]
     pub(crate) fn config(&self) -> Guard<Arc<Config>> {
-        self.pool.config()
+        self.pools.config()
     }
 
     /// Metrics and the lists of clients and servers.
     #[inline]
     pub(crate) fn observer(&self) -> &Arc<Observer> {
-        self.pool.observer()
+        self.pools.observer()
     }
 
     pub(crate) fn auth(&self) -> Arc<Authenticator> {

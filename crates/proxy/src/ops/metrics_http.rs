@@ -91,7 +91,7 @@ async fn answer(shared: &Shared, stop: &Stop, mut stream: TcpStream) -> std::io:
 pub(crate) fn metrics_text(shared: &Shared, format: Format) -> String {
     let obs = shared.observer();
     obs.tick();
-    let snap = obs.snapshot(shared.pool.gauges());
+    let snap = obs.snapshot(shared.pools.gauges());
     render(&snap, format, Some(obs.started_unix()))
 }
 

@@ -74,7 +74,7 @@ fn failed(shared: &Shared, why: String) -> String {
 /// Puts `new` in force. With `access`, logins are rebuilt from it (a full reload); without, the keys that
 /// change how pgmux logs in must not have changed (`SET`).
 pub(crate) fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Result<Outcome, String> {
-    let old = shared.pool.live_config().full();
+    let old = shared.pools.live_config().full();
     let kept = keep_restart_only(&old, &mut new);
     let changed = changed_keys(&old, &new);
     let reconnect = old.login_differs(&new);
@@ -86,14 +86,18 @@ pub(crate) fn apply(shared: &Shared, mut new: Config, access: Option<ServerAcces
         }
         None => None,
     };
-    shared.pool.live_config().replace(Arc::new(new));
+    shared.pools.live_config().replace(Arc::new(new));
     if let Some((credentials, server_tls, client_tls)) = rebuilt {
-        shared.pool.replace_access(credentials, server_tls);
+        for pool in shared.pools.all() {
+            pool.replace_access(Arc::clone(&credentials), server_tls.clone());
+        }
         shared.replace_login(Authenticator::new(&shared.config()), client_tls);
     }
-    shared.pool.resize();
-    if reconnect {
-        shared.pool.reconnect();
+    for pool in shared.pools.all() {
+        pool.resize();
+        if reconnect {
+            pool.reconnect();
+        }
     }
     shared.observer().metrics.reloads.inc(ReloadResult::Ok);
     let outcome = Outcome { changed, kept, reconnect };

@@ -249,7 +249,7 @@ impl ServerPool {
         if self.config().max_connections_percent == 0 || self.pool.status().size <= 1 {
             return true;
         }
-        if !self.budget.refresh_if_older(Duration::ZERO, Duration::from_secs(1)).await {
+        if !self.globals.budget.refresh_if_older(Duration::ZERO, Duration::from_secs(1)).await {
             return true;
         }
         self.pool.status().size <= self.limit.current()

@@ -16,38 +16,39 @@ mod checkout;
 mod limit;
 mod nodes;
 mod probe;
+mod registry;
 pub(crate) mod sizing;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use arc_swap::Guard;
 use pgmux_metrics::ServerCloseReason;
 use pgmux_pool::{Lease, Pool, PoolConfig, Status};
-use tokio_util::task::TaskTracker;
 
 pub(crate) use checkout::{CheckoutError, Fitness, Resume, ServerGrant, ServerTicket};
-use limit::{BudgetClock, Limit};
+use limit::Limit;
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
+pub(crate) use registry::{Globals, PoolId, Pools};
 
 use crate::config::credentials::Credentials;
 use crate::config::{Config, LiveConfig};
 use crate::net::tls::ServerTls;
-use crate::observe::{Observer, PoolGauges, ServerEntry, unix_now};
+use crate::observe::{ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
-use crate::runtime::stop::Stop;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 
 /// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.
 pub(crate) type ServerLease = Lease<Box<ServerConn>>;
 
-/// Every server connection of one pgmux, and how they are lent.
+/// The server connections of one pool (today pgmux's only one), and how they are lent. What every pool
+/// shares (the configuration in force, the observer, the budget) is in [`Globals`], beside the pools.
 #[derive(Debug)]
 pub(crate) struct ServerPool {
-    config: LiveConfig,
+    globals: Arc<Globals>,
     pool: Pool<Box<ServerConn>>,
     limit: Limit,
     /// Where logins come from and how TLS is done; a reload may replace both (new connections use them).
@@ -56,10 +57,8 @@ pub(crate) struct ServerPool {
     /// Connections with an id below this are replaced as they come back (`RECONNECT`, a reload that
     /// changed how to log in).
     reconnect_below: AtomicU64,
-    observer: Arc<Observer>,
     /// The server's own parameter values, as the newest connection reported them at login.
     defaults: RwLock<Arc<Defaults>>,
-    next_id: AtomicU64,
     /// How long the last new connection took to open and log in, in microseconds: lazy growth waits at
     /// least that long (see [`grow_after`]).
     login_micros: AtomicU64,
@@ -67,106 +66,56 @@ pub(crate) struct ServerPool {
     nodes: Nodes,
     /// What the liveness probe keeps between rounds.
     probes: probe::Probes,
-    /// Sessions are woken through it when a node is declared dead, to give up its connections.
-    stop: Stop,
-    /// When the database's budget was last read (sizing), and a way to ask for a fresh reading.
-    budget: BudgetClock,
-    /// The last sizing reading (or why there was none).
-    sizing: Mutex<sizing::SizingView>,
     /// Seeds the per-connection lifetime jitter.
     jitter: std::collections::hash_map::RandomState,
-    /// Background work (closing retired connections) that shutdown waits for.
-    tasks: TaskTracker,
 }
 
 impl ServerPool {
-    pub(crate) fn new(
-        config: Arc<Config>,
-        credentials: Arc<dyn Credentials>,
-        tls: ServerTls,
-        tasks: TaskTracker,
-        stop: Stop,
-    ) -> Self {
+    pub(crate) fn new(globals: Arc<Globals>, credentials: Arc<dyn Credentials>, tls: ServerTls) -> Self {
+        let config = globals.config.full();
         let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));
         let pool_config = PoolConfig { steady_after: STEADY_LINE, ..PoolConfig::new(limit, config.pool_grow_after) };
         // A connection that comes back while the pool is over a lowered limit is closed, not kept.
-        let closer_tasks = tasks.clone();
+        let closer_tasks = globals.tasks.clone();
         let pool = Pool::with_closer(pool_config, move |conn: Box<ServerConn>| {
             tracing::debug!(server_id = conn.id, "closing a server connection above the pool limit");
             conn.closing(ServerCloseReason::OverLimit);
             closer_tasks.spawn(conn.terminate());
         });
         ServerPool {
-            config: LiveConfig::new(config),
+            globals,
             pool,
             limit: Limit::new(limit),
             credentials: RwLock::new(credentials),
             tls: RwLock::new(tls),
             reconnect_below: AtomicU64::new(0),
-            observer: Arc::default(),
             defaults: RwLock::default(),
-            next_id: AtomicU64::new(1),
             login_micros: AtomicU64::new(0),
             nodes: Nodes::default(),
             probes: probe::Probes::default(),
-            stop,
-            budget: Default::default(),
-            sizing: Mutex::default(),
             jitter: Default::default(),
-            tasks,
         }
     }
 
     /// The configuration in force. A guard: hold it briefly.
     #[inline]
     pub(crate) fn config(&self) -> Guard<Arc<Config>> {
-        self.config.load()
+        self.globals.config.load()
     }
 
     /// The replaceable configuration itself (reloads swap it).
     pub(crate) fn live_config(&self) -> &LiveConfig {
-        &self.config
+        &self.globals.config
     }
 
-    /// What pgmux knows about itself: metrics, clients, servers.
-    pub(crate) fn observer(&self) -> &Arc<Observer> {
-        &self.observer
+    /// What every pool shares.
+    pub(crate) fn globals(&self) -> &Arc<Globals> {
+        &self.globals
     }
 
     /// Counters at this moment.
     pub(crate) fn status(&self) -> Status {
         self.pool.status()
-    }
-
-    /// What the pool says for a snapshot of the metrics.
-    pub(crate) fn gauges(&self) -> PoolGauges {
-        let plan = self.sizing.lock().unwrap_or_else(|e| e.into_inner()).plan.as_ref().map(|p| (p.budget, p.members));
-        PoolGauges {
-            status: self.status(),
-            limit: self.limit(),
-            own: self.own_connections(),
-            budget: plan.map(|(budget, _)| budget),
-            members: plan.map(|(_, members)| members),
-        }
-    }
-
-    /// Records a sizing reading (or why there was none).
-    pub(crate) fn sizing_read(&self, outcome: Result<(&budget::Reading, &budget::Plan), String>) {
-        let mut view = self.sizing.lock().unwrap_or_else(|e| e.into_inner());
-        match outcome {
-            Ok((reading, plan)) => {
-                view.reading = Some(reading.clone());
-                view.plan = Some(plan.clone());
-                view.read_unix = Some(unix_now());
-                view.error = None;
-            }
-            Err(why) => view.error = Some(why),
-        }
-    }
-
-    /// The last sizing reading, for `SHOW SIZING`.
-    pub(crate) fn sizing(&self) -> sizing::SizingView {
-        self.sizing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The limit in force.
@@ -224,7 +173,7 @@ impl ServerPool {
 
     /// Marks every connection open now to be replaced as it comes back; idle ones are closed at once.
     pub(crate) fn reconnect(&self) {
-        self.reconnect_below.store(self.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.reconnect_below.store(self.globals.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
         self.evict_idle();
     }
 
@@ -241,7 +190,7 @@ impl ServerPool {
 
     /// Connections marked by [`reconnect`](Self::reconnect) that are still open.
     pub(crate) fn stale_open(&self) -> usize {
-        self.observer.servers.open_below(self.reconnect_below.load(Ordering::Relaxed))
+        self.globals.observer.servers.open_below(self.reconnect_below.load(Ordering::Relaxed))
     }
 
     /// Holds new transactions: nothing is lent until [`resume`](Self::resume).
@@ -267,12 +216,12 @@ impl ServerPool {
 
     /// Sizing took a reading of the database's budget.
     pub(crate) fn budget_read(&self) {
-        self.budget.read_now();
+        self.globals.budget.read_now();
     }
 
     /// Resolves when the pool, about to grow on an old reading, wants a fresh one.
     pub(crate) async fn budget_wanted(&self) {
-        self.budget.wanted().await;
+        self.globals.budget.wanted().await;
     }
 
     /// The server's own parameter values (empty until the first connection reported them).
@@ -286,7 +235,7 @@ impl ServerPool {
         while self.pool.status().size < want {
             let Some(slot) = self.pool.try_grow() else { return };
             let pool = Arc::clone(self);
-            self.tasks.spawn(async move {
+            self.globals.tasks.spawn(async move {
                 match pool.open().await {
                     Ok(conn) => drop(slot.fill(Box::new(conn))),
                     Err(e) => tracing::debug!(error = %e, "could not open a connection for min_pool_size"),
@@ -303,18 +252,18 @@ impl ServerPool {
 
     /// Opens a pool connection, with its own jittered `server_lifetime`.
     async fn open(&self) -> Result<ServerConn, CheckoutError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let config = self.config.full();
+        let id = self.globals.next_id.fetch_add(1, Ordering::Relaxed);
+        let config = self.globals.config.full();
         let started = std::time::Instant::now();
         let opened = self.connect(id, config.max_prepared_statements, None).await;
-        let mut conn = self.observer.opened(opened, started)?;
+        let mut conn = self.globals.observer.opened(opened, started)?;
         let login = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         if self.login_micros.swap(login, Ordering::Relaxed).abs_diff(login) > 1000 {
             self.pool.set_grow_after(grow_after(&config, login), config.pool_grow_after);
         }
         conn.lifetime = jittered(config.server_lifetime, self.jitter.hash_one(id));
         let tls = matches!(conn.io.stream, crate::net::io::Stream::TlsToServer(_));
-        conn.ticket = Some(self.observer.servers.add(ServerEntry {
+        conn.ticket = Some(self.globals.observer.servers.add(ServerEntry {
             id: conn.id,
             addr: conn.addr,
             pid: conn.key.0,
@@ -341,7 +290,7 @@ impl ServerPool {
         max_statements: usize,
         application_name: Option<&str>,
     ) -> Result<ServerConn, CheckoutError> {
-        let config = self.config.full();
+        let config = self.globals.config.full();
         let options = ConnectOptions { max_statements, ..connect_options(&config, id, application_name) };
         let (credentials, tls) = (self.credentials(), self.server_tls());
         let login = credentials.login().await?;
@@ -356,7 +305,7 @@ impl ServerPool {
         let wanted = config.target_session_attrs;
         if let Some(role) = conn.role.filter(|role| wanted.cares() && !wanted.accepts(*role)) {
             self.distrust(conn.addr, Distrust::Stale, "its role does not fit target_session_attrs");
-            self.tasks.spawn(Box::new(conn).terminate());
+            self.globals.tasks.spawn(Box::new(conn).terminate());
             return Err(ConnectError::WrongRole { addr: login.address(), role, wanted }.into());
         }
         // A node that answers a login, in a role that fits, is trusted again (a hung one that woke up).
@@ -379,7 +328,7 @@ impl ServerPool {
             self.retire(conn);
         }
         if why == Distrust::Dead {
-            self.stop.poke();
+            self.globals.stop.poke();
         }
     }
 
@@ -404,7 +353,7 @@ impl ServerPool {
     /// nodes too (a failover under way) the pool cannot tell which node answered, and says no.
     fn completing_on(&self, node: std::net::SocketAddr, since: tokio::time::Instant) -> bool {
         self.pool.last_returned().is_some_and(|at| at >= since)
-            && self.observer.servers.all().iter().all(|entry| entry.addr == node)
+            && self.globals.observer.servers.all().iter().all(|entry| entry.addr == node)
     }
 
     /// A probe of `node` sent at `asked` got no answer within `server_probe_timeout`: the node is declared
@@ -446,7 +395,7 @@ impl ServerPool {
 
     /// Closes a connection that leaves the pool, politely and in the background.
     pub(crate) fn retire(&self, conn: Box<ServerConn>) {
-        self.tasks.spawn(conn.terminate());
+        self.globals.tasks.spawn(conn.terminate());
     }
 
     /// Closes idle connections past `server_idle_timeout` or `server_lifetime`.

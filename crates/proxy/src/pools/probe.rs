@@ -124,7 +124,7 @@ impl ServerPool {
         if timeout.is_zero() || !lent {
             return;
         }
-        let mut nodes: Vec<SocketAddr> = self.observer.servers.all().iter().map(|e| e.addr).collect();
+        let mut nodes: Vec<SocketAddr> = self.globals.observer.servers.all().iter().map(|e| e.addr).collect();
         nodes.sort_unstable();
         nodes.dedup();
         for node in nodes {
@@ -181,7 +181,7 @@ impl ServerPool {
             tracing::debug!(error = %e, "no credentials for the liveness probe");
             Answer::Failed
         })?;
-        let config = self.config.full();
+        let config = self.globals.config.full();
         let options = ConnectOptions {
             timeout,
             need_role: false,

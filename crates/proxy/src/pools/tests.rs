@@ -9,12 +9,14 @@ use tokio_util::task::TaskTracker;
 use super::*;
 use crate::config::SslMode;
 use crate::config::credentials::StaticCredentials;
+use crate::pools::Pools;
 use crate::testing::FakeServer;
 
 fn pool_for(config: Config) -> Arc<ServerPool> {
     let credentials = Arc::new(StaticCredentials::from_config(&config));
     let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
-    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::runtime::stop::Stop::new()))
+    let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::runtime::stop::Stop::new());
+    Arc::clone(pools.first())
 }
 
 /// Waits up to two seconds for `cond`.

@@ -37,7 +37,7 @@ impl Session {
         }
         // The wait is timed from the query's start, read when its bytes arrived in this turn of the loop.
         let since = Instant::from_std(self.meter.waiting());
-        let Some((ticket, deadline)) = self.shared.pool.join_line(since) else { return Some(waiting) };
+        let Some((ticket, deadline)) = self.shared.pools.get(self.pool).join_line(since) else { return Some(waiting) };
         self.cancel.wait_begin();
         self.line = Some(Box::new(InLine { waiting, deadline, ticket: Some(ticket) }));
         None
@@ -80,13 +80,13 @@ impl Session {
             Err(e) => {
                 let e = match e {
                     WaitError::Closed => CheckoutError::Closed,
-                    WaitError::TimedOut => self.shared.pool.waited_too_long(),
+                    WaitError::TimedOut => self.shared.pools.get(self.pool).waited_too_long(),
                 };
                 let err = self.no_server(e)?;
                 self.answer_unit(line.waiting.tag, err);
                 return Ok(());
             }
-            Ok(ServerGrant::Idle(mut lease)) => match self.shared.pool.quick_check(&mut lease) {
+            Ok(ServerGrant::Idle(mut lease)) => match self.shared.pools.get(self.pool).quick_check(&mut lease) {
                 Fitness::Fit if lease.params.in_sync(&self.params) => {
                     self.meter.got_server();
                     self.linked(lease);
@@ -96,7 +96,7 @@ impl Session {
                 }
                 // Its settings differ: the slow path applies the client's, as to any connection.
                 Fitness::Fit => line.waiting.taken = Some(lease),
-                Fitness::Unfit => self.shared.pool.retire(lease.discard()),
+                Fitness::Unfit => self.shared.pools.get(self.pool).retire(lease.discard()),
                 Fitness::NeedsRoundTrip => resume.grant = Some(Box::new(ServerGrant::Idle(lease))),
             },
             Ok(open) => resume.grant = Some(Box::new(open)),

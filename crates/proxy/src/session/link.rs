@@ -26,7 +26,7 @@ impl Session {
     /// parameters: the common case, spared the slow path's future (boxed, a malloc and a free per
     /// transaction). `Err` hands [`link`](Self::link) what it took, if anything.
     pub(super) fn link_at_once(&mut self) -> Result<(), Option<ServerLease>> {
-        let Some(lease) = self.shared.pool.try_checkout() else { return Err(None) };
+        let Some(lease) = self.shared.pools.get(self.pool).try_checkout() else { return Err(None) };
         if !lease.params.in_sync(&self.params) {
             return Err(Some(lease));
         }
@@ -93,7 +93,7 @@ impl Session {
 
     /// A server connection from the pool, or the error the client is told instead.
     async fn lend(&mut self, resume: Option<Resume>) -> Result<Result<ServerLease, ErrorMessage>, End> {
-        let ready = if resume.is_none() { self.shared.pool.try_checkout() } else { None };
+        let ready = if resume.is_none() { self.shared.pools.get(self.pool).try_checkout() } else { None };
         let checkout = match ready {
             Some(lease) => Ok(lease),
             None => match self.wait_for_server(resume).await? {
@@ -137,7 +137,7 @@ impl Session {
         resume: Option<Resume>,
     ) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
         let _ = self.meter.waiting();
-        let Session { shared, client, watch, cancel, meter, .. } = self;
+        let Session { shared, client, watch, cancel, meter, pool, .. } = self;
         let kill = &meter.seen.kill;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.
         let client_left = async {
@@ -159,7 +159,7 @@ impl Session {
         });
         let waited = tokio::select! {
             biased;
-            r = shared.pool.checkout_resumed(resume) => Some(r),
+            r = shared.pools.get(*pool).checkout_resumed(resume) => Some(r),
             () = cancelled => None,
             _ = client_left => return Err(End::ClientGone),
             () = stopped => {
@@ -178,7 +178,7 @@ impl Session {
         if lease.params.in_sync(&self.params) {
             return Ok(lease);
         }
-        let defaults = self.shared.pool.defaults();
+        let defaults = self.shared.pools.get(self.pool).defaults();
         let Some(sql) = params::sync_statement(&self.params, &lease.params, &defaults) else {
             lease.params.mark_in_sync(&self.params);
             return Ok(lease);
@@ -198,7 +198,7 @@ impl Session {
             // guard took hold): nothing changed there, and the connection goes back as it was.
             _ if failure.reusable() => Err(None),
             _ => {
-                self.shared.pool.retire(lease.discard());
+                self.shared.pools.get(self.pool).retire(lease.discard());
                 Err(None)
             }
         }
@@ -297,14 +297,15 @@ impl Session {
         let lifetime = lease.lifetime;
         let too_old =
             !lifetime.is_zero() && self.meter.last_ready().saturating_duration_since(lease.meta().created) >= lifetime;
-        let unfit = !self.shared.pool.keeps(&mut lease) || !self.shared.pool.fits(lease.role);
+        let unfit =
+            !self.shared.pools.get(self.pool).keeps(&mut lease) || !self.shared.pools.get(self.pool).fits(lease.role);
         if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
             lease.closing(match (too_old, unfit) {
                 (true, _) => ServerCloseReason::Lifetime,
                 (_, true) => ServerCloseReason::ReadOnly,
                 _ => ServerCloseReason::Broken,
             });
-            self.shared.pool.retire(lease.discard());
+            self.shared.pools.get(self.pool).retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
             // Idle since that same ReadyForQuery.
@@ -369,7 +370,7 @@ impl Session {
             // A query may still run. Cancel it, and do not reuse the connection: a cancel that lands late
             // would hit the next client's query.
             let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
-            self.shared.pool.retire(lease.discard());
+            self.shared.pools.get(self.pool).retire(lease.discard());
             if let Err(e) = tokio::time::timeout(DRAIN_TIMEOUT, cancel::forward(key)).await.unwrap_or(Ok(())) {
                 tracing::debug!(error = %e, "could not cancel the abandoned query");
             }
@@ -381,7 +382,7 @@ impl Session {
         } else {
             tracing::info!(server_id = lease.id, "abandoned server connection could not be cleaned; closing it");
             lease.closing(ServerCloseReason::ResetFailed);
-            self.shared.pool.retire(lease.discard());
+            self.shared.pools.get(self.pool).retire(lease.discard());
         }
     }
 }
@@ -392,7 +393,7 @@ impl Session {
     fn still_trusted(&mut self, reason: crate::protocol::sql::PinReason) -> Result<(), End> {
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         let server = linked.conn();
-        if self.shared.pool.keeps(server) && self.shared.pool.fits(server.role) {
+        if self.shared.pools.get(self.pool).keeps(server) && self.shared.pools.get(self.pool).fits(server.role) {
             return Ok(());
         }
         let node = server.addr;
@@ -456,7 +457,7 @@ impl Session {
         match server.ask_role(timeout).await {
             Ok(role) => {
                 server.role = Some(role);
-                self.shared.pool.role_seen(server);
+                self.shared.pools.get(self.pool).role_seen(server);
                 true
             }
             Err(e) => {

@@ -20,6 +20,7 @@ use crate::client::startup::{self, Opening, OpeningError};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
+use crate::pools::{PoolId, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::protocol::params::{self, ClientParams, Param};
 use crate::protocol::router::Router;
@@ -65,12 +66,12 @@ pub(super) async fn login(
         tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
         return None;
     }
-    let params = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
-        Ok(params) => params,
+    let (params, pool) = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
+        Ok(admitted) => admitted,
         Err(denied) => return deny(&shared, conn, denied).await,
     };
     let cancel = shared.cancels.register();
-    if greet(&shared, &mut conn, &params, &cancel).await.is_err() {
+    if greet(&shared, pool, &mut conn, &params, &cancel).await.is_err() {
         return None;
     }
     tracing::debug!(user = startup.get("user"), "client logged in");
@@ -90,6 +91,7 @@ pub(super) async fn login(
         cancel,
         line: None,
         closing: false,
+        pool,
     })
 }
 
@@ -127,7 +129,8 @@ async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<
 }
 
 /// Everything between the start-up message and AuthenticationOk: room for one more client, a user, the
-/// right database, the password, and parameters a server accepts. Returns the client's parameters.
+/// right database, the password, and parameters a server accepts. Returns the client's parameters and the
+/// pool of its route.
 async fn admit(
     shared: &Shared,
     stop: &Stop,
@@ -135,7 +138,7 @@ async fn admit(
     startup: &StartupMessage,
     count: usize,
     deadline: Instant,
-) -> Result<ClientParams, OpeningError> {
+) -> Result<(ClientParams, PoolId), OpeningError> {
     let refused = OpeningError::Refused;
     let max_client_conn = shared.config().max_client_conn;
     if count > max_client_conn {
@@ -149,12 +152,14 @@ async fn admit(
         let message = "no PostgreSQL user name specified in startup packet";
         return Err(refused(ErrorMessage::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, message)));
     };
+    let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
+    let id = shared.pools.route(database);
+    let pool = shared.pools.get(id);
     // The user and database pgmux logs in as (with a secret, read when the first client comes).
-    let served = shared.pool.credentials().login().await.map_err(|e| {
+    let served = pool.credentials().login().await.map_err(|e| {
         let message = format!("cannot get database credentials: {e}");
         refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
     })?;
-    let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
     if database != served.dbname {
         let message = format!("database \"{database}\" does not exist");
         let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, message)
@@ -166,18 +171,24 @@ async fn admit(
         Err(_) => return Err(timed_out()),
         Ok(result) => result?,
     }
-    if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !shared.pool.defaults().is_empty()) {
-        return Ok(known);
+    if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !pool.defaults().is_empty()) {
+        return Ok((known, id));
     }
     tokio::select! {
-        r = check_params(shared, &raw) => r.map_err(refused),
+        r = check_params(shared, pool, &raw) => r.map(|params| (params, id)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
     }
 }
 
 /// AuthenticationOk, the parameters, the cancel key and ReadyForQuery, in one write sized up front.
-async fn greet(shared: &Shared, conn: &mut Conn, params: &ClientParams, cancel: &Registration) -> std::io::Result<()> {
-    let status = shared.greetings.parameter_status(&shared.pool.defaults(), params);
+async fn greet(
+    shared: &Shared,
+    pool: PoolId,
+    conn: &mut Conn,
+    params: &ClientParams,
+    cancel: &Registration,
+) -> std::io::Result<()> {
+    let status = shared.greetings.parameter_status(&shared.pools.get(pool).defaults(), params);
     let mut buf = BytesMut::with_capacity(status.len() + 64);
     encode::auth_ok(&mut buf);
     buf.extend_from_slice(&status);
@@ -188,14 +199,14 @@ async fn greet(shared: &Shared, conn: &mut Conn, params: &ClientParams, cancel: 
 
 /// Has a server apply start-up values pgmux has not seen before, and learns their canonical form. A value
 /// the server rejects fails the login with the server's own error, which names the parameter.
-async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, ErrorMessage> {
-    let mut lease = shared.pool.checkout().await.map_err(|e| {
+async fn check_params(shared: &Shared, pool: &ServerPool, raw: &[Param]) -> Result<ClientParams, ErrorMessage> {
+    let mut lease = pool.checkout().await.map_err(|e| {
         let mut err = e.to_client();
         err.severity = Severity::Fatal;
         err
     })?;
     let wanted = params::unchecked(raw);
-    let defaults = shared.pool.defaults();
+    let defaults = pool.defaults();
     if let Some(sql) = params::sync_statement(&wanted, &lease.params, &defaults) {
         match lease.run_guarded(&sql, shared.config().server_connect_timeout).await {
             Ok(_) => {}
@@ -212,7 +223,7 @@ async fn check_params(shared: &Shared, raw: &[Param]) -> Result<ClientParams, Er
             }
             Err(failure) => {
                 tracing::warn!(error = %failure, "server failed while applying start-up parameters");
-                shared.pool.retire(lease.discard());
+                pool.retire(lease.discard());
                 return Err(ErrorMessage::fatal(
                     sqlstate::CONNECTION_FAILURE,
                     "server connection failed while applying start-up parameters",

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use crate::observe::Peer;
-use crate::pools::ServerLease;
+use crate::pools::{PoolId, ServerLease};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
 
@@ -140,6 +140,8 @@ struct Session {
     line: Option<Box<line::InLine>>,
     /// Shutdown has begun: close as soon as no server is linked.
     closing: bool,
+    /// The pool of its route, in the registry.
+    pool: PoolId,
     /// What the sessions share; while it lives, the client counts toward max_client_conn. Last, so that it
     /// is dropped last: the client stops counting once everything else it held is gone.
     shared: ClientSlot,
@@ -370,7 +372,7 @@ mod tests {
     use crate::config::SslMode;
     use crate::config::credentials::StaticCredentials;
     use crate::net::tls::ServerTls;
-    use crate::pools::ServerPool;
+    use crate::pools::Pools;
     use crate::testing::FakeServer;
     use tokio_util::task::TaskTracker;
 
@@ -386,8 +388,8 @@ mod tests {
         let credentials = Arc::new(StaticCredentials::from_config(&config));
         let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
         let stop = Stop::new();
-        let pool = ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), stop.clone());
-        let shared = Arc::new(Shared::new(Arc::new(pool), TaskTracker::new(), None));
+        let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), stop.clone());
+        let shared = Arc::new(Shared::new(pools, TaskTracker::new(), None));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let stream = tokio::net::TcpStream::connect(listener.local_addr().expect("bound")).await.expect("connect");
         let peer = Peer::Tcp(stream.local_addr().expect("connected"));

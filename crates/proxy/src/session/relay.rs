@@ -179,7 +179,7 @@ impl Session {
 
     /// Woken without socket events: shutdown began, or the node of the linked server was declared dead.
     fn woken(&mut self) -> Result<(), End> {
-        let dead = self.server.as_mut().is_some_and(|linked| self.shared.pool.is_dead(linked.conn()));
+        let dead = self.server.as_mut().is_some_and(|linked| self.shared.pools.get(self.pool).is_dead(linked.conn()));
         if dead {
             return self.server_lost(ServerFailure::Timeout(self.shared.config().server_probe_timeout));
         }
@@ -336,7 +336,7 @@ impl Session {
             // the node. Nor does it when any node will do (a standby answers writes so).
             match first_reply(&server.io.rbuf) {
                 None => return ServerProgress::Continue,
-                Some(true) if !self.params.read_only() && self.shared.pool.wants_writer() => {
+                Some(true) if !self.params.read_only() && self.shared.pools.get(self.pool).wants_writer() => {
                     return ServerProgress::ReadOnly;
                 }
                 Some(_) => self.replay.close(),
@@ -362,7 +362,7 @@ impl Session {
             }
             let body = &server.io.rbuf[run + 5..run + len];
             let routed = if tag == b'S' {
-                parameter_status(server, run + 5..run + len, &mut self.params, &self.shared.pool);
+                parameter_status(server, run + 5..run + len, &mut self.params, self.shared.pools.get(self.pool));
                 Ok(Route::Forward)
             } else {
                 if tag == b'E' && !server.role_unconfirmed && refuses_writes(body) {

@@ -126,7 +126,7 @@ impl Session {
         self.router.rewind(tracker, &self.shared.statements);
         self.cancel.clear();
         tracing::info!(server_id = lease.id, node = %lease.addr, why, "transaction runs again on another server connection");
-        self.shared.pool.retire(lease.discard());
+        self.shared.pools.get(self.pool).retire(lease.discard());
         let mut rbuf = messages;
         rbuf.extend_from_slice(&self.client.rbuf);
         self.client.rbuf = rbuf;
@@ -138,7 +138,11 @@ impl Session {
     pub(super) fn refused_read_only(&mut self) -> Result<(), End> {
         let Some(linked) = self.server.take() else { return Ok(()) };
         let node = linked.addr();
-        self.shared.pool.distrust(node, Distrust::Stale, "a transaction was refused as read-only (25006)");
+        self.shared.pools.get(self.pool).distrust(
+            node,
+            Distrust::Stale,
+            "a transaction was refused as read-only (25006)",
+        );
         match self.try_replay(linked, "the server refused it as read-only") {
             Ok(()) => Ok(()),
             Err(linked) => {

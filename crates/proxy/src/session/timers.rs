@@ -101,7 +101,9 @@ impl Session {
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
         // A client waiting in line is bounded by query_wait_timeout alone. (Called on every turn of the
         // relay loop: the usual case, nothing set, is a compare and a load.)
-        if (self.timer.own_idle_ms == 0 && !self.shared.pool.live_config().session_timers()) || self.in_line() {
+        if (self.timer.own_idle_ms == 0 && !self.shared.pools.get(self.pool).live_config().session_timers())
+            || self.in_line()
+        {
             return None;
         }
         let own_idle = self.timer.own_idle();
@@ -143,7 +145,7 @@ impl Session {
                     let _ = tokio::time::timeout(Duration::from_secs(5), cancel::forward(key)).await;
                 });
                 let tracker = std::mem::take(&mut lease.tracker);
-                self.shared.pool.retire(lease.discard());
+                self.shared.pools.get(self.pool).retire(lease.discard());
                 self.cancel.clear();
                 self.replay.finish();
                 tracing::info!(?after, "query_timeout: the query was cancelled");

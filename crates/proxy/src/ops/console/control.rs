@@ -22,22 +22,23 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
         Command::Pause(db) => pause(console, db.as_deref()).await,
         Command::Resume(db) => {
             check_database(console, db.as_deref())?;
-            if !console.shared.pool.status().paused {
+            let pools = console.shared.pools.all();
+            if !pools.iter().any(|pool| pool.status().paused) {
                 return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is not paused"));
             }
-            console.shared.pool.resume();
+            pools.iter().for_each(|pool| pool.resume());
             tracing::info!("RESUME: lending server connections again");
             Ok(Reply::Done)
         }
         Command::Reconnect(db) => {
             check_database(console, db.as_deref())?;
-            console.shared.pool.reconnect();
+            console.shared.pools.all().iter().for_each(|pool| pool.reconnect());
             tracing::info!("RECONNECT: every server connection is replaced as it comes back");
             Ok(Reply::Done)
         }
         Command::WaitClose(db) => {
             check_database(console, db.as_deref())?;
-            until(console, || console.shared.pool.stale_open() == 0).await?;
+            until(console, || console.shared.pools.all().iter().all(|pool| pool.stale_open() == 0)).await?;
             Ok(Reply::Done)
         }
         Command::Reload => match reload::reload(&console.shared) {
@@ -76,15 +77,17 @@ async fn until(console: &Console, done: impl Fn() -> bool) -> Result<(), ErrorMe
 /// Holds new transactions and returns once no server connection is lent.
 async fn pause(console: &Console, db: Option<&str>) -> Result<Reply, ErrorMessage> {
     check_database(console, db)?;
-    let pool = &console.shared.pool;
-    if pool.status().paused {
+    let pools = console.shared.pools.all();
+    if pools.iter().any(|pool| pool.status().paused) {
         return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is already paused"));
     }
-    pool.pause();
+    pools.iter().for_each(|pool| pool.pause());
     tracing::info!("PAUSE: holding new transactions; waiting for running ones to finish");
     until(console, || {
-        let s = pool.status();
-        s.size == s.idle
+        pools.iter().all(|pool| {
+            let s = pool.status();
+            s.size == s.idle
+        })
     })
     .await?;
     tracing::info!("PAUSE: no server connection in use");
@@ -131,7 +134,7 @@ fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage>
         };
         return Err(ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, why));
     }
-    let current = console.shared.pool.live_config().full();
+    let current = console.shared.pools.live_config().full();
     let new = current
         .with_value(key, value)
         .map_err(|e| ErrorMessage::error(sqlstate::INVALID_PARAMETER_VALUE, e.to_string()))?;
@@ -144,9 +147,9 @@ fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage>
 
 /// `SHOW SIZING`.
 pub(super) fn sizing(console: &Console) -> Result<ResultSet, TableError> {
-    let pool = &console.shared.pool;
+    let pool = console.shared.pools.first();
     let config = console.shared.config();
-    let view = pool.sizing();
+    let view = console.shared.pools.sizing();
     let on = config.max_connections_percent > 0;
     let reading = view.reading.as_ref();
     let plan = view.plan.as_ref();

@@ -50,7 +50,7 @@ pub(crate) async fn wanted(shared: &Shared, startup: &StartupMessage) -> bool {
     let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
     match database {
         DATABASE => true,
-        ALIAS => shared.pool.credentials().login().await.is_ok_and(|served| served.dbname != ALIAS),
+        ALIAS => shared.pools.first().credentials().login().await.is_ok_and(|served| served.dbname != ALIAS),
         _ => false,
     }
 }
@@ -148,7 +148,7 @@ async fn admit(
             "no user name in the startup packet".into(),
         ));
     };
-    let served = shared.pool.credentials().login().await.map_err(|e| {
+    let served = shared.pools.first().credentials().login().await.map_err(|e| {
         refused(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, format!("cannot get database credentials: {e}"))
     })?;
     let (access, deadline) = {

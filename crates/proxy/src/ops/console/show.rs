@@ -64,7 +64,7 @@ pub(super) struct View {
 }
 
 pub(super) fn view(console: &Console) -> View {
-    let gauges = console.shared.pool.gauges();
+    let gauges = console.shared.pools.gauges();
     let obs = console.shared.observer();
     View { snap: obs.snapshot(gauges), status: gauges.status, limit: gauges.limit, clients: obs.clients.all() }
 }
@@ -237,7 +237,7 @@ fn holders(console: &Console) -> HashMap<u64, u64> {
 fn servers(console: &Console) -> Built {
     let obs = console.shared.observer();
     let held = holders(console);
-    let stale = console.shared.pool.stale_below();
+    let stale = console.shared.pools.first().stale_below();
     let mut set = ResultSet::new(columns::CONNECTIONS);
     for s in obs.servers.all() {
         let client = held.get(&s.id).copied();
@@ -363,7 +363,7 @@ fn users(console: &Console) -> Built {
 }
 
 fn state(console: &Console) -> Built {
-    let paused = console.shared.pool.status().paused;
+    let paused = console.shared.pools.all().iter().any(|pool| pool.status().paused);
     let mut set = ResultSet::new(columns::STATE);
     for (key, value) in [("active", !paused), ("paused", paused), ("suspended", false)] {
         set.push([key.into(), value.into()])?;

@@ -262,9 +262,10 @@ impl<G: Gauge> Control<G> {
         let status = pool.status();
         let held = status.size - status.opening;
         let me = Member { id: self.id.clone(), open: held, limit: pool.limit(), cap: pool.cap() };
-        let reading = self.gauge.read(pool, &me).await.inspect_err(|e| pool.sizing_read(Err(e.to_string())))?;
+        let reading =
+            self.gauge.read(pool, &me).await.inspect_err(|e| pool.globals().sizing_read(Err(e.to_string())))?;
         let plan = plan(&reading, &me, pool.config().max_connections_percent);
-        pool.sizing_read(Ok((&reading, &plan)));
+        pool.globals().sizing_read(Ok((&reading, &plan)));
         if !reading.sees_all && self.last.is_none() {
             tracing::warn!(
                 "the database role lacks pg_read_all_stats: connections of other roles are counted, \

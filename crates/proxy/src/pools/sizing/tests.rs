@@ -10,6 +10,7 @@ use super::*;
 use crate::config::credentials::StaticCredentials;
 use crate::config::{Config, SslMode};
 use crate::net::tls::ServerTls;
+use crate::pools::Pools;
 
 /// Hands out scripted readings (or failures) and records what each call published.
 #[derive(Clone, Default)]
@@ -61,7 +62,8 @@ fn pool(extra: &str) -> Arc<ServerPool> {
     let config = Config::from_toml_str(&text).expect("test configuration");
     let credentials = Arc::new(StaticCredentials::from_config(&config));
     let tls = ServerTls::new(SslMode::Disable, Vec::new()).unwrap();
-    Arc::new(ServerPool::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::runtime::stop::Stop::new()))
+    let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), crate::runtime::stop::Stop::new());
+    Arc::clone(pools.first())
 }
 
 fn start(pool: &Arc<ServerPool>, script: &Script, gate: Option<oneshot::Receiver<()>>) -> Stop {
