@@ -18,12 +18,8 @@ pub const DEFAULT_MAX_LATENCY_VALUES: usize = 1_000;
 /// The EMF metrics of one flush: `now` against `previous`, the snapshot of the last flush (a default
 /// snapshot for the first).
 pub fn cloudwatch_metrics(now: &Snapshot, previous: &Snapshot, max_latency_values: usize) -> Vec<EmfMetric> {
-    let gauge = |name, v: i64| EmfMetric { name, unit: EmfUnit::Count, value: EmfValue::Single(v as f64) };
-    let delta = |name, unit, now: u64, before: u64| EmfMetric {
-        name,
-        unit,
-        value: EmfValue::Single(now.saturating_sub(before) as f64),
-    };
+    let mut metrics = gauges(now);
+    metrics.extend(counters(now, previous));
     let latency = |name, now: &HistogramSnapshot, before: &HistogramSnapshot| {
         let values = now.delta(before).representative_values(max_latency_values);
         EmfMetric {
@@ -32,27 +28,49 @@ pub fn cloudwatch_metrics(now: &Snapshot, previous: &Snapshot, max_latency_value
             value: EmfValue::Values(values.iter().map(|v| v.round()).collect()),
         }
     };
-    let logins = |s: &Snapshot, r| value_of(&s.client_logins, r);
     let (c, b) = (now, previous);
+    metrics.extend([
+        latency("DatabaseConnectionsBorrowLatency", &c.server_wait, &b.server_wait),
+        latency("QueryDatabaseResponseLatency", &c.query_time, &b.query_time),
+        latency("TransactionLatency", &c.transaction_time, &b.transaction_time),
+        latency("DatabaseConnectionSetupLatency", &c.server_connect_time, &b.server_connect_time),
+    ]);
+    metrics
+}
+
+/// The gauges, as they are in `c`.
+fn gauges(c: &Snapshot) -> Vec<EmfMetric> {
+    let gauge = |name, v: i64| EmfMetric { name, unit: EmfUnit::Count, value: EmfValue::Single(v as f64) };
+    let servers = |state| value_of(&c.servers, state);
     vec![
-        // Gauges.
         gauge("ClientConnections", c.clients.iter().map(|(_, v)| *v).sum()),
         gauge("ClientConnectionsWaiting", value_of(&c.clients, ClientState::Waiting)),
         // Every connection pgmux holds, as RDS Proxy counts its own and as max_connections sees them: the
         // pool's (opening ones too) and pgmux's own (control connection, probes).
         gauge(
             "DatabaseConnections",
-            value_of(&c.servers, ServerState::Active)
-                + value_of(&c.servers, ServerState::Idle)
-                + value_of(&c.servers, ServerState::Opening)
-                + value_of(&c.servers, ServerState::Control),
+            servers(ServerState::Active)
+                + servers(ServerState::Idle)
+                + servers(ServerState::Opening)
+                + servers(ServerState::Control),
         ),
-        gauge("DatabaseConnectionsCurrentlyBorrowed", value_of(&c.servers, ServerState::Active)),
+        gauge("DatabaseConnectionsCurrentlyBorrowed", servers(ServerState::Active)),
         gauge("DatabaseConnectionsCurrentlySessionPinned", c.pinned_clients),
         gauge("MaxDatabaseConnectionsAllowed", c.pool_limit),
         gauge("DatabaseConnectionsBudget", c.pool_budget),
         gauge("FleetInstances", c.fleet_instances),
-        // Counters, since the previous flush.
+    ]
+}
+
+/// The counters, as what happened between `b` and `c`.
+fn counters(c: &Snapshot, b: &Snapshot) -> Vec<EmfMetric> {
+    let delta = |name, unit, now: u64, before: u64| EmfMetric {
+        name,
+        unit,
+        value: EmfValue::Single(now.saturating_sub(before) as f64),
+    };
+    let logins = |s: &Snapshot, r| value_of(&s.client_logins, r);
+    vec![
         delta("ClientConnectionsReceived", EmfUnit::Count, total(&c.client_logins), total(&b.client_logins)),
         delta(
             "ClientConnectionsSetupSucceeded",
@@ -91,11 +109,6 @@ pub fn cloudwatch_metrics(now: &Snapshot, previous: &Snapshot, max_latency_value
         delta("StatementParses", EmfUnit::Count, c.statement_parses, b.statement_parses),
         delta("StatementCacheHits", EmfUnit::Count, c.statement_cache_hits, b.statement_cache_hits),
         delta("StatementEvictions", EmfUnit::Count, c.statement_evictions, b.statement_evictions),
-        // Latencies, as values.
-        latency("DatabaseConnectionsBorrowLatency", &c.server_wait, &b.server_wait),
-        latency("QueryDatabaseResponseLatency", &c.query_time, &b.query_time),
-        latency("TransactionLatency", &c.transaction_time, &b.transaction_time),
-        latency("DatabaseConnectionSetupLatency", &c.server_connect_time, &b.server_connect_time),
     ]
 }
 

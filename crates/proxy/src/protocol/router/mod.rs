@@ -20,137 +20,18 @@ use bytes::{Bytes, BytesMut};
 use pgmux_proto::encode::{self, ErrorMessage};
 use pgmux_proto::{TxStatus, frontend, sqlstate};
 
-use crate::net::io::WriteQueue;
 use crate::protocol::sql::{self, PinReason, SqlFacts};
-use crate::protocol::statements::{ClientStatements, Named, Registry, ServerStatements, Statement, Undo, server_name};
-use crate::protocol::tracker::{Fate, Reply, TxTracker};
+use crate::protocol::statements::{ClientStatements, Named, Registry, Statement, Undo, server_name};
+use crate::protocol::tracker::{Fate, Reply};
 
 mod check;
+mod mode;
 mod replies;
+mod view;
 
 use check::{Check, Use};
-
-/// What becomes of client messages until the next Sync. Exclusive: one mode at a time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Every message is routed.
-    #[default]
-    Normal,
-    /// pgmux answered an error for a unit while no server was linked: drop messages up to the next Sync,
-    /// and answer that Sync here.
-    SkipToSync,
-    /// pgmux answered an error inside a unit on a linked server: drop messages up to the next Sync, which
-    /// goes to the server as usual.
-    DiscardToSync,
-    /// The server was lost while the client sat idle inside a transaction: its next unit gets the error.
-    LostTransaction,
-    /// The server was lost before pgmux could read back the settings the client's last transaction changed:
-    /// its next unit gets the error. (A variant of its own rather than a payload: the mode is compared on
-    /// every client message, and a fieldless enum compares as one byte.)
-    LostSettings,
-    /// pgmux asked the linked server what a statement it prepared anew returns, and the client's next
-    /// messages wait for the answer ([`Router::holding`]). Then the client's Bind goes on, or the client
-    /// gets `cached plan must not change result type` as PostgreSQL would have answered it.
-    Checking,
-}
-
-/// What a client lost with a server connection that failed between its transactions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Loss {
-    /// It sat idle inside a transaction, which is rolled back.
-    Transaction,
-    /// Its last transaction changed settings that pgmux had not read back yet.
-    Settings,
-}
-
-impl Loss {
-    fn of(mode: Mode) -> Option<Loss> {
-        match mode {
-            Mode::LostTransaction => Some(Loss::Transaction),
-            Mode::LostSettings => Some(Loss::Settings),
-            _ => None,
-        }
-    }
-
-    fn error(self) -> Bytes {
-        let message = match self {
-            Loss::Transaction => {
-                "the server connection was lost while this client was in a transaction; the transaction was rolled back"
-            }
-            Loss::Settings => {
-                "the server connection was lost before pgmux could read back the settings this client's last \
-                 transaction changed; those settings are gone"
-            }
-        };
-        let mut error = ErrorMessage::error(sqlstate::CONNECTION_FAILURE, message);
-        if self == Loss::Settings {
-            error = error.with_hint("SET them again; this statement did not run");
-        }
-        error.to_bytes()
-    }
-}
-
-/// What to do with a message that begins a unit while no server is linked.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Drop it.
-    Drop,
-    /// Drop it and answer it with these bytes.
-    Answer(Bytes),
-    /// Get a server and route it there.
-    NeedServer,
-}
-
-/// The linked server, as the router sees it: what it owes, what it has prepared, and its write queue.
-#[derive(Debug)]
-pub(crate) struct ServerView<'a> {
-    pub(crate) tracker: &'a mut TxTracker<Undo>,
-    pub(crate) statements: &'a mut ServerStatements,
-    pub(crate) out: &'a mut WriteQueue,
-}
-
-impl ServerView<'_> {
-    /// Queues a client message as it is; the server owes it the usual reply.
-    pub(crate) fn forward(&mut self, tag: u8, msg: Bytes) {
-        self.tracker.client_message(tag);
-        self.out.push(msg);
-    }
-
-    /// Queues a client Describe as it is (its reply depends on what it describes).
-    fn forward_describe(&mut self, statement: bool, msg: Bytes) {
-        self.tracker.client_describe(statement);
-        self.out.push(msg);
-    }
-
-    /// Queues a message (the client's, rewritten, or pgmux's own) with the reply the server owes for it.
-    fn send(&mut self, msg: Bytes, reply: Reply, fate: Fate, note: Option<Undo>) {
-        self.tracker.owe(reply, fate, note);
-        self.out.push(msg);
-    }
-
-    /// Answers a client message in the server's stead, in its turn: nothing goes to the server.
-    fn answer(&mut self, reply: Reply, bytes: Bytes, note: Option<Undo>) {
-        self.tracker.owe(reply, Fate::Answer(bytes), note);
-    }
-
-    /// Queues a Flush, so that the server sends what it owes without waiting for a Sync. pgmux flushes only
-    /// inside a client's unit, which the tracker notes as open.
-    fn flush(&mut self) {
-        self.tracker.client_message(b'H');
-        self.out.push(Bytes::from_static(b"H\0\0\0\x04"));
-    }
-
-    /// Queues a Parse that cannot succeed and whose error the client never sees: the server then fails the
-    /// transaction and skips to the Sync, as it would have for the client message pgmux refused itself. Its
-    /// text is what the server's log shows after the syntax error.
-    fn fail(&mut self) {
-        const QUERY: &[u8] = b"pgmux: cached plan must not change result type\0\0\0";
-        let mut parse = BytesMut::with_capacity(QUERY.len() + 20);
-        encode::parse_with_name(&mut parse, "pgmux_failed", QUERY);
-        self.tracker.owe(Reply::Parse, Fate::Fail, None);
-        self.out.push(parse.freeze());
-    }
-}
+pub(crate) use mode::{Loss, Mode, Verdict};
+pub(crate) use view::ServerView;
 
 /// One client's statements, session state and mode.
 #[derive(Debug)]

@@ -9,8 +9,10 @@ use pgmux_proto::TxStatus;
 use pgmux_testkit::wire::{cstr, msg};
 
 use super::*;
+use crate::net::io::WriteQueue;
 use crate::protocol::failure::ServerFailure;
-use crate::protocol::tracker::Route;
+use crate::protocol::statements::ServerStatements;
+use crate::protocol::tracker::{Route, TxTracker};
 
 mod ddl;
 mod forgetting;
