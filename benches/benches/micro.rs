@@ -61,7 +61,7 @@ fn tracking(c: &mut Criterion) {
             for _ in 0..UNITS {
                 for &tag in client {
                     if tag == b'D' {
-                        t.client_describe(true);
+                        t.client_describe(b'S');
                     } else {
                         t.client_message(black_box(tag));
                     }

@@ -290,7 +290,7 @@ impl Session {
                 self.timer.release();
             }
             let deadline = self.deadline();
-            self.timer.set(deadline, false);
+            self.timer.set(deadline);
             // In a block of its own: the event is gone before the release's await below.
             let then = {
                 let Some(event) = self.next_event().await else {

@@ -135,7 +135,7 @@ impl Session {
                 self.meter.client_data();
                 // The client spoke: an idle timeout starts again (a running query's does not).
                 if let Some(idle) = self.deadline().filter(|(kind, _)| *kind != super::timers::Deadline::Query) {
-                    self.timer.set(Some(idle), true);
+                    self.timer.restart(Some(idle));
                 }
                 Ok(Then::Nothing)
             }

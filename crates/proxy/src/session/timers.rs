@@ -58,16 +58,20 @@ impl Timer {
         (self.own_idle_ms > 0).then(|| Duration::from_millis(u64::from(self.own_idle_ms)))
     }
 
-    /// Arms the timer for `want` (from now) unless it already stands for it; `restart` starts it again
-    /// (the client did something).
-    pub(super) fn set(&mut self, want: Option<(Deadline, Duration)>, restart: bool) {
+    /// Arms the timer for `want` (from now) unless it already stands for it; `None` disarms it.
+    pub(super) fn set(&mut self, want: Option<(Deadline, Duration)>) {
+        match want {
+            Some((kind, _)) if self.armed == Some(kind) => {}
+            _ => self.restart(want),
+        }
+    }
+
+    /// Arms the timer for `want` from now, whatever it stood for (the client did something).
+    pub(super) fn restart(&mut self, want: Option<(Deadline, Duration)>) {
         let Some((kind, after)) = want else {
             self.armed = None;
             return;
         };
-        if self.armed == Some(kind) && !restart {
-            return;
-        }
         let at = Instant::now() + after;
         match &mut self.sleep {
             Some(sleep) => sleep.as_mut().reset(at),

@@ -461,7 +461,7 @@ impl Router {
 
     fn route_describe(&mut self, msg: Bytes, server: &mut ServerView<'_>, registry: &Registry) {
         let Ok((kind, name)) = frontend::describe_or_close(&msg[5..]) else {
-            return server.forward_describe(false, msg);
+            return server.forward_describe(b'P', msg);
         };
         let statement = kind == b'S';
         if self.tracking && statement {
@@ -488,7 +488,7 @@ impl Router {
                 };
             }
         }
-        server.forward_describe(statement, msg);
+        server.forward_describe(kind, msg);
     }
 
     fn route_close(&mut self, msg: Bytes, server: &mut ServerView<'_>) {

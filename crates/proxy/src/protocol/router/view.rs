@@ -24,8 +24,8 @@ impl ServerView<'_> {
     }
 
     /// Queues a client Describe as it is (its reply depends on what it describes).
-    pub(super) fn forward_describe(&mut self, statement: bool, msg: Bytes) {
-        self.tracker.client_describe(statement);
+    pub(super) fn forward_describe(&mut self, kind: u8, msg: Bytes) {
+        self.tracker.client_describe(kind);
         self.out.push(msg);
     }
 

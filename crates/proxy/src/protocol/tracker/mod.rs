@@ -165,9 +165,10 @@ impl<N> TxTracker<N> {
         }
     }
 
-    /// Notes a client Describe forwarded to the server (its reply depends on what it describes).
-    pub fn client_describe(&mut self, statement: bool) {
-        let reply = if statement { Reply::DescribeStatement } else { Reply::DescribePortal };
+    /// Notes a client Describe forwarded to the server: its reply depends on what it describes (`b'S'`, a
+    /// statement, or `b'P'`, a portal, as the message says).
+    pub fn client_describe(&mut self, kind: u8) {
+        let reply = if kind == b'S' { Reply::DescribeStatement } else { Reply::DescribePortal };
         self.owe(reply, Fate::Forward, None);
     }
 

@@ -11,7 +11,7 @@ type T = TxTracker<&'static str>;
 fn feed(t: &mut T, client: &[u8]) {
     for &tag in client {
         if tag == b'D' {
-            t.client_describe(true);
+            t.client_describe(b'S');
         } else {
             t.client_message(tag);
         }
