@@ -8,6 +8,7 @@
 pub mod credentials;
 mod live;
 mod role;
+pub mod routes;
 mod secret;
 pub mod source;
 mod url;

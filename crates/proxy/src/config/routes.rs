@@ -1,0 +1,460 @@
+//! Routes and users: the databases clients may name, where each is on the server and how pgmux logs in
+//! there, and what is particular to a user (a password, a secret, IAM, limits).
+//!
+//! One vocabulary for three ways of writing it: TOML (`[[databases]]`, `[[users]]`), the environment
+//! (`PGMUX_DATABASES`, `PGMUX_USERS`: `name = key=value ...` entries separated by `;` or new lines, as
+//! Lambda takes them), and PgBouncer's `[databases]` / `[users]` sections, whose values are libpq-style
+//! `key=value` strings ([`Entry::parse_connstr`]). Each key is applied by one function per kind
+//! ([`RouteSpec::apply`], [`UserSpec::apply`]), so the three cannot drift apart. A key pgmux has no
+//! equivalent for is refused in TOML and the environment, and in PgBouncer's files collected for one warning
+//! ([`Applied::Unsupported`]), never ignored in silence.
+
+use std::fmt;
+
+use super::Secret;
+
+/// How a pool's server logins get their credential.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerAuth {
+    /// A password from the configuration or an `auth_file` (plaintext, or an md5 hash for md5 servers).
+    Password,
+    /// An RDS IAM auth token per login, for the pool's user, signed with the AWS credentials.
+    Iam,
+    /// A Secrets Manager secret (`secret_arn` of the route or the user), re-read when a login is refused.
+    Secret,
+    /// The client's own password, accepted only over the Unix socket, loopback or TLS, proved once by a
+    /// server login and checked locally afterwards.
+    Passthrough,
+}
+
+impl ServerAuth {
+    fn parse(s: &str) -> Result<ServerAuth, String> {
+        match s {
+            "password" => Ok(ServerAuth::Password),
+            "iam" => Ok(ServerAuth::Iam),
+            "secret" => Ok(ServerAuth::Secret),
+            "passthrough" => Ok(ServerAuth::Passthrough),
+            other => Err(format!("unknown auth {other:?}: expected password, iam, secret or passthrough")),
+        }
+    }
+}
+
+impl fmt::Display for ServerAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerAuth::Password => "password",
+            ServerAuth::Iam => "iam",
+            ServerAuth::Secret => "secret",
+            ServerAuth::Passthrough => "passthrough",
+        })
+    }
+}
+
+/// How long a client keeps its server connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PoolMode {
+    /// For one transaction at a time (pgmux's way).
+    #[default]
+    Transaction,
+    /// For as long as the client is connected: what migrations and session-level tools need.
+    Session,
+}
+
+impl PoolMode {
+    pub(crate) fn parse(s: &str) -> Result<PoolMode, String> {
+        match s {
+            "transaction" => Ok(PoolMode::Transaction),
+            "session" => Ok(PoolMode::Session),
+            "statement" => Err("pool_mode = statement is not supported: pgmux never ends a transaction for a client \
+                 (multi-statement transactions would break); use transaction"
+                .into()),
+            other => Err(format!("unknown pool_mode {other:?}: expected transaction or session")),
+        }
+    }
+}
+
+impl fmt::Display for PoolMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PoolMode::Transaction => "transaction",
+            PoolMode::Session => "session",
+        })
+    }
+}
+
+/// A database as clients name it (`name`), and where and how pgmux reaches it. Unset fields fall back on
+/// the global settings (`database_url`'s host and port, `pool_max`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// The name clients give as their database; `*` is the fallback for any other name.
+    pub name: String,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    /// The database on the server (default: the client-visible name; for `*`, the name the client gave).
+    pub dbname: Option<String>,
+    /// A server user every client of this route logs in as (default: the client's own user, one pool each).
+    pub user: Option<String>,
+    /// That user's password.
+    pub password: Option<Secret>,
+    pub auth: Option<ServerAuth>,
+    pub secret_arn: Option<String>,
+    /// PgBouncer's `pool_size`: server connections of one pool of this route.
+    pub pool_max: Option<usize>,
+    pub min_pool_size: Option<usize>,
+    /// All pools of this route together.
+    pub max_db_connections: Option<usize>,
+    pub pool_mode: Option<PoolMode>,
+    /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
+    pub auth_user: Option<String>,
+}
+
+/// What is particular to one user: credentials and limits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserSpec {
+    pub name: String,
+    /// Plaintext, `md5<32 hex>` or a `SCRAM-SHA-256$...` verifier: what clients are checked against, and
+    /// (plaintext or md5 only) what pgmux logs in to the server with.
+    pub password: Option<Secret>,
+    pub auth: Option<ServerAuth>,
+    pub secret_arn: Option<String>,
+    /// PgBouncer's `pool_size` for this user's pools.
+    pub pool_max: Option<usize>,
+    /// All of this user's pools together.
+    pub max_user_connections: Option<usize>,
+    pub pool_mode: Option<PoolMode>,
+}
+
+/// Why an entry could not be read: which entry, which key, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{entry}: {reason}")]
+pub struct EntryError {
+    /// `database <name>` or `user <name>`, or the variable an entry came from.
+    pub entry: String,
+    /// The key, when one is to blame.
+    pub key: Option<String>,
+    pub kind: EntryErrorKind,
+    pub reason: String,
+}
+
+/// What kind of mistake an [`EntryError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryErrorKind {
+    /// Not `key=value` pairs: a key without a value, an unclosed quote, an entry without a name.
+    Syntax,
+    /// A key neither pgmux nor PgBouncer has.
+    UnknownKey,
+    /// A value the key cannot take.
+    Invalid,
+}
+
+impl EntryError {
+    fn syntax(entry: &str, reason: String) -> EntryError {
+        EntryError { entry: entry.to_owned(), key: None, kind: EntryErrorKind::Syntax, reason }
+    }
+
+    fn at(entry: String, key: &str, failed: KeyError) -> EntryError {
+        let (kind, reason) = match failed {
+            KeyError::Unknown => (EntryErrorKind::UnknownKey, format!("unknown key {key:?}")),
+            KeyError::Invalid(reason) => (EntryErrorKind::Invalid, reason),
+        };
+        EntryError { entry, key: Some(key.to_owned()), kind, reason }
+    }
+}
+
+/// Why one key could not be applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// The kind of entry has no such key.
+    Unknown,
+    /// The value does not fit the key.
+    Invalid(String),
+}
+
+impl From<String> for KeyError {
+    fn from(reason: String) -> KeyError {
+        KeyError::Invalid(reason)
+    }
+}
+
+/// What applying one key did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Set,
+    /// A key PgBouncer has and pgmux does not: the caller refuses it or lists it in a warning.
+    Unsupported,
+}
+
+fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
+    v.trim().parse().map_err(|_| format!("{key} must be a whole number, not {v:?}"))
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err(format!("expected true or false, got {v:?}")),
+    }
+}
+
+fn text(v: &str) -> Option<String> {
+    (!v.is_empty()).then(|| v.to_owned())
+}
+
+/// Keys of PgBouncer's `[databases]` entries that pgmux does not have.
+const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
+    "reserve_pool_size",
+    "reserve_pool",
+    "connect_query",
+    "client_encoding",
+    "datestyle",
+    "timezone",
+    "application_name",
+    "server_lifetime",
+    "load_balance_hosts",
+    "auth_dbname",
+    "auth_query",
+];
+
+/// Keys of PgBouncer's `[users]` entries that pgmux does not have.
+const USER_KEYS_NOT_SUPPORTED: &[&str] = &[
+    "reserve_pool_size",
+    "query_timeout",
+    "idle_transaction_timeout",
+    "transaction_timeout",
+    "client_idle_timeout",
+    "max_user_client_connections",
+];
+
+impl RouteSpec {
+    /// Applies one key of a route entry.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<Applied, KeyError> {
+        match key {
+            "host" => self.host = text(value),
+            "port" => self.port = Some(number(key, value)?),
+            "dbname" => self.dbname = text(value),
+            "user" => self.user = text(value),
+            "password" => self.password = Some(Secret::new(value)),
+            "auth" => self.auth = Some(ServerAuth::parse(value)?),
+            "secret_arn" => {
+                self.secret_arn = text(value);
+                self.auth.get_or_insert(ServerAuth::Secret);
+            }
+            "iam" => {
+                if parse_bool(value)? {
+                    self.auth = Some(ServerAuth::Iam);
+                }
+            }
+            "pool_size" | "pool_max" => self.pool_max = Some(number(key, value)?),
+            "min_pool_size" => self.min_pool_size = Some(number(key, value)?),
+            "max_db_connections" => self.max_db_connections = Some(number(key, value)?),
+            "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
+            "auth_user" => self.auth_user = text(value),
+            k if ROUTE_KEYS_NOT_SUPPORTED.contains(&k) => return Ok(Applied::Unsupported),
+            _ => return Err(KeyError::Unknown),
+        }
+        Ok(Applied::Set)
+    }
+}
+
+impl UserSpec {
+    /// Applies one key of a user entry.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<Applied, KeyError> {
+        match key {
+            "password" => self.password = Some(Secret::new(value)),
+            "auth" => self.auth = Some(ServerAuth::parse(value)?),
+            "secret_arn" => {
+                self.secret_arn = text(value);
+                self.auth.get_or_insert(ServerAuth::Secret);
+            }
+            "iam" => {
+                if parse_bool(value)? {
+                    self.auth = Some(ServerAuth::Iam);
+                }
+            }
+            "pool_size" | "pool_max" => self.pool_max = Some(number(key, value)?),
+            "max_user_connections" => self.max_user_connections = Some(number(key, value)?),
+            "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
+            k if USER_KEYS_NOT_SUPPORTED.contains(&k) => return Ok(Applied::Unsupported),
+            _ => return Err(KeyError::Unknown),
+        }
+        Ok(Applied::Set)
+    }
+}
+
+/// One `name = key=value ...` entry, its pairs in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub pairs: Vec<(String, String)>,
+}
+
+impl Entry {
+    /// A libpq-style connection string, as PgBouncer's `[databases]` values are written: `key=value` pairs
+    /// separated by spaces, a value in single quotes when it holds spaces (`\'` and `\\` inside).
+    pub fn parse_connstr(name: &str, s: &str) -> Result<Entry, EntryError> {
+        let mut pairs = Vec::new();
+        let mut chars = s.chars().peekable();
+        loop {
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            if chars.peek().is_none() {
+                break;
+            }
+            let mut key = String::new();
+            while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+                key.push(c);
+            }
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            if chars.next() != Some('=') {
+                return Err(EntryError::syntax(name, format!("expected key=value, found {key:?} without a value")));
+            }
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            let mut value = String::new();
+            if chars.next_if_eq(&'\'').is_some() {
+                loop {
+                    match chars.next() {
+                        None => {
+                            return Err(EntryError::syntax(name, format!("the quoted value of {key} is not closed")));
+                        }
+                        Some('\'') => break,
+                        Some('\\') => value.push(
+                            chars.next().ok_or_else(|| EntryError::syntax(name, "a \\ ends the value".to_owned()))?,
+                        ),
+                        Some(c) => value.push(c),
+                    }
+                }
+            } else {
+                while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                    value.push(c);
+                }
+            }
+            pairs.push((key.to_ascii_lowercase(), value));
+        }
+        Ok(Entry { name: name.to_owned(), pairs })
+    }
+
+    /// The entries of an environment variable: `name = connstr` entries separated by `;` (outside quotes)
+    /// or new lines.
+    pub fn parse_list(var: &str, s: &str) -> Result<Vec<Entry>, EntryError> {
+        let mut out = Vec::new();
+        for part in split_outside_quotes(s) {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            let (name, rest) = part
+                .split_once('=')
+                .ok_or_else(|| EntryError::syntax(var, format!("expected `name = key=value ...`, found {part:?}")))?;
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(EntryError::syntax(var, format!("an entry has no name: {part:?}")));
+            }
+            out.push(Entry::parse_connstr(name, rest)?);
+        }
+        Ok(out)
+    }
+}
+
+/// `s` split at `;` and new lines that are not inside single quotes.
+fn split_outside_quotes(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '\'' => quoted = !quoted,
+            ';' | '\n' if !quoted => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// Builds a route from an entry: every key applied, the ones pgmux does not have returned.
+pub fn route_from(entry: &Entry) -> Result<(RouteSpec, Vec<String>), EntryError> {
+    let mut route = RouteSpec { name: entry.name.clone(), ..RouteSpec::default() };
+    let mut unsupported = Vec::new();
+    for (k, v) in &entry.pairs {
+        let applied = route.apply(k, v).map_err(|e| EntryError::at(format!("database {}", entry.name), k, e))?;
+        if applied == Applied::Unsupported {
+            unsupported.push(k.clone());
+        }
+    }
+    Ok((route, unsupported))
+}
+
+/// Builds a user from an entry, as [`route_from`] does.
+pub fn user_from(entry: &Entry) -> Result<(UserSpec, Vec<String>), EntryError> {
+    let mut user = UserSpec { name: entry.name.clone(), ..UserSpec::default() };
+    let mut unsupported = Vec::new();
+    for (k, v) in &entry.pairs {
+        let applied = user.apply(k, v).map_err(|e| EntryError::at(format!("user {}", entry.name), k, e))?;
+        if applied == Applied::Unsupported {
+            unsupported.push(k.clone());
+        }
+    }
+    Ok((user, unsupported))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_strings_read_as_pgbouncer_writes_them() {
+        let e = Entry::parse_connstr("p1", "host=127.0.0.1 port=6666 dbname=p1 user=bouncer pool_size=2").unwrap();
+        assert_eq!(e.pairs.len(), 5);
+        let (r, unsupported) = route_from(&e).unwrap();
+        assert_eq!(
+            (r.host.as_deref(), r.port, r.dbname.as_deref(), r.user.as_deref(), r.pool_max),
+            (Some("127.0.0.1"), Some(6666), Some("p1"), Some("bouncer"), Some(2))
+        );
+        assert!(unsupported.is_empty());
+        let quoted = Entry::parse_connstr("q", "password='it\\'s a secret' dbname = q").unwrap();
+        assert_eq!(quoted.pairs, vec![("password".into(), "it's a secret".into()), ("dbname".into(), "q".into())]);
+        assert!(Entry::parse_connstr("bad", "host").is_err());
+        assert!(Entry::parse_connstr("bad", "password='open").is_err());
+    }
+
+    #[test]
+    fn keys_pgmux_lacks_are_returned_and_unknown_ones_refused() {
+        let e = Entry::parse_connstr("p", "dbname=p reserve_pool_size=3 connect_query='select 1'").unwrap();
+        let (_, unsupported) = route_from(&e).unwrap();
+        assert_eq!(unsupported, vec!["reserve_pool_size", "connect_query"]);
+        let e = Entry::parse_connstr("p", "dbname=p colour=blue").unwrap();
+        let err = route_from(&e).unwrap_err();
+        assert_eq!((err.kind, err.key.as_deref()), (EntryErrorKind::UnknownKey, Some("colour")));
+        assert_eq!(err.to_string(), "database p: unknown key \"colour\"");
+        let e = Entry::parse_connstr("u", "pool_mode=statement").unwrap();
+        let err = user_from(&e).unwrap_err();
+        assert_eq!(err.kind, EntryErrorKind::Invalid);
+        assert!(err.to_string().contains("statement is not supported"), "{err}");
+    }
+
+    #[test]
+    fn environment_lists_split_on_semicolons_and_lines_outside_quotes() {
+        let list = Entry::parse_list(
+            "PGMUX_DATABASES",
+            "app = host=db dbname=app user=app_rw password='a;b'\nreport=dbname=app pool_mode=session; ",
+        )
+        .unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0].pairs[3], ("password".into(), "a;b".into()));
+        let (report, _) = route_from(&list[1]).unwrap();
+        assert_eq!(report.pool_mode, Some(PoolMode::Session));
+        assert!(Entry::parse_list("PGMUX_DATABASES", "no equals sign").is_err());
+    }
+
+    #[test]
+    fn a_secret_or_iam_chooses_how_the_server_login_is_made() {
+        let e = Entry::parse_connstr("r", "secret_arn=arn:aws:secretsmanager:eu-west-1:1:secret:r").unwrap();
+        assert_eq!(route_from(&e).unwrap().0.auth, Some(ServerAuth::Secret));
+        let e = Entry::parse_connstr("u", "iam=true pool_size=2 max_user_connections=5").unwrap();
+        let (u, _) = user_from(&e).unwrap();
+        assert_eq!((u.auth, u.pool_max, u.max_user_connections), (Some(ServerAuth::Iam), Some(2), Some(5)));
+    }
+}
