@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::{Grant, Handout, Inner, State, Waiter};
+use crate::{Grant, Handout, Inner, Slot, State, Waiter};
 
 /// What a tick hands out: each waiter with what it is sent.
 type Handouts<C> = Vec<(Waiter<C>, Handout<C>)>;
@@ -48,7 +48,13 @@ impl<C> State<C> {
     /// only `steady_grow_after`.
     pub(crate) fn growth_due(&self) -> Option<Instant> {
         let grow_after = self.config.grow_after;
-        if grow_after.is_zero() || self.closed || self.paused || self.opening > 0 || self.size >= self.config.max_size {
+        if grow_after.is_zero()
+            || self.closed
+            || self.paused
+            || self.opening > 0
+            || self.size >= self.config.max_size
+            || self.held_back()
+        {
             return None;
         }
         let first = self.waiters.front()?.since;
@@ -93,10 +99,16 @@ impl<C> State<C> {
                 }
             }
         }
+        // A shared limit that turned the pool away may have room again: waiters free to open one take it.
+        if self.turned_away_at.is_some() {
+            let freed = self.grant_free_slots(shared);
+            out.extend(freed.slots.into_iter().map(|w| (w, Handout::Grant(Grant::Open(Slot::new(shared))))));
+        }
         if self.growth_due().is_some_and(|at| at <= now)
+            && self.grow(shared, true)
             && let Some(w) = self.waiters.pop_front()
         {
-            out.push((w, Handout::Grant(Grant::Open(self.reserve(shared)))));
+            out.push((w, Handout::Grant(Grant::Open(Slot::new(shared)))));
         }
         if had_line && self.waiters.is_empty() {
             self.line_emptied(now);

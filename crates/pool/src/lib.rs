@@ -30,9 +30,11 @@ mod busy;
 mod clock;
 mod lease;
 mod line;
+mod shared;
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,6 +43,8 @@ use tokio::time::Instant;
 
 pub use lease::{Grant, Lease, Meta, Slot};
 pub use line::{Joined, Ticket};
+use shared::Member;
+pub use shared::SharedLimit;
 
 /// Sizing of a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +134,8 @@ pub(crate) struct Inner<C> {
     closer: Option<Closer<C>>,
     /// Wakes the clock's task (see the `clock` module).
     bell: Arc<Notify>,
+    /// A shared limit turned the pool away: ring the clock when room comes back (see the `shared` module).
+    turned_away: AtomicBool,
 }
 
 impl<C> Drop for Inner<C> {
@@ -163,6 +169,10 @@ struct State<C> {
     /// How much of the recent past the line held somebody.
     busy: busy::Busy,
     config: PoolConfig,
+    /// Limits this pool shares with others (see the `shared` module).
+    limits: Vec<Arc<SharedLimit>>,
+    /// The limits' generations when one of them last turned the pool away: no growth until one changes.
+    turned_away_at: Option<u64>,
     waiters: VecDeque<Waiter<C>>,
     closed: bool,
     paused: bool,
@@ -208,12 +218,34 @@ impl<C> Pool<C> {
             busy: busy::Busy::default(),
             last_returned: None,
             config,
+            limits: Vec::new(),
+            turned_away_at: None,
             waiters: VecDeque::new(),
             closed: false,
             paused: false,
             clock: clock::Clock::default(),
         };
-        Pool { shared: Arc::new(Inner { state: Mutex::new(state), closer, bell: Arc::default() }) }
+        Pool {
+            shared: Arc::new(Inner {
+                state: Mutex::new(state),
+                closer,
+                bell: Arc::default(),
+                turned_away: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Puts the pool under `limits` it shares with other pools: from now on it opens a connection only when
+    /// each has room, and may give up an idle connection when another pool under one of them needs it.
+    pub fn share(&self, limits: Vec<Arc<SharedLimit>>)
+    where
+        C: Send + 'static,
+    {
+        let member: std::sync::Weak<dyn Member> = Arc::downgrade(&self.shared) as std::sync::Weak<Inner<C>>;
+        for limit in &limits {
+            limit.join(member.clone());
+        }
+        self.shared.lock().limits = limits;
     }
 
     /// An idle connection or the right to open one, if either is available right now without waiting
@@ -234,8 +266,8 @@ impl<C> Pool<C> {
             return Ok(Some(Grant::Idle(Lease::new(&self.shared, conn, meta))));
         }
         // With nothing open there is nothing to wait for: open at once, lazy growth or not.
-        if st.may_open_now() {
-            return Ok(Some(Grant::Open(st.reserve(&self.shared))));
+        if st.may_open_now() && st.grow(&self.shared, true) {
+            return Ok(Some(Grant::Open(Slot::new(&self.shared))));
         }
         Ok(None)
     }
@@ -247,7 +279,8 @@ impl<C> Pool<C> {
         if st.closed || st.paused || !st.waiters.is_empty() || st.size >= st.config.max_size {
             return None;
         }
-        Some(st.reserve(&self.shared))
+        // Warming up takes no idle connection from another pool.
+        st.grow(&self.shared, false).then(|| Slot::new(&self.shared))
     }
 
     /// Waits for an idle connection or the right to open one, in arrival order, for as long as it takes.
@@ -303,7 +336,7 @@ impl<C> Pool<C> {
             if !handed.is_empty() && st.waiters.is_empty() {
                 st.line_emptied(Instant::now());
             }
-            (handed, st.grant_free_slots())
+            (handed, st.grant_free_slots(&self.shared))
         };
         for (waiter, (conn, meta)) in handed {
             // A waiter that left meanwhile hands the lease back; dropping it returns the connection.
@@ -324,7 +357,7 @@ impl<C> Pool<C> {
             let mut st = self.shared.lock();
             st.config.grow_after = grow_after;
             st.config.steady_grow_after = steady_grow_after;
-            st.grant_free_slots()
+            st.grant_free_slots(&self.shared)
         };
         Inner::deliver_slots(&self.shared, slots);
     }
@@ -336,7 +369,7 @@ impl<C> Pool<C> {
         let slots = {
             let mut st = self.shared.lock();
             st.config.max_size = max_size;
-            st.grant_free_slots()
+            st.grant_free_slots(&self.shared)
         };
         Inner::deliver_slots(&self.shared, slots);
     }
@@ -357,8 +390,8 @@ impl<C> Pool<C> {
                 }
             }
             st.idle = keep;
-            st.size -= out.len();
-            (out, st.grant_free_slots())
+            st.shrink(out.len());
+            (out, st.grant_free_slots(&self.shared))
         };
         Inner::deliver_slots(&self.shared, slots);
         out
@@ -401,6 +434,33 @@ impl<C> Pool<C> {
     }
 }
 
+impl<C: Send + 'static> Member for Inner<C> {
+    fn room(&self) {
+        if self.turned_away.load(Ordering::Relaxed) {
+            self.bell.notify_one();
+        }
+    }
+
+    fn give_up_idle(&self) -> bool {
+        let Some(closer) = &self.closer else { return false };
+        let conn = {
+            let Ok(mut st) = self.state.try_lock() else { return false };
+            if st.closed {
+                return false;
+            }
+            let Some((conn, _)) = st.idle.pop_front() else { return false };
+            st.shrink(1);
+            conn
+        };
+        closer(conn);
+        true
+    }
+
+    fn is(&self, at: *const ()) -> bool {
+        std::ptr::eq(self as *const Self as *const (), at)
+    }
+}
+
 impl<C> Inner<C> {
     fn lock(&self) -> MutexGuard<'_, State<C>> {
         // A panic while holding this lock leaves plain counters behind; keep serving rather than poison.
@@ -419,7 +479,7 @@ impl<C> Inner<C> {
                     && !st.closed
                     && st.size > st.config.max_size
                 {
-                    st.size -= 1;
+                    st.shrink(1);
                     drop(st);
                     closer(item.0);
                     return;
@@ -461,11 +521,11 @@ impl<C> Inner<C> {
     fn free_place(self: &Arc<Self>, was_opening: bool) {
         let slots = {
             let mut st = self.lock();
-            st.size -= 1;
+            st.shrink(1);
             if was_opening {
                 st.opening -= 1;
             }
-            st.grant_free_slots()
+            st.grant_free_slots(self)
         };
         Self::deliver_slots(self, slots);
     }
@@ -523,21 +583,58 @@ impl<C> State<C> {
             && (self.config.grow_after.is_zero() || self.size == 0)
     }
 
-    /// Counts a new place and hands out the slot for it.
-    fn reserve(&mut self, shared: &Arc<Inner<C>>) -> Slot<C> {
+    /// Counts a new place, if every shared limit has room for it (`reclaim`: asking the limits' other pools
+    /// to give up an idle connection for it); false if one has none.
+    pub(crate) fn grow(&mut self, inner: &Inner<C>, reclaim: bool) -> bool {
+        if !self.limits.is_empty() && !self.take_room(inner, reclaim) {
+            return false;
+        }
         self.size += 1;
         self.opening += 1;
-        Slot::new(shared)
+        true
+    }
+
+    /// Takes room in every shared limit, or in none: false, and the pool waits for one to change.
+    fn take_room(&mut self, inner: &Inner<C>, reclaim: bool) -> bool {
+        let me = inner as *const Inner<C> as *const ();
+        for (i, limit) in self.limits.iter().enumerate() {
+            let took = limit.try_take() || (reclaim && limit.reclaim(me) && limit.try_take());
+            if !took {
+                self.limits[..i].iter().for_each(|taken| taken.give_back(1));
+                self.turned_away_at = Some(self.generations());
+                inner.turned_away.store(true, Ordering::Relaxed);
+                return false;
+            }
+        }
+        self.turned_away_at = None;
+        inner.turned_away.store(false, Ordering::Relaxed);
+        true
+    }
+
+    /// The shared limits' generations, summed: a change means room may have come back somewhere.
+    fn generations(&self) -> u64 {
+        self.limits.iter().map(|l| l.generation()).fold(0, u64::wrapping_add)
+    }
+
+    /// Whether a shared limit turned the pool away and nothing changed since: growing would be refused.
+    pub(crate) fn held_back(&self) -> bool {
+        self.turned_away_at.is_some_and(|at| at == self.generations())
+    }
+
+    /// `n` places are gone: their room in the shared limits is free.
+    fn shrink(&mut self, n: usize) {
+        self.size -= n;
+        for limit in &self.limits {
+            limit.give_back(n);
+        }
     }
 
     /// Reserves a place for each waiter that may open a connection now (see `may_open_now`), and sees
     /// whether lazy growth now comes due sooner than the clock will wake.
-    fn grant_free_slots(&mut self) -> Freed<C> {
+    fn grant_free_slots(&mut self, inner: &Inner<C>) -> Freed<C> {
         let mut slots = Vec::new();
-        while self.may_open_now() {
+        while self.may_open_now() && !self.waiters.is_empty() && !self.held_back() && self.grow(inner, true) {
             let Some(w) = self.waiters.pop_front() else { break };
-            self.size += 1;
-            self.opening += 1;
             slots.push(w);
         }
         if !slots.is_empty() && self.waiters.is_empty() {
@@ -560,3 +657,6 @@ mod tests;
 
 #[cfg(test)]
 mod growth_tests;
+
+#[cfg(test)]
+mod shared_tests;
