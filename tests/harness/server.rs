@@ -88,15 +88,28 @@ impl PgServer {
         self.postmaster.take();
     }
 
+    /// Stop the server with a fast shutdown (SIGINT: sessions are terminated, a checkpoint is written, and a
+    /// primary's WAL senders pass everything up to it on to the standbys first), escalating to SIGQUIT and
+    /// SIGKILL after 5 s each. Does nothing if it is already stopped.
+    pub fn stop_fast(&mut self) {
+        if let Some(mut postmaster) = self.postmaster.take() {
+            postmaster.shutdown(libc::SIGINT);
+        }
+    }
+
+    /// Whether the postmaster was started and has not exited since (it may still be starting up or shutting
+    /// down).
+    pub fn is_running(&self) -> bool {
+        self.postmaster.as_ref().is_some_and(|postmaster| postmaster.exited().is_none())
+    }
+
     /// Stop the server and start it again on the same port and data directory with other settings.
     ///
     /// A running server is stopped with a fast shutdown (SIGINT: sessions are terminated, then a checkpoint),
     /// not an immediate one: with `synchronous_commit=off` an immediate stop can lose the last commits. To
     /// test crash recovery instead, call [`PgServer::stop`] first.
     pub fn restart_with(&mut self, opts: &PgOptions) {
-        if let Some(mut postmaster) = self.postmaster.take() {
-            postmaster.shutdown(libc::SIGINT);
-        }
+        self.stop_fast();
         match launch(self.dir.path(), &self.data, Some(self.port), opts) {
             Ok((postmaster, _)) => self.postmaster = Some(postmaster),
             Err(message) => panic!("pgmux-testkit: PostgreSQL did not restart: {message}"),

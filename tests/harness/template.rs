@@ -15,7 +15,8 @@ use crate::{postmaster, psql};
 /// Every directory the harness creates is `<tmp>/pgmux-testkit-<pid>-<kind>-<random>`.
 const DIR_PREFIX: &str = "pgmux-testkit-";
 
-/// Written over initdb's: the md5 and cleartext roles first, since the first matching line wins.
+/// Written over initdb's: the md5 and cleartext roles first, since the first matching line wins; `all` does not
+/// cover replication connections, so the superuser's streaming standbys (`crate::aurora`) have a line of their own.
 pub(crate) const PG_HBA: &str = "\
 # pgmux-testkit: each test role logs in with the method its name says.
 host    all     pgmux_md5       127.0.0.1/32    md5
@@ -23,6 +24,7 @@ host    all     pgmux_plain     127.0.0.1/32    password
 host    all     all             127.0.0.1/32    scram-sha-256
 host    all     all             ::1/128         scram-sha-256
 local   all     all                             scram-sha-256
+host    replication     postgres        127.0.0.1/32    scram-sha-256
 ";
 
 /// The template's data directory (a copy source; no server runs on it after it is built).

@@ -56,7 +56,8 @@ fn auth_methods_and_password_storage_are_what_the_roles_claim() {
          host|pgmux_plain|password|t\n\
          host|all|scram-sha-256|t\n\
          host|all|scram-sha-256|t\n\
-         local|all|scram-sha-256|t"
+         local|all|scram-sha-256|t\n\
+         host|postgres|scram-sha-256|t"
     );
     let stored = pg.psql(
         "select rolname, split_part(rolpassword, '$', 1), length(rolpassword) from pg_authid \
