@@ -19,6 +19,7 @@
 //! `pg_config --bindir`; when none is found every test panics saying what to install. When the tests run as
 //! root, PostgreSQL runs as the `postgres` system user, since it refuses to run as root.
 
+pub mod aurora;
 mod bins;
 #[cfg(feature = "fixture")]
 pub mod fixture;

@@ -46,6 +46,12 @@ impl PgServer {
             "pgmux-testkit: copying the template cluster failed: {}",
             String::from_utf8_lossy(&copied.stderr)
         );
+        PgServer::launch_on(dir, data, opts)
+    }
+
+    /// Start a server on a data directory the caller prepared inside `dir` (a standby that `pg_basebackup`
+    /// made, say); it owns `dir` from then on.
+    pub(crate) fn launch_on(dir: TempDir, data: PathBuf, opts: &PgOptions) -> PgServer {
         match launch(dir.path(), &data, None, opts) {
             Ok((postmaster, port)) => PgServer { dir, data, port, postmaster: Some(postmaster) },
             Err(message) => panic!("pgmux-testkit: PostgreSQL did not start: {message}"),
