@@ -30,7 +30,8 @@ fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<ModPath, String>) {
         let path = entry.expect("entry").path();
         let name = path.file_name().expect("a name").to_string_lossy().into_owned();
         if path.is_dir() {
-            if name != "tests" {
+            // Test code, like the files below: `tests/` folders and the test-only fakes in `testing/`.
+            if name != "tests" && name != "testing" {
                 collect(root, &path, out);
             }
             continue;
