@@ -367,34 +367,4 @@ impl Session {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::SslMode;
-    use crate::config::credentials::StaticCredentials;
-    use crate::net::tls::ServerTls;
-    use crate::pools::Pools;
-    use crate::testing::FakeServer;
-    use tokio_util::task::TaskTracker;
-
-    #[tokio::test]
-    async fn a_client_s_task_fits_the_640_byte_size_class() {
-        // An idle client costs mostly its task: this future inside tokio's task cell, which adds 120 bytes
-        // (header, scheduler, id, stage, the tracker's token, trailer) and rounds up to 128. At 528 bytes or
-        // less the cell is 640 bytes, one of jemalloc's size classes; at 529 it is 768. The relay loop's
-        // work between two waits is not async for this reason, the span is boxed when it is on, and what an
-        // idle session keeps is counted in bytes (see docs/benchmarks.md, "W6").
-        let fake = FakeServer::start().await;
-        let config = fake.config("");
-        let credentials = Arc::new(StaticCredentials::from_config(&config));
-        let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
-        let stop = Stop::new();
-        let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), stop.clone());
-        let shared = Arc::new(Shared::new(pools, TaskTracker::new(), None));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
-        let stream = tokio::net::TcpStream::connect(listener.local_addr().expect("bound")).await.expect("connect");
-        let peer = Peer::Tcp(stream.local_addr().expect("connected"));
-        let task = serve(shared, Stream::Tcp(stream), peer, 1, stop);
-        let size = std::mem::size_of_val(&task);
-        assert!(size <= 528, "a client's task future is {size} bytes");
-    }
-}
+mod tests;

@@ -1,0 +1,65 @@
+//! A server connection that fails under a client: the client is told 08006 (or 08007 if a commit was in
+//! flight) in place of each reply it was owed and keeps its connection to pgmux; a transaction that
+//! provably never ran runs again on another connection without the client seeing anything.
+
+use super::client::{codes, status};
+use super::{Rig, tags};
+use crate::testing::Reply;
+
+#[tokio::test]
+async fn a_fatal_error_mid_transaction_gives_08006_and_the_next_query_a_new_connection() {
+    let mut rig = Rig::new(2, "").await;
+    rig.fake.on("SELECT doomed", Reply::Fatal("57P01"));
+    let mut client = rig.login().await;
+    client.query("BEGIN").await;
+    let lost = client.query("SELECT doomed").await;
+    // Not the server's FATAL, which would end the client's own connection.
+    assert_eq!((codes(&lost), status(&lost)), (vec!["08006".to_owned()], b'I'));
+    assert_eq!(tags(&client.query("SELECT 1").await), "CZ");
+    assert_eq!(rig.fake.ran("SELECT 1"), [2]);
+}
+
+#[tokio::test]
+async fn a_server_that_closes_while_a_commit_runs_leaves_the_outcome_unknown_08007() {
+    let mut rig = Rig::new(2, "").await;
+    rig.fake.on("COMMIT", Reply::Close);
+    let mut client = rig.login().await;
+    client.query("BEGIN").await;
+    client.query("INSERT INTO ledger VALUES (1)").await;
+    assert_eq!(codes(&client.query("COMMIT").await), ["08007"]);
+    assert_eq!(rig.pool().size, 0, "the closed connection is gone from the pool");
+}
+
+#[tokio::test]
+async fn a_query_whose_first_write_fails_runs_again_on_a_new_connection_unseen() {
+    let mut rig = Rig::new(2, "").await;
+    let mut client = rig.login().await;
+    // The idle connection breaks without a sign pgmux could see before writing to it: the fake stops
+    // reading it, and pgmux's end can no longer send.
+    rig.fake.deafen();
+    rig.break_idle_connection();
+    assert_eq!(tags(&client.query("SELECT 1").await), "CZ", "nothing of the failure reached the client");
+    assert_eq!(rig.fake.ran("SELECT 1"), [2]);
+}
+
+#[tokio::test]
+async fn a_transaction_refused_as_read_only_runs_again_on_a_new_connection_unseen() {
+    let mut rig = Rig::new(2, "").await;
+    // A demoted writer answers the first write so; a new connection finds the new writer.
+    rig.fake.on_once("INSERT", Reply::Error("25006"));
+    let mut client = rig.login().await;
+    assert_eq!(tags(&client.query("INSERT INTO ledger VALUES (1)").await), "CZ");
+    assert_eq!(rig.fake.ran("INSERT"), [1, 2]);
+}
+
+#[tokio::test]
+async fn a_server_that_dies_mid_row_closes_the_client_whose_stream_cannot_be_repaired() {
+    let mut rig = Rig::new(2, "").await;
+    rig.fake.on("SELECT wide", Reply::CutRow);
+    let mut client = rig.login().await;
+    client.send_query("SELECT wide").await;
+    // The row's first piece went on as it came; nothing can follow it but the end of the connection.
+    assert_eq!(tags(&client.closed().await), "T");
+    client.session_over().await;
+    assert_eq!(rig.pool().size, 0);
+}
