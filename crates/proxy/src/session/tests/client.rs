@@ -167,6 +167,22 @@ impl Client {
         got
     }
 
+    /// Sends Terminate, and waits until the session is over.
+    pub(super) async fn terminate(mut self) {
+        let mut buf = BytesMut::new();
+        encode::terminate(&mut buf);
+        self.send(&buf).await;
+        self.session_over().await;
+    }
+
+    /// Closes the socket without a word (a client that crashed, or a Lambda frozen for good), and waits
+    /// until the session is over.
+    pub(super) async fn vanish(self) {
+        let Client { stream, session, .. } = self;
+        drop(stream);
+        tokio::time::timeout(WAIT, session).await.expect("the session ends").expect("without a panic");
+    }
+
     /// Waits until the session is over.
     pub(super) async fn session_over(self) {
         tokio::time::timeout(WAIT, self.session).await.expect("the session ends").expect("without a panic");

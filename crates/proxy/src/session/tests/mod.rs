@@ -7,7 +7,9 @@ mod client;
 mod failure;
 mod footprint;
 mod login;
+mod pin;
 mod transaction;
+mod vanish;
 
 use std::sync::Arc;
 use std::time::Duration;
