@@ -25,6 +25,11 @@ impl Msg {
         ErrorFields::parse(&self.body).expect("an error's fields").code.to_owned()
     }
 
+    /// The message of an ErrorResponse.
+    pub(super) fn message(&self) -> String {
+        ErrorFields::parse(&self.body).expect("an error's fields").message.to_owned()
+    }
+
     /// The first value of a DataRow, as text.
     pub(super) fn value(&self) -> String {
         let values = backend::data_row(&self.body).expect("a row");

@@ -8,6 +8,8 @@ mod failure;
 mod footprint;
 mod login;
 mod pin;
+mod shutdown;
+mod timers;
 mod transaction;
 mod vanish;
 
@@ -131,4 +133,12 @@ impl Rig {
     fn server_pool(&self) -> &ServerPool {
         self.shared.pools.first()
     }
+}
+
+/// Moves the clock `by` at once: timers due meanwhile fire, and no real time passes. The clock is frozen
+/// only for the jump, so the sockets around it run in real time.
+async fn jump(by: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
 }
