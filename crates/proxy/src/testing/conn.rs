@@ -204,10 +204,14 @@ impl Conn {
         if kind == b'S' {
             out.extend_from_slice(&[b't', 0, 0, 0, 6, 0, 0]);
         }
-        let rows =
-            self.inner.read(|s| s.rules.iter().any(|r| sql.contains(r.pattern) && matches!(r.reply, Reply::Rows(_))));
-        if rows {
-            script::row_description(out);
+        let columns = self.inner.read(|s| {
+            s.rules.iter().find(|r| sql.contains(r.pattern)).and_then(|r| match &r.reply {
+                Reply::Rows(rows) => Some(rows.first().map_or(0, Vec::len)),
+                _ => None,
+            })
+        });
+        if let Some(columns) = columns {
+            script::row_description(out, columns);
         } else {
             out.extend_from_slice(&[b'n', 0, 0, 0, 4]);
         }
@@ -226,11 +230,11 @@ impl Conn {
         }
         self.status = after;
         match reply {
-            Reply::Rows(values) => {
+            Reply::Rows(rows) => {
                 if simple {
-                    script::row_description(out);
+                    script::row_description(out, rows.first().map_or(0, Vec::len));
                 }
-                script::rows(out, &values);
+                script::rows(out, &rows);
             }
             Reply::Tag(tag) => encode::command_complete(out, tag),
             Reply::Error(code) => {
@@ -244,7 +248,7 @@ impl Conn {
             Reply::Close => return Ran::Closed,
             Reply::CutRow => {
                 if simple {
-                    script::row_description(out);
+                    script::row_description(out, 1);
                 }
                 script::cut_row(out);
                 return Ran::Closed;

@@ -9,8 +9,8 @@ use pgmux_proto::encode::{self, Column, ErrorMessage};
 /// A scripted answer to a statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Reply {
-    /// Rows of one text column, then `SELECT n`.
-    Rows(Vec<&'static str>),
+    /// Rows of text columns (as many as the first row has), then `SELECT n`.
+    Rows(Vec<Vec<&'static str>>),
     /// CommandComplete with this tag.
     Tag(&'static str),
     /// An ErrorResponse (ERROR) with this SQLSTATE: an open transaction is then failed.
@@ -27,6 +27,11 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
+    /// Rows of one column, a row per value.
+    pub(crate) fn column(values: &[&'static str]) -> Reply {
+        Reply::Rows(values.iter().map(|v| vec![*v]).collect())
+    }
+
     /// `inner`, held until released or cancelled.
     pub(crate) fn held(inner: Reply) -> Reply {
         Reply::Hold(Box::new(inner))
@@ -96,17 +101,19 @@ pub(super) fn error(code: &str, fatal: bool) -> bytes::Bytes {
     }
 }
 
-/// The RowDescription of [`Reply::Rows`].
-pub(super) fn row_description(buf: &mut BytesMut) {
-    encode::row_description(buf, &[Column { name: "?column?", type_oid: 25, type_len: -1 }]);
+/// The RowDescription of [`Reply::Rows`]: `columns` text columns.
+pub(super) fn row_description(buf: &mut BytesMut, columns: usize) {
+    let column = Column { name: "?column?", type_oid: 25, type_len: -1 };
+    encode::row_description(buf, &vec![column; columns]);
 }
 
 /// The DataRows and tag of [`Reply::Rows`].
-pub(super) fn rows(buf: &mut BytesMut, values: &[&str]) {
-    for value in values {
-        encode::data_row(buf, &[Some(value.as_bytes())]);
+pub(super) fn rows(buf: &mut BytesMut, rows: &[Vec<&str>]) {
+    for row in rows {
+        let values: Vec<Option<&[u8]>> = row.iter().map(|v| Some(v.as_bytes())).collect();
+        encode::data_row(buf, &values);
     }
-    encode::command_complete(buf, &format!("SELECT {}", values.len()));
+    encode::command_complete(buf, &format!("SELECT {}", rows.len()));
 }
 
 /// The start of a DataRow that says 64 KiB and brings 20 KiB ([`Reply::CutRow`]).

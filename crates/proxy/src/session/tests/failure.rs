@@ -63,3 +63,15 @@ async fn a_server_that_dies_mid_row_closes_the_client_whose_stream_cannot_be_rep
     client.session_over().await;
     assert_eq!(rig.pool().size, 0);
 }
+
+#[tokio::test]
+async fn a_server_lost_while_a_setting_is_read_back_tells_the_client_its_settings_are_gone() {
+    let mut rig = Rig::new(2, "").await;
+    rig.fake.on("WHERE source = 'session'", Reply::Close);
+    let mut client = rig.login().await;
+    assert_eq!(tags(&client.query("SET work_mem = '64MB'").await), "CZ");
+    // Its next statement would run without the setting it made: it is told instead, once.
+    assert_eq!(codes(&client.query("SELECT 1").await), ["08006"]);
+    assert_eq!(tags(&client.query("SELECT 2").await), "CZ");
+    assert_eq!((rig.fake.ran("SELECT 1"), rig.fake.ran("SELECT 2")), (vec![], vec![2]));
+}

@@ -8,7 +8,7 @@ use crate::testing::Reply;
 #[tokio::test]
 async fn a_simple_query_reaches_the_server_and_its_rows_reach_the_client() {
     let mut rig = Rig::new(2, "").await;
-    rig.fake.on("SELECT 42", Reply::Rows(vec!["42"]));
+    rig.fake.on("SELECT 42", Reply::column(&["42"]));
     let mut client = rig.login().await;
     let reply = client.query("SELECT 42").await;
     assert_eq!(tags(&reply), "TDCZ");
@@ -19,7 +19,7 @@ async fn a_simple_query_reaches_the_server_and_its_rows_reach_the_client() {
 #[tokio::test]
 async fn an_extended_protocol_unit_reaches_the_server_in_order_and_its_replies_come_back() {
     let mut rig = Rig::new(2, "").await;
-    rig.fake.on("SELECT 7", Reply::Rows(vec!["7"]));
+    rig.fake.on("SELECT 7", Reply::column(&["7"]));
     let mut client = rig.login().await;
     client.send(&[parse("", "SELECT 7"), bind(""), describe_portal(), execute(), sync()].concat()).await;
     let reply = client.until_ready().await;
@@ -80,4 +80,37 @@ async fn a_client_s_own_parameters_are_applied_on_a_connection_that_lacks_them()
     assert!(reset.contains("RESET") && reset.contains("application_name"), "{sql:?}");
     assert_eq!(query, "SELECT 2");
     assert_eq!(rig.fake.accepted(), 1, "one connection, brought to each client's settings in turn");
+}
+
+#[tokio::test]
+async fn a_setting_the_client_changes_is_read_back_and_follows_it_to_its_next_connection() {
+    let mut rig = Rig::new(2, "").await;
+    // What PostgreSQL 15 shows pgmux's read-back after `SET work_mem`: the values pgmux shields and the
+    // role, then the settings whose source is the session.
+    rig.fake.on("current_setting('role')", Reply::Rows(vec![vec!["0", "0", "\"$user\", public", "none"]]));
+    rig.fake.on("source = 'session'", Reply::Rows(vec![vec!["work_mem", "65536", "4096"]]));
+    let mut setter = rig.login().await;
+    setter.query("SET work_mem = '64MB'").await;
+    let mut other = rig.login().await;
+    other.query("BEGIN").await;
+    setter.query("SELECT 1").await;
+    let sql = rig.fake.sql();
+    let seen: Vec<(usize, &str)> = sql.iter().map(|(n, s)| (*n, work_mem_step(s))).collect();
+    assert_eq!(
+        seen,
+        [(1, "SET work_mem = '64MB'"), (1, "read back"), (1, "reset"), (1, "BEGIN"), (2, "set"), (2, "SELECT 1")]
+    );
+}
+
+/// What a statement does with work_mem, in short (pgmux's own are long).
+fn work_mem_step(sql: &str) -> &str {
+    if sql.contains("WHERE source = 'session'") {
+        "read back"
+    } else if sql.contains("RESET \"work_mem\"") {
+        "reset"
+    } else if sql.contains("set_config(E'work_mem', E'65536', false)") {
+        "set"
+    } else {
+        sql
+    }
 }
