@@ -44,3 +44,17 @@ async fn a_client_that_vanishes_while_its_query_runs_has_it_cancelled_and_the_co
     rig.fake.until("the connection closed", |f| f.open() == 0).await;
     assert_eq!(rig.pool().size, 0);
 }
+
+#[tokio::test]
+async fn a_client_that_vanishes_while_waiting_in_line_gives_up_its_place() {
+    let mut rig = Rig::new(1, "").await;
+    let mut holder = rig.login().await;
+    holder.query("BEGIN").await;
+    let mut waiter = rig.login().await;
+    waiter.send_query("SELECT 2").await;
+    rig.pool_until("the client waits in line", |p| p.waiting == 1).await;
+    waiter.vanish().await;
+    holder.query("COMMIT").await;
+    assert_eq!(rig.pool().idle, 1, "the connection is not handed to a client that left");
+    assert!(rig.fake.ran("SELECT 2").is_empty());
+}
