@@ -118,6 +118,7 @@ impl Conn {
             let n = self.n;
             let (tag, body) = tokio::select! {
                 biased;
+                () = self.inner.until(|s| s.ended_through >= n) => return self.end().await,
                 () = self.inner.until(|s| s.deaf_through >= n) => std::future::pending().await,
                 read = read_message(&mut self.stream) => match read {
                     Some(message) => message,
@@ -146,6 +147,11 @@ impl Conn {
                 return;
             }
         }
+    }
+
+    /// Ends the connection on the server's initiative (see [`FakeServer::terminate_all`]).
+    async fn end(mut self) {
+        let _ = self.stream.write_all(&script::error("57P01", true)).await;
     }
 
     /// A simple Query: each statement in turn, up to the first that fails, then ReadyForQuery.
@@ -224,7 +230,7 @@ impl Conn {
         if let Some(scripted) = self.inner.change(|s| script::scripted(&mut s.rules, sql)) {
             reply = scripted;
             while let Reply::Hold(inner) = reply {
-                reply = if self.hold(out).await { Reply::Error("57014") } else { *inner };
+                reply = self.hold(*inner, out).await;
             }
             after = script::status_after(&reply, self.status);
         }
@@ -258,18 +264,23 @@ impl Conn {
         Ran::Done
     }
 
-    /// Sends what is ready, then waits for a release or a cancel; true if cancelled.
-    async fn hold(&mut self, out: &mut BytesMut) -> bool {
+    /// Sends what is ready, then holds `inner` until a release; a cancel ends it with 57014 instead, and
+    /// [`terminate_all`](FakeServer::terminate_all) with FATAL 57P01.
+    async fn hold(&mut self, inner: Reply, out: &mut BytesMut) -> Reply {
         let _ = self.stream.write_all(&out.split()).await;
         let n = self.n;
         let since = self.inner.change(|s| {
             s.holding.insert(n);
             s.releases
         });
-        self.inner.until(|s| s.releases > since || s.cancelled.contains(&n)).await;
+        self.inner.until(|s| s.releases > since || s.cancelled.contains(&n) || s.ended_through >= n).await;
         self.inner.change(|s| {
             s.holding.remove(&n);
-            s.cancelled.remove(&n)
+            match (s.ended_through >= n, s.cancelled.remove(&n)) {
+                (true, _) => Reply::Fatal("57P01"),
+                (_, true) => Reply::Error("57014"),
+                _ => inner,
+            }
         })
     }
 }

@@ -6,8 +6,8 @@
 //! text it contains (rows, an error, a FATAL, a closed socket, a reply held until released or cancelled).
 //!
 //! It can refuse logins the way a full server does (FATAL 53300, or any other code), pose as a hot standby,
-//! hang (take every packet and answer none, as a stopped server does), take its time over logins, and stop
-//! reading the connections it has. It records what it was sent and the cancel requests it got, and a test
+//! hang (take every packet and answer none, as a stopped server does), take its time over logins, stop
+//! reading the connections it has, and end them all (a restart). It records what it was sent and the cancel requests it got, and a test
 //! can wait for either ([`FakeServer::until`]) without sleeping. No timer runs unless a test asks for slow
 //! logins, so paused-time tests stay exact.
 
@@ -44,6 +44,8 @@ struct State {
     begun: usize,
     /// Connections numbered up to this one read nothing more.
     deaf_through: usize,
+    /// Connections numbered up to this one are ended by the server (a restart).
+    ended_through: usize,
     /// Connections holding a reply, and those among them that a cancel reached.
     holding: BTreeSet<usize>,
     cancelled: BTreeSet<usize>,
@@ -191,6 +193,12 @@ impl FakeServer {
     /// The connections open now read nothing more, ever: whatever their peer sends or closes goes unseen.
     pub(crate) fn deafen(&self) {
         self.inner.change(|s| s.deaf_through = s.begun);
+    }
+
+    /// Ends every connection open now as PostgreSQL does when it shuts down or an administrator
+    /// terminates a backend: FATAL 57P01, then the socket closes, whatever the connection was doing.
+    pub(crate) fn terminate_all(&self) {
+        self.inner.change(|s| s.ended_through = s.begun);
     }
 
     /// Connections open now.

@@ -75,3 +75,26 @@ async fn a_server_lost_while_a_setting_is_read_back_tells_the_client_its_setting
     assert_eq!(tags(&client.query("SELECT 2").await), "CZ");
     assert_eq!((rig.fake.ran("SELECT 1"), rig.fake.ran("SELECT 2")), (vec![], vec![2]));
 }
+
+#[tokio::test]
+async fn a_restart_between_transactions_goes_unseen_by_a_client_holding_no_connection() {
+    let mut rig = Rig::new(2, "").await;
+    let mut client = rig.login().await;
+    client.query("SELECT 1").await;
+    rig.fake.terminate_all();
+    rig.fake.until("its connections ended", |f| f.open() == 0).await;
+    assert_eq!(tags(&client.query("SELECT 2").await), "CZ");
+    assert_eq!(rig.fake.ran("SELECT 2"), [2], "the ended connection was noticed before it was lent");
+}
+
+#[tokio::test]
+async fn a_client_idle_in_a_transaction_that_a_restart_ended_is_told_at_its_next_statement() {
+    let mut rig = Rig::new(2, "").await;
+    let mut client = rig.login().await;
+    client.query("BEGIN").await;
+    rig.fake.terminate_all();
+    rig.fake.until("its connections ended", |f| f.open() == 0).await;
+    assert_eq!(codes(&client.query("SELECT 1").await), ["08006"]);
+    assert_eq!(tags(&client.query("SELECT 2").await), "CZ");
+    assert!(rig.fake.ran("SELECT 1").is_empty());
+}
