@@ -320,9 +320,10 @@ impl Session {
         self.meter.unlinked();
         self.meter.unpinned();
         let reached_server = linked.reached_server();
+        let pin = self.router.pin();
         // Nothing of the transaction reached the server (a stale connection that failed on the first write):
-        // it runs again on another connection, unseen.
-        let linked = if reached_server {
+        // it runs again on another connection, unseen. Not for a pinned client: its session state is gone.
+        let linked = if reached_server || pin.is_some() {
             linked
         } else {
             match self.try_replay(linked, &failure.to_string()) {
@@ -344,7 +345,10 @@ impl Session {
         // owed gets one error.
         let replies = self.router.server_lost(tracker, &failure.to_string(), &self.shared.statements);
         self.client.out.push(replies);
-        Ok(())
+        match pin {
+            Some(reason) => Err(pin_lost(reason)),
+            None => Ok(()),
+        }
     }
 
     /// The client left with a server linked. A running query is cancelled and its connection closed; a
@@ -385,6 +389,22 @@ impl Session {
             self.shared.pools.get(self.pool).retire(lease.discard());
         }
     }
+}
+
+/// What a pinned client is told when its server connection is gone: the session state that pinned it
+/// (`reason`) went with it and cannot be rebuilt elsewhere, so the client is disconnected rather than left
+/// to wait for notifications that will never come or to trust a lock it no longer holds.
+pub(super) fn pin_lost(reason: crate::protocol::sql::PinReason) -> End {
+    End::closed(
+        ErrorMessage::fatal(
+            sqlstate::CONNECTION_FAILURE,
+            format!(
+                "terminating connection: its server connection was lost, and with it the session state that \
+                 pinned this client to it ({reason})"
+            ),
+        )
+        .with_hint("connect again and set up that state again"),
+    )
 }
 
 impl Session {

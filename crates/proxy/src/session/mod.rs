@@ -281,11 +281,12 @@ impl Session {
             if self.reservation.holds() {
                 self.give_back_message_memory();
             }
+            // Shutdown closes a client between transactions, a pinned one too (its server is closed, not lent).
+            if self.closing && self.between_transactions() {
+                self.client.out.push(shutting_down().to_bytes());
+                return End::Shutdown;
+            }
             if self.server.is_none() && !self.in_line() {
-                if self.closing {
-                    self.client.out.push(shutting_down().to_bytes());
-                    return End::Shutdown;
-                }
                 self.client.shrink_if_idle(0);
                 self.timer.release();
             }
@@ -332,6 +333,15 @@ impl Session {
                 },
             },
         })
+    }
+
+    /// Whether the client is between transactions: holding no server and not waiting for one, or holding
+    /// one (pinned) with nothing owed and no unit open.
+    fn between_transactions(&mut self) -> bool {
+        match self.server.as_mut() {
+            None => !self.in_line(),
+            Some(linked) => linked.conn().tracker.may_release(),
+        }
     }
 
     /// Cleans up after the loop: tells the client why if it can, and leaves no server connection dirty.

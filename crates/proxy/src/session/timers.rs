@@ -141,6 +141,7 @@ impl Session {
         match kind {
             Deadline::Query => {
                 let after = config.query_timeout;
+                let pin = self.router.pin();
                 let Some(linked) = self.server.take() else { return Ok(()) };
                 let mut lease = linked.take();
                 let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
@@ -155,7 +156,11 @@ impl Session {
                 tracing::info!(?after, "query_timeout: the query was cancelled");
                 let reply = self.router.query_timed_out(tracker, after, &self.shared.statements);
                 self.client.out.push(reply);
-                Ok(())
+                // The connection is not lent again, and a pinned client's state goes with it.
+                match pin {
+                    Some(reason) => Err(super::link::pin_lost(reason)),
+                    None => Ok(()),
+                }
             }
             Deadline::IdleInTransaction => Err(End::closed(ErrorMessage::fatal(
                 sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,

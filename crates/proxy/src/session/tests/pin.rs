@@ -32,8 +32,6 @@ async fn a_pinned_client_s_terminate_closes_its_connection_where_an_unpinned_one
 }
 
 #[tokio::test]
-#[ignore = "bug: a pinned client whose server ends between transactions is not told; it goes on unpinned, \
-            its LISTEN (or lock, or temporary table) gone without a word"]
 async fn a_pinned_client_whose_server_ends_between_transactions_is_told_and_disconnected() {
     let mut rig = Rig::new(2, "").await;
     let mut client = rig.login().await;

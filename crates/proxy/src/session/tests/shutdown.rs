@@ -43,8 +43,6 @@ async fn a_client_arriving_during_shutdown_is_refused_with_57p01() {
 }
 
 #[tokio::test]
-#[ignore = "bug: a pinned client idle between transactions keeps its server, so shutdown never closes it \
-            and waits shutdown_timeout for it"]
 async fn a_pinned_client_idle_between_transactions_is_told_57p01_as_soon_as_shutdown_begins() {
     let mut rig = Rig::new(2, "").await;
     let mut client = rig.login().await;
