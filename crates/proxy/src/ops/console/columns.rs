@@ -187,8 +187,9 @@ pub const LISTS_ROWS: [&str; 14] = [
     "dns_pending",
 ];
 
-/// `SHOW CONFIG`: one row per setting. The exporter reads `max_client_conn` and `max_user_connections`
-/// as numbers, so both rows must be there (the second is `0`: no per-user limit).
+/// `SHOW CONFIG`: one row per setting, PgBouncer's settings first under PgBouncer's names and units, then
+/// pgmux's own (`settings`). The exporter reads `max_client_conn` and `max_user_connections` as numbers,
+/// so both rows must be there (the second is `0`: no per-user limit).
 pub const CONFIG: &[ColumnDef] = &[
     text("key", "setting name"),
     text("value", "value in force (passwords hidden)"),

@@ -14,6 +14,7 @@ pub(crate) mod command;
 mod control;
 pub(crate) mod grammar;
 mod lexer;
+mod settings;
 mod show;
 pub(crate) mod table;
 #[cfg(test)]

@@ -13,8 +13,7 @@ use pgmux_proto::sqlstate;
 use super::columns::{self, LISTS_ROWS};
 use super::command::Show;
 use super::table::{self, Cell, ResultSet, timestamp};
-use super::{Console, DATABASE, Reply};
-use crate::config::{KEYS, RESTART_ONLY};
+use super::{Console, DATABASE, Reply, settings};
 use crate::observe::{ClientEntry, ServerEntry, Stats};
 
 /// Answers a SHOW.
@@ -318,12 +317,12 @@ fn databases(console: &Console) -> Built {
 
 fn config(console: &Console) -> Built {
     let config = console.shared.config();
+    let in_force =
+        settings::InForce { served_user: &console.served.user, pool_limit: console.shared.pools.gauges().limit };
     let mut set = ResultSet::new(columns::CONFIG);
-    for ((key, value), info) in config.entries().into_iter().zip(KEYS) {
-        set.push([key.into(), value.into(), info.default.into(), (!RESTART_ONLY.contains(&key)).into()])?;
+    for row in settings::rows(&config, in_force) {
+        set.push([row.key.into(), row.value.into(), row.default.into(), row.changeable.into()])?;
     }
-    // pgbouncer_exporter reads this one as a number; pgmux has no per-user limit.
-    set.push(["max_user_connections".into(), "0".into(), "0".into(), false.into()])?;
     Ok(set)
 }
 
