@@ -172,6 +172,38 @@ fn derived_default(d: Derived) -> String {
     }
 }
 
+/// What `SET key = value` changes when `key` is a PgBouncer name: pgmux's key, and the value in pgmux's
+/// form (a bare number of a time in PgBouncer's unit: `SET tcp_user_timeout = 5000` is 5000 ms, as SHOW
+/// CONFIG shows it, not pgmux's bare seconds). Any other key is returned as it is. `Err` says why a
+/// PgBouncer setting cannot be SET in pgmux.
+pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), String> {
+    let Some(&(_, source)) = PGBOUNCER.iter().find(|(name, _)| *name == key) else {
+        return Ok((key.to_owned(), value.to_owned()));
+    };
+    let to = |pgmux: &str, value: String| Ok((pgmux.to_owned(), value));
+    match source {
+        Source::Key(pgmux, Unit::Seconds) => to(pgmux, bare(value, 1000.0).unwrap_or_else(|| value.to_owned())),
+        Source::Key(pgmux, Unit::Millis) => to(pgmux, bare(value, 1.0).unwrap_or_else(|| value.to_owned())),
+        Source::Key(pgmux, Unit::Same | Unit::Flag) => to(pgmux, value.to_owned()),
+        Source::Derived(Derived::AdminUsers) => to("admin_users", value.to_owned()),
+        Source::Derived(Derived::DefaultPoolSize) => to("pool_max", value.to_owned()),
+        Source::Derived(Derived::ServerTlsSslmode) => to("sslmode", value.to_owned()),
+        Source::Derived(Derived::ClientTlsSslmode) => {
+            Err(format!("{key} follows tls_cert in pgmux: set tls_cert and tls_key in the configuration and RELOAD"))
+        }
+        Source::Derived(Derived::ListenAddr | Derived::ListenPort) => {
+            Err(format!("{key} is part of listen, which cannot change while pgmux runs; change it and restart"))
+        }
+        Source::Fixed(v) => Err(format!("{key} is always {v} in pgmux; no setting changes it")),
+    }
+}
+
+/// A bare number (`30`, `2.5`) times `to_ms`, as pgmux's milliseconds (`30000ms`); `None` for anything else.
+fn bare(value: &str, to_ms: f64) -> Option<String> {
+    let n: f64 = value.trim().parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+    Some(format!("{}ms", (n * to_ms).round() as u64))
+}
+
 /// `text` (pgmux's form) in PgBouncer's unit; the text as it is if it is not of the form the unit expects.
 pub(super) fn in_unit(text: &str, unit: Unit) -> String {
     let converted = match unit {

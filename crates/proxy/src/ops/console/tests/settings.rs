@@ -4,7 +4,7 @@
 
 use crate::config::{Config, KEYS};
 use crate::ops::console::settings::Unit;
-use crate::ops::console::settings::{InForce, PGBOUNCER, Setting, Source, in_unit, millis, rows, seconds};
+use crate::ops::console::settings::{InForce, PGBOUNCER, Setting, Source, in_unit, millis, rows, seconds, set_target};
 
 /// PgBouncer 1.25's `[pgbouncer]` settings, as its SHOW CONFIG lists them (`bouncer_params` in src/main.c).
 const PGBOUNCER_1_25: &[&str] = &[
@@ -279,4 +279,28 @@ fn units() {
     assert_eq!(in_unit("250ms", Unit::Millis), "250");
     assert_eq!(in_unit("true", Unit::Flag), "1");
     assert_eq!(in_unit("odd", Unit::Seconds), "odd", "an unexpected form is shown as it is, never an error");
+}
+
+#[test]
+fn set_by_pgbouncer_s_name_and_unit_changes_pgmux_s_key() {
+    let target = set_target;
+    let ok = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    // A bare time is in PgBouncer's unit, and comes back the same in SHOW CONFIG.
+    assert_eq!(target("tcp_user_timeout", "2500"), Ok(ok("tcp_user_timeout", "2500ms")));
+    assert_eq!(target("query_wait_timeout", "7"), Ok(ok("query_wait_timeout", "7000ms")));
+    assert_eq!(target("server_check_delay", "2.5"), Ok(ok("server_check_delay", "2500ms")));
+    assert_eq!(in_unit(&target("server_check_delay", "2.5").unwrap().1, Unit::Seconds), "2.5");
+    // pgmux's own form still works under either name.
+    assert_eq!(target("query_wait_timeout", "30s"), Ok(ok("query_wait_timeout", "30s")));
+    assert_eq!(target("pool_grow_after", "5"), Ok(ok("pool_grow_after", "5")), "not a PgBouncer name: as it is");
+    // PgBouncer's names for pgmux's keys.
+    assert_eq!(target("default_pool_size", "12"), Ok(ok("pool_max", "12")));
+    assert_eq!(target("auth_type", "md5"), Ok(ok("client_auth", "md5")));
+    assert_eq!(target("server_tls_sslmode", "require"), Ok(ok("sslmode", "require")));
+    assert_eq!(target("tcp_keepalive", "0"), Ok(ok("tcp_keepalive", "0")));
+    // What no setting changes says so.
+    for key in ["pool_mode", "stats_period", "max_user_connections", "listen_port", "client_tls_sslmode"] {
+        let why = target(key, "1").expect_err(key);
+        assert!(why.contains(key), "{why}");
+    }
 }
