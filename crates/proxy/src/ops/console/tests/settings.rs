@@ -3,7 +3,7 @@
 //! still there once.
 
 use crate::config::{Config, KEYS};
-use crate::ops::console::settings::Unit;
+use crate::ops::console::settings::{Derived, Unit};
 use crate::ops::console::settings::{InForce, PGBOUNCER, Setting, Source, in_unit, millis, rows, seconds, set_target};
 
 /// PgBouncer 1.25's `[pgbouncer]` settings, as its SHOW CONFIG lists them (`bouncer_params` in src/main.c).
@@ -133,6 +133,21 @@ fn every_row_is_a_pgbouncer_setting_in_pgbouncer_s_order_reading_a_key_that_exis
         assert!(PGBOUNCER_1_25.contains(name), "{name} is not a PgBouncer 1.25 setting");
         if let Source::Key(key, _) = source {
             assert!(KEYS.iter().any(|k| k.name == *key), "{name} reads pgmux key {key}, which no longer exists");
+        }
+    }
+}
+
+#[test]
+fn a_fixed_or_worked_out_row_gives_way_to_a_pgmux_key_of_its_name() {
+    // pool_mode and max_user_connections are fixed today (pgmux pools transactions and has no per-user
+    // limit); the day pgmux has a key of that name, the row must read it instead of claiming the old fact.
+    for (name, source) in PGBOUNCER {
+        let own_key = KEYS.iter().any(|k| k.name == *name);
+        match source {
+            Source::Key(..) | Source::Derived(Derived::AdminUsers) => {}
+            Source::Fixed(_) | Source::Derived(_) => {
+                assert!(!own_key, "pgmux now has a key {name}: make its SHOW CONFIG row Source::Key({name:?}, ..)")
+            }
         }
     }
 }
