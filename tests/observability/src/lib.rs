@@ -1,7 +1,8 @@
 //! Helpers for issue 12's tests against the real tools: the pinned tools themselves ([`tools`]), PgBouncer
 //! with its admin console ([`pgbouncer`]), pgbouncer_exporter and a scrape of it ([`exporter`]), the pgmux
-//! binary ([`pgmux`]), a known workload ([`workload`]), a bare HTTP GET ([`http`]), the samples and series
-//! set of a Prometheus text ([`series`]), and the Python checks ([`python`]).
+//! binary ([`pgmux`]), a known workload ([`workload`]), a bare HTTP GET ([`http`]), a console session on
+//! the bare protocol that sees column types ([`wire`]), the samples and series set of a Prometheus text
+//! ([`series`]), and the Python checks ([`python`]).
 //!
 //! Every tool is installed by `setup.sh` (pinned, under `target/`), which the first test of a process runs;
 //! a tool that cannot be installed fails the test with setup.sh's message. Nothing is skipped, in CI or not.
@@ -13,6 +14,7 @@ pub mod pgmux;
 pub mod python;
 pub mod series;
 pub mod tools;
+pub mod wire;
 pub mod workload;
 
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! The admin console's control commands against the real binary and a real PostgreSQL: PAUSE / RESUME
 //! under load (no client error, no transaction cut, nothing runs while paused), RECONNECT (every server
 //! connection replaced), RELOAD of a bad file (pgmux keeps serving and says why), SIGHUP (a new pool_max in
-//! force and in SHOW CONFIG), and what the console does with what it does not know.
+//! force and in SHOW CONFIG), SET by PgBouncer's names and units, and what the console does with what it
+//! does not know.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -183,7 +184,8 @@ fn reload_of_a_bad_file_keeps_serving_and_says_why() {
         // The console stays usable after the error, and a good file then loads.
         pgmux.rewrite_config("query_wait_timeout = \"7s\"\n");
         admin.simple_query("RELOAD").await.expect("RELOAD of a good file");
-        assert_eq!(config_value(&admin, "query_wait_timeout").await, "7s");
+        // PgBouncer's name and unit: bare seconds.
+        assert_eq!(config_value(&admin, "query_wait_timeout").await, "7");
     });
     let body = http::get(metrics, "/metrics", None).expect("GET /metrics").body;
     let samples = series::samples(&body).expect("readable /metrics");
@@ -209,6 +211,29 @@ fn sighup_puts_a_new_pool_max_in_force_and_show_config_shows_it() {
     assert_eq!(rt.block_on(config_value(&admin, "listen")), pgmux.addr.to_string(), "listen needs a restart");
     assert!(pgmux.running(), "SIGHUP must not stop pgmux");
     assert!(pgmux.log().contains("needs a restart"), "{}", pgmux.log());
+}
+
+#[test]
+fn set_by_pgbouncer_s_names_and_units_reads_back_the_same_in_show_config() {
+    let pg = PgServer::start();
+    let pgmux = Pgmux::start(&pg, false, "");
+    runtime().block_on(async {
+        let admin = connect(&pgmux, "pgbouncer").await.expect("the console");
+        for (set, key, shown) in [
+            ("SET tcp_user_timeout = 2500", "tcp_user_timeout", "2500"),
+            ("SET query_wait_timeout = 7", "query_wait_timeout", "7"),
+            ("SET server_check_delay = '2.5'", "server_check_delay", "2.5"),
+            ("SET default_pool_size = 3", "default_pool_size", "3"),
+            ("SET query_wait_timeout = 9s", "query_wait_timeout", "9"),
+        ] {
+            admin.simple_query(set).await.unwrap_or_else(|e| panic!("{set}: {e}"));
+            assert_eq!(config_value(&admin, key).await, shown, "{set}");
+        }
+        assert_eq!(config_value(&admin, "pool_max").await, "3", "default_pool_size is pool_max");
+        assert_eq!(config_value(&admin, "tcp_user_timeout").await, "2500", "milliseconds, as PgBouncer's");
+        let err = admin.simple_query("SET pool_mode = session").await.expect_err("pool_mode is fixed");
+        assert_eq!(err.code().map(|c| c.code()), Some("55P02"), "{err}");
+    });
 }
 
 #[test]

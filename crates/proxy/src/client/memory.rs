@@ -28,9 +28,8 @@ impl MessageMemory {
         self.lent.fetch_sub(bytes, Ordering::AcqRel);
     }
 
-    /// Bytes lent out now.
-    #[cfg(test)]
-    fn lent(&self) -> usize {
+    /// Bytes lent out now (SHOW MEM).
+    pub(crate) fn lent(&self) -> usize {
         self.lent.load(Ordering::Acquire)
     }
 }

@@ -17,6 +17,8 @@ use crate::protocol::statements::StatementStats;
 pub(crate) struct ServerEntry {
     pub(crate) id: u64,
     pub(crate) addr: SocketAddr,
+    /// The local end of its socket, when the system said (written once, when the connection opened).
+    pub(crate) local: Option<SocketAddr>,
     pub(crate) pid: i32,
     pub(crate) connected_unix: u64,
     pub(crate) tls: bool,

@@ -266,6 +266,7 @@ impl ServerPool {
         conn.ticket = Some(self.globals.observer.servers.add(ServerEntry {
             id: conn.id,
             addr: conn.addr,
+            local: conn.local,
             pid: conn.key.0,
             connected_unix: unix_now(),
             tls,

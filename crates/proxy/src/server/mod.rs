@@ -80,6 +80,8 @@ pub(crate) struct ServerConn {
     pub(crate) io: Conn,
     /// The address it is connected to, where cancel requests for it go; it names the node.
     pub(crate) addr: SocketAddr,
+    /// The local end of its socket (SHOW SERVERS' `local_addr`, `local_port`), read once at connect.
+    pub(crate) local: Option<SocketAddr>,
     /// Its BackendKeyData.
     pub(crate) key: (i32, i32),
     pub(crate) params: ServerParams,
@@ -130,6 +132,7 @@ impl ServerConn {
         stream.set_nodelay(true).map_err(io_err)?;
         options.socket.apply(&stream).map_err(io_err)?;
         let peer = stream.peer_addr().map_err(io_err)?;
+        let local = stream.local_addr().ok();
         let stream = match tls.mode() {
             SslMode::Disable => Stream::Tcp(stream),
             mode => match negotiate_tls(&mut stream).await.map_err(io_err)? {
@@ -148,6 +151,7 @@ impl ServerConn {
             id: options.id,
             io: Conn::with_stream(stream, Sender::Backend),
             addr: peer,
+            local,
             key: (0, 0),
             params: ServerParams::default(),
             statements: ServerStatements::new(options.max_statements),

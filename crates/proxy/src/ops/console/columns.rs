@@ -8,7 +8,7 @@
 //! for the console's own `pgbouncer` database where PgBouncer shows one), and never two rows with the
 //! same labels: the exporter rejects a whole scrape for that (§1.4).
 
-use super::table::{ColumnDef, int8, text};
+use super::table::{ColumnDef, bytea, int4, int8, text};
 
 /// `SHOW VERSION`.
 pub const VERSION: &[ColumnDef] = &[text("version", "`pgmux <version>`")];
@@ -114,8 +114,8 @@ pub const CONNECTIONS: &[ColumnDef] = &[
     ),
     text("addr", "peer address"),
     int8("port", "peer port"),
-    text("local_addr", "local address"),
-    int8("local_port", "local port"),
+    text("local_addr", "clients: the address pgmux accepted them on; servers: the local end of the socket"),
+    int8("local_port", "the port of that local end (servers: the client_port pg_stat_activity shows)"),
     text("connect_time", "when it connected, YYYY-MM-DD HH:MM:SS UTC"),
     text("request_time", "its last request, same form"),
     int8("wait", "seconds this client has waited (0 for servers)"),
@@ -128,6 +128,95 @@ pub const CONNECTIONS: &[ColumnDef] = &[
     text("application_name", "the client's application_name"),
     int8("prepared_statements", "servers: statements prepared on it; clients: 0 (see SHOW PREPARED)"),
     int8("id", "the number KILL_CLIENT takes"),
+];
+
+/// `SHOW SOCKETS` and `SHOW ACTIVE_SOCKETS`: the columns of CLIENTS and SERVERS, then PgBouncer's seven
+/// buffer positions, in PgBouncer's types (`int4`; `id` is `int8`: pgmux's ids are 64-bit and an `int4`
+/// would wrap on a long-lived sidecar). pgmux does not show its buffers, so those seven are NULL.
+pub const SOCKETS: &[ColumnDef] = &[
+    text("type", "`C` client, `S` server"),
+    text("user", "user name"),
+    text("database", "database name"),
+    text("replication", "`none`"),
+    text("state", "cl_active, cl_waiting (clients); sv_active, sv_idle (server connections)"),
+    text("addr", "peer address"),
+    int4("port", "peer port"),
+    text("local_addr", "clients: the address pgmux accepted them on; servers: the local end of the socket"),
+    int4("local_port", "the port of that local end"),
+    text("connect_time", "when it connected, YYYY-MM-DD HH:MM:SS UTC"),
+    text("request_time", "its last request, same form"),
+    int4("wait", "seconds this client has waited (0 for servers)"),
+    int4("wait_us", "microsecond part of the wait"),
+    int4("close_needed", "1 when the server connection will be closed as it comes back"),
+    text("ptr", "pgmux's id of this connection, in hex"),
+    text("link", "ptr of the connection it is linked to, or NULL"),
+    int4("remote_pid", "servers: backend PID; clients: 0"),
+    text("tls", "`TLS` or empty"),
+    text("application_name", "the client's application_name"),
+    int4("prepared_statements", "servers: statements prepared on it; clients: 0"),
+    int8("id", "the number KILL_CLIENT takes"),
+    int4("recv_pos", "NULL: pgmux does not show its buffers"),
+    int4("pkt_pos", "NULL"),
+    int4("pkt_remain", "NULL"),
+    int4("send_pos", "NULL"),
+    int4("send_remain", "NULL"),
+    int4("pkt_avail", "NULL"),
+    int4("send_avail", "NULL"),
+];
+
+/// `SHOW FDS` (admin only): PgBouncer's sockets to hand over in an online restart, with cancel keys and
+/// passwords. pgmux hands over nothing, so no rows, ever.
+pub const FDS: &[ColumnDef] = &[
+    int4("fd", "file descriptor"),
+    text("task", "`pooler`, `client` or `server`"),
+    text("user", "user name"),
+    text("database", "database name"),
+    text("addr", "peer address"),
+    int4("port", "peer port"),
+    int8("cancel", "cancel key"),
+    int4("link", "fd of the linked connection"),
+    text("client_encoding", "the connection's client_encoding"),
+    text("std_strings", "its standard_conforming_strings"),
+    text("datestyle", "its DateStyle"),
+    text("timezone", "its TimeZone"),
+    text("password", "the password PgBouncer learnt through auth_query"),
+    bytea("scram_client_key", "SCRAM ClientKey"),
+    bytea("scram_server_key", "SCRAM ServerKey"),
+];
+
+/// `SHOW MEM`: PgBouncer lists its slab caches; pgmux lists what it keeps per connection.
+pub const MEM: &[ColumnDef] = &[
+    text("name", "client_entry, server_entry (SHOW CLIENTS' and SERVERS' entries), message_buffers"),
+    int4("size", "bytes of one item (an entry itself, not what it points to; 1 for message_buffers)"),
+    int4("used", "items in use (message_buffers: bytes lent to clients' large messages)"),
+    int4("free", "0: pgmux keeps no free items"),
+    int4("memtotal", "size x used, bytes (at most 2147483647)"),
+];
+
+/// `SHOW DNS_HOSTS`: PgBouncer's DNS cache. pgmux resolves the host anew for every server connection and
+/// caches nothing: no rows.
+pub const DNS_HOSTS: &[ColumnDef] =
+    &[text("hostname", "host name"), int8("ttl", "seconds left"), text("addrs", "addresses, comma-separated")];
+
+/// `SHOW DNS_ZONES`: PgBouncer's watched DNS zones (c-ares). pgmux watches none: no rows.
+pub const DNS_ZONES: &[ColumnDef] =
+    &[text("zonename", "zone"), int8("serial", "its SOA serial"), int4("count", "host names in it")];
+
+/// `SHOW PEERS`: PgBouncer processes that forward cancel requests to each other. pgmux has no peers: no rows.
+pub const PEERS: &[ColumnDef] = &[
+    int4("peer_id", "peer_id"),
+    text("host", "host"),
+    int4("port", "port"),
+    int4("pool_size", "cancel requests in flight to it at most"),
+];
+
+/// `SHOW PEER_POOLS`: the pools of those peers. No rows.
+pub const PEER_POOLS: &[ColumnDef] = &[
+    int4("peer_id", "peer_id"),
+    int4("cl_active_cancel_req", "cancel requests forwarded"),
+    int4("cl_waiting_cancel_req", "cancel requests waiting"),
+    int4("sv_active_cancel", "connections forwarding one"),
+    int4("sv_login", "connections logging in"),
 ];
 
 /// `SHOW DATABASES`: one row per database (the one pgmux serves, and the console's own).
@@ -187,8 +276,9 @@ pub const LISTS_ROWS: [&str; 14] = [
     "dns_pending",
 ];
 
-/// `SHOW CONFIG`: one row per setting. The exporter reads `max_client_conn` and `max_user_connections`
-/// as numbers, so both rows must be there (the second is `0`: no per-user limit).
+/// `SHOW CONFIG`: one row per setting, PgBouncer's settings first under PgBouncer's names and units, then
+/// pgmux's own (`settings`). The exporter reads `max_client_conn` and `max_user_connections` as numbers,
+/// so both rows must be there (the second is `0`: no per-user limit).
 pub const CONFIG: &[ColumnDef] = &[
     text("key", "setting name"),
     text("value", "value in force (passwords hidden)"),

@@ -46,6 +46,20 @@ pub enum Show {
     Users,
     State,
     Help,
+    /// Every connection with PgBouncer's buffer columns (NULL in pgmux).
+    Sockets,
+    /// The connections a transaction is using now.
+    ActiveSockets,
+    /// PgBouncer's sockets for an online restart: none in pgmux. Admin only, as in PgBouncer.
+    Fds,
+    /// What pgmux keeps per connection.
+    Mem,
+    /// PgBouncer's DNS cache: none in pgmux.
+    DnsHosts,
+    DnsZones,
+    /// PgBouncer's peering: none in pgmux.
+    Peers,
+    PeerPools,
     /// pgmux's own: the pool limit and where it comes from.
     Sizing,
     /// pgmux's own: pinned clients and why.
@@ -150,9 +164,11 @@ pub enum Access {
 }
 
 impl Command {
-    /// The rights the command needs: every SHOW (and the SETs drivers send on connect) is read-only.
+    /// The rights the command needs: every SHOW (and the SETs drivers send on connect) is read-only, but
+    /// SHOW FDS is for admins, as in PgBouncer (there it shows cancel keys and passwords).
     pub fn access(&self) -> Access {
         match self {
+            Command::Show(Show::Fds) => Access::Admin,
             Command::Show(_) | Command::SetIgnored(_) | Command::Empty => Access::Stats,
             _ => Access::Admin,
         }

@@ -9,7 +9,7 @@ use pgmux_proto::sqlstate;
 use super::columns;
 use super::command::{Command, ShutdownMode};
 use super::table::{Cell, ResultSet, TableError, timestamp};
-use super::{Console, Reply};
+use super::{Console, Reply, settings};
 use crate::ops::reload;
 use crate::runtime::stop::Level;
 
@@ -126,6 +126,9 @@ fn shutdown(console: &Console, mode: ShutdownMode) -> Result<Reply, ErrorMessage
 }
 
 fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage> {
+    let (key, value) = settings::set_target(key, value)
+        .map_err(|why| ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, why))?;
+    let (key, value) = (key.as_str(), value.as_str());
     if !reload::settable(key) {
         let why = if crate::config::RESTART_ONLY.contains(&key) {
             format!("{key} cannot change while pgmux runs; change it in the configuration and restart")

@@ -96,12 +96,14 @@ fn show(query: &str, args: &[Token]) -> Result<Show, CommandError> {
         "pins" => Show::Pins,
         "prepared" => Show::Prepared,
         "latency" => Show::Latency,
-        "mem" | "fds" | "sockets" | "active_sockets" | "dns_hosts" | "dns_zones" | "peers" | "peer_pools" => {
-            return Err(unsupported(
-                &format!("SHOW {}", item.to_ascii_uppercase()),
-                "pgmux keeps no such list; SHOW HELP lists what it has",
-            ));
-        }
+        "sockets" => Show::Sockets,
+        "active_sockets" => Show::ActiveSockets,
+        "fds" => Show::Fds,
+        "mem" => Show::Mem,
+        "dns_hosts" => Show::DnsHosts,
+        "dns_zones" => Show::DnsZones,
+        "peers" => Show::Peers,
+        "peer_pools" => Show::PeerPools,
         other => match session_setting(other) {
             Some(setting) => Show::Setting(setting),
             None => return Err(syntax(query, format!("unknown SHOW item {}", quote(other)))),

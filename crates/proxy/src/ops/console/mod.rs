@@ -1,20 +1,23 @@
 //! The admin console: the virtual database `pgbouncer` (and `pgmux`, unless the database pgmux serves is
 //! itself named `pgmux`, which then wins) on pgmux's own listener. A session of its own, apart from the
 //! relay loop: the usual client authentication, then simple queries, each parsed ([`lexer`], [`grammar`],
-//! into a [`command::Command`]) and answered from what pgmux knows about itself ([`show`]: columns from
-//! [`columns`], encoded by [`table`]) or acted on ([`control`]). The parsing and encoding touch no socket.
+//! into a [`command::Command`]) and answered from what pgmux knows about itself ([`show`]; the lists of
+//! connections in [`sockets`], SHOW CONFIG in [`settings`]; columns from [`columns`], encoded by [`table`])
+//! or acted on ([`control`]). The parsing and encoding touch no socket.
 //!
 //! Who may enter: users in `admin_users` (every command; by default the user pgmux logs in as) and in
-//! `stats_users` (SHOW only). Anyone else fails authentication the way a wrong password does. Console
-//! sessions are not among the tasks a graceful shutdown waits for, and the listener keeps accepting them
-//! until pgmux exits, so the console answers while pgmux drains.
+//! `stats_users` (SHOW but FDS, as in PgBouncer). Anyone else fails authentication the way a wrong password
+//! does. Console sessions are not among the tasks a graceful shutdown waits for, and the listener keeps
+//! accepting them until pgmux exits, so the console answers while pgmux drains.
 
 pub(crate) mod columns;
 pub(crate) mod command;
 mod control;
 pub(crate) mod grammar;
 mod lexer;
+mod settings;
 mod show;
+mod sockets;
 pub(crate) mod table;
 #[cfg(test)]
 mod tests;

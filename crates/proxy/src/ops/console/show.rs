@@ -1,6 +1,7 @@
 //! The console's SHOW commands: PgBouncer's, with its column names, order and units, filled from what
 //! pgmux knows (one database, one user, so one pool row plus the console's own), and pgmux's own (SIZING,
-//! PINS, PREPARED, LATENCY).
+//! PINS, PREPARED, LATENCY). PgBouncer's lists pgmux has nothing for (DNS_HOSTS, DNS_ZONES, PEERS,
+//! PEER_POOLS) answer with PgBouncer's columns and no rows, never an error a script would stop at.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,9 +13,9 @@ use pgmux_proto::sqlstate;
 
 use super::columns::{self, LISTS_ROWS};
 use super::command::Show;
+use super::sockets::{self, List};
 use super::table::{self, Cell, ResultSet, timestamp};
-use super::{Console, DATABASE, Reply};
-use crate::config::{KEYS, RESTART_ONLY};
+use super::{Console, DATABASE, Reply, settings};
 use crate::observe::{ClientEntry, ServerEntry, Stats};
 
 /// Answers a SHOW.
@@ -32,8 +33,18 @@ pub(super) async fn run(console: &Console, show: Show) -> Result<Reply, ErrorMes
         Show::StatsTotals => stats(console, Which::Totals),
         Show::StatsAverages => stats(console, Which::Averages),
         Show::Totals => totals(console),
-        Show::Clients => clients(console),
-        Show::Servers => servers(console),
+        Show::Clients => sockets::list(console, List::Clients),
+        Show::Servers => sockets::list(console, List::Servers),
+        Show::Sockets => sockets::list(console, List::Sockets),
+        Show::ActiveSockets => sockets::list(console, List::ActiveSockets),
+        Show::Fds => sockets::fds(),
+        Show::Mem => mem(console),
+        // pgmux caches no DNS answer (every new server connection resolves the host again) and has no
+        // peers: PgBouncer's columns, no rows.
+        Show::DnsHosts => Ok(ResultSet::new(columns::DNS_HOSTS)),
+        Show::DnsZones => Ok(ResultSet::new(columns::DNS_ZONES)),
+        Show::Peers => Ok(ResultSet::new(columns::PEERS)),
+        Show::PeerPools => Ok(ResultSet::new(columns::PEER_POOLS)),
         Show::Databases => databases(console),
         Show::Config => config(console),
         Show::Lists => lists(console),
@@ -180,94 +191,6 @@ fn totals(console: &Console) -> Built {
     Ok(set)
 }
 
-/// PgBouncer calls a logged-in client `active` whether or not it holds a server; `waiting` while it waits.
-fn client_state(c: &ClientEntry) -> &'static str {
-    match c.state() {
-        ClientState::Waiting => "waiting",
-        ClientState::Active | ClientState::Idle => "active",
-    }
-}
-
-fn clients(console: &Console) -> Built {
-    let obs = console.shared.observer();
-    let now = obs.micros_at(std::time::Instant::now());
-    let listen = console.shared.config().listen;
-    let mut set = ResultSet::new(columns::CONNECTIONS);
-    for c in obs.clients.all() {
-        let waited = c.wait_since_us().map_or(0, |since| now.saturating_sub(since));
-        let (user, database) = match (c.user(), c.console) {
-            (Some(u), true) => (u.to_owned(), DATABASE.to_owned()),
-            _ => (console.served.user.clone(), console.served.dbname.clone()),
-        };
-        let request = if c.request_us() > 0 { obs.unix_at(c.request_us()) } else { c.connected_unix() };
-        let server = c.server();
-        set.push([
-            "C".into(),
-            user.into(),
-            database.into(),
-            "none".into(),
-            client_state(&c).into(),
-            c.peer.addr().into(),
-            c.peer.port().into(),
-            listen.ip().to_string().into(),
-            listen.port().into(),
-            timestamp(c.connected_unix()).into(),
-            timestamp(request).into(),
-            (waited / 1_000_000).into(),
-            (waited % 1_000_000).into(),
-            0i64.into(),
-            format!("c{:x}", c.id).into(),
-            (server > 0).then(|| format!("s{server:x}")).into(),
-            0i64.into(),
-            "".into(),
-            c.application_name.as_deref().unwrap_or_default().to_owned().into(),
-            // Statements belong to pgmux's registry, not to one client (SHOW PREPARED lists them).
-            0i64.into(),
-            c.id.into(),
-        ])?;
-    }
-    Ok(set)
-}
-
-/// Which client holds each server connection.
-fn holders(console: &Console) -> HashMap<u64, u64> {
-    console.shared.observer().clients.all().iter().filter(|c| c.server() > 0).map(|c| (c.server(), c.id)).collect()
-}
-
-fn servers(console: &Console) -> Built {
-    let obs = console.shared.observer();
-    let held = holders(console);
-    let stale = console.shared.pools.first().stale_below();
-    let mut set = ResultSet::new(columns::CONNECTIONS);
-    for s in obs.servers.all() {
-        let client = held.get(&s.id).copied();
-        set.push([
-            "S".into(),
-            console.served.user.as_str().into(),
-            console.served.dbname.as_str().into(),
-            "none".into(),
-            if client.is_some() { "active" } else { "idle" }.into(),
-            s.addr.ip().to_string().into(),
-            s.addr.port().into(),
-            Cell::Null,
-            Cell::Null,
-            timestamp(s.connected_unix).into(),
-            timestamp(s.connected_unix).into(),
-            0i64.into(),
-            0i64.into(),
-            i64::from(s.id < stale).into(),
-            format!("s{:x}", s.id).into(),
-            client.map(|c| format!("c{c:x}")).into(),
-            s.pid.into(),
-            if s.tls { "TLS" } else { "" }.into(),
-            "".into(),
-            s.statements.prepared.load(std::sync::atomic::Ordering::Relaxed).into(),
-            s.id.into(),
-        ])?;
-    }
-    Ok(set)
-}
-
 fn databases(console: &Console) -> Built {
     let v = view(console);
     let config = console.shared.config();
@@ -318,13 +241,33 @@ fn databases(console: &Console) -> Built {
 
 fn config(console: &Console) -> Built {
     let config = console.shared.config();
+    let in_force =
+        settings::InForce { served_user: &console.served.user, pool_limit: console.shared.pools.gauges().limit };
     let mut set = ResultSet::new(columns::CONFIG);
-    for ((key, value), info) in config.entries().into_iter().zip(KEYS) {
-        set.push([key.into(), value.into(), info.default.into(), (!RESTART_ONLY.contains(&key)).into()])?;
+    for row in settings::rows(&config, in_force) {
+        set.push([row.key.into(), row.value.into(), row.default.into(), row.changeable.into()])?;
     }
-    // pgbouncer_exporter reads this one as a number; pgmux has no per-user limit.
-    set.push(["max_user_connections".into(), "0".into(), "0".into(), false.into()])?;
     Ok(set)
+}
+
+/// SHOW MEM: what pgmux keeps per connection, and the memory lent to clients' large messages.
+fn mem(console: &Console) -> Built {
+    let obs = console.shared.observer();
+    let lent = console.shared.message_memory.lent();
+    let mut set = ResultSet::new(columns::MEM);
+    for (name, size, used) in [
+        ("client_entry", size_of::<ClientEntry>(), obs.clients.all().len()),
+        ("server_entry", size_of::<ServerEntry>(), obs.servers.all().len()),
+        ("message_buffers", 1, lent),
+    ] {
+        set.push([name.into(), int4(size), int4(used), 0i64.into(), int4(size.saturating_mul(used))])?;
+    }
+    Ok(set)
+}
+
+/// A count for an `int4` column, at most what one holds.
+fn int4(v: usize) -> Cell<'static> {
+    Cell::Int(i32::try_from(v).unwrap_or(i32::MAX).into())
 }
 
 fn lists(console: &Console) -> Built {

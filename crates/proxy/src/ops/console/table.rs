@@ -3,8 +3,9 @@
 //!
 //! Types are what pgbouncer_exporter (lib/pq) and Datadog's check (psycopg2) read without trouble
 //! (observability.md §1.4, §2.2): `text` for labels and timestamps, `int8` for counts, times and gauges
-//! (PgBouncer's `int4` columns are sent as `int8`, which every client reads as the same integer and which
-//! cannot overflow), `numeric` available for columns that must match PgBouncer's type exactly. A cell of
+//! (in the commands the exporter and Datadog read, PgBouncer's `int4` columns are sent as `int8`, which
+//! every client reads as the same integer and which cannot overflow). The commands only scripts read
+//! (FDS, SOCKETS, MEM, DNS_*, PEERS) send PgBouncer's own types, `int4` and `bytea` included. A cell of
 //! the wrong type for its column is refused when the row is added, so a wiring mistake is an error in a
 //! test, not a scrape that breaks the exporter.
 
@@ -19,7 +20,6 @@ use super::command::SessionSetting;
 
 /// A column's PostgreSQL type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code, reason = "PgBouncer's int4 and numeric columns, for the SHOW commands of many routes still to come")]
 pub enum ColumnType {
     /// `text` (OID 25): labels, names, and timestamps written `YYYY-MM-DD HH:MM:SS UTC`.
     Text,
@@ -28,7 +28,10 @@ pub enum ColumnType {
     /// `int8` (OID 20).
     Int8,
     /// `numeric` (OID 1700), PgBouncer's type for its statistics.
+    #[allow(dead_code, reason = "PgBouncer's numeric statistics, for the SHOW commands of many routes still to come")]
     Numeric,
+    /// `bytea` (OID 17): SHOW FDS' SCRAM keys, which pgmux never shows (always NULL).
+    Bytea,
 }
 
 impl ColumnType {
@@ -38,13 +41,14 @@ impl ColumnType {
             ColumnType::Int4 => 23,
             ColumnType::Int8 => 20,
             ColumnType::Numeric => 1700,
+            ColumnType::Bytea => 17,
         }
     }
 
     /// `pg_type.typlen`.
     pub const fn typlen(self) -> i16 {
         match self {
-            ColumnType::Text | ColumnType::Numeric => -1,
+            ColumnType::Text | ColumnType::Numeric | ColumnType::Bytea => -1,
             ColumnType::Int4 => 4,
             ColumnType::Int8 => 8,
         }
@@ -67,6 +71,16 @@ pub const fn text(name: &'static str, doc: &'static str) -> ColumnDef {
 /// An `int8` column.
 pub const fn int8(name: &'static str, doc: &'static str) -> ColumnDef {
     ColumnDef { name, ty: ColumnType::Int8, doc }
+}
+
+/// An `int4` column.
+pub const fn int4(name: &'static str, doc: &'static str) -> ColumnDef {
+    ColumnDef { name, ty: ColumnType::Int4, doc }
+}
+
+/// A `bytea` column (NULL only: pgmux has no binary value to show).
+pub const fn bytea(name: &'static str, doc: &'static str) -> ColumnDef {
+    ColumnDef { name, ty: ColumnType::Bytea, doc }
 }
 
 /// One value of a row.
@@ -217,7 +231,7 @@ fn text_form(cell: Cell<'_>, col: &ColumnDef) -> Result<Option<String>, TableErr
         (Cell::Text(s), ColumnType::Text) => Some(s.into_owned()),
         (Cell::Int(v), ColumnType::Int4) => Some(i32::try_from(v).map_err(|_| wrong())?.to_string()),
         (Cell::Int(v), ColumnType::Text | ColumnType::Int8 | ColumnType::Numeric) => Some(v.to_string()),
-        (Cell::Text(_), _) => return Err(wrong()),
+        (Cell::Text(_), _) | (Cell::Int(_), ColumnType::Bytea) => return Err(wrong()),
     })
 }
 
@@ -243,6 +257,7 @@ pub fn setting(setting: SessionSetting) -> ResultSet {
 /// What `SHOW HELP` says.
 pub const HELP: &str = "Console usage
 \tSHOW HELP|VERSION|CONFIG|DATABASES|USERS|POOLS|CLIENTS|SERVERS|LISTS|STATE
+\tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|MEM|DNS_HOSTS|DNS_ZONES|PEERS|PEER_POOLS
 \tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS
 \tSHOW SIZING|PINS|PREPARED|LATENCY
 \tSET key = arg

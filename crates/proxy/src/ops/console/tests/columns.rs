@@ -10,6 +10,7 @@ fn names(cols: &[ColumnDef]) -> Vec<&'static str> {
     cols.iter().map(|c| c.name).collect()
 }
 
+/// The SHOWs pgbouncer_exporter and Datadog read, and pgmux's own: `text` and `int8` only.
 const ALL_SHOWS: [Show; 17] = [
     Show::Version,
     Show::Pools,
@@ -30,9 +31,21 @@ const ALL_SHOWS: [Show; 17] = [
     Show::Latency,
 ];
 
+/// The SHOWs for scripts, in PgBouncer's own types.
+const SCRIPT_SHOWS: [Show; 8] = [
+    Show::Sockets,
+    Show::ActiveSockets,
+    Show::Fds,
+    Show::Mem,
+    Show::DnsHosts,
+    Show::DnsZones,
+    Show::Peers,
+    Show::PeerPools,
+];
+
 #[test]
 fn every_show_has_columns_with_unique_documented_names() {
-    for show in ALL_SHOWS {
+    for show in ALL_SHOWS.into_iter().chain(SCRIPT_SHOWS) {
         let cols = of(show).unwrap_or_else(|| panic!("{show:?} has no columns"));
         let mut seen = names(cols);
         seen.sort_unstable();
@@ -155,6 +168,64 @@ fn labels_are_text_and_numbers_are_int8() {
     }
 }
 
+/// A column list as PgBouncer's `pktbuf_write_RowDescription` format string spells it (`s` text, `i` int4,
+/// `q` int8, `b` bytea).
+fn letters(cols: &[ColumnDef]) -> String {
+    cols.iter()
+        .map(|c| match c.ty {
+            ColumnType::Text => 's',
+            ColumnType::Int4 => 'i',
+            ColumnType::Int8 => 'q',
+            ColumnType::Bytea => 'b',
+            ColumnType::Numeric => 'N',
+        })
+        .collect()
+}
+
+#[test]
+fn script_shows_have_pgbouncer_s_names_order_and_types() {
+    // PgBouncer 1.25, src/admin.c: the RowDescription of each command, names and type letters.
+    assert_eq!(
+        names(FDS),
+        [
+            "fd",
+            "task",
+            "user",
+            "database",
+            "addr",
+            "port",
+            "cancel",
+            "link",
+            "client_encoding",
+            "std_strings",
+            "datestyle",
+            "timezone",
+            "password",
+            "scram_client_key",
+            "scram_server_key"
+        ]
+    );
+    assert_eq!(letters(FDS), "issssiqisssssbb");
+    assert_eq!(names(MEM), ["name", "size", "used", "free", "memtotal"]);
+    assert_eq!(letters(MEM), "siiii");
+    assert_eq!((names(DNS_HOSTS), letters(DNS_HOSTS)), (vec!["hostname", "ttl", "addrs"], "sqs".to_owned()));
+    assert_eq!((names(DNS_ZONES), letters(DNS_ZONES)), (vec!["zonename", "serial", "count"], "sqi".to_owned()));
+    assert_eq!((names(PEERS), letters(PEERS)), (vec!["peer_id", "host", "port", "pool_size"], "isii".to_owned()));
+    assert_eq!(
+        names(PEER_POOLS),
+        ["peer_id", "cl_active_cancel_req", "cl_waiting_cancel_req", "sv_active_cancel", "sv_login"]
+    );
+    assert_eq!(letters(PEER_POOLS), "iiiii");
+    // SOCKETS: SHOW CLIENTS' columns, then the seven buffer positions. PgBouncer's `T` (a timestamp written
+    // as text) is text; `id` is int8 where PgBouncer says int4 (pgmux's ids are 64-bit).
+    assert_eq!(names(&SOCKETS[..21]), names(CONNECTIONS));
+    assert_eq!(
+        names(&SOCKETS[21..]),
+        ["recv_pos", "pkt_pos", "pkt_remain", "send_pos", "send_remain", "pkt_avail", "send_avail"]
+    );
+    assert_eq!(letters(SOCKETS), "ssssssisissiiississiqiiiiiii");
+}
+
 #[test]
 fn times_are_microseconds_and_maxwait_is_split() {
     let pools = names(POOLS);
@@ -195,6 +266,13 @@ fn of(show: Show) -> Option<&'static [ColumnDef]> {
         Show::Pins => PINS,
         Show::Prepared => PREPARED,
         Show::Latency => LATENCY,
+        Show::Sockets | Show::ActiveSockets => SOCKETS,
+        Show::Fds => FDS,
+        Show::Mem => MEM,
+        Show::DnsHosts => DNS_HOSTS,
+        Show::DnsZones => DNS_ZONES,
+        Show::Peers => PEERS,
+        Show::PeerPools => PEER_POOLS,
         Show::Help | Show::Setting(_) => return None,
     })
 }

@@ -3,4 +3,5 @@
 
 mod columns;
 mod command;
+mod settings;
 mod table;

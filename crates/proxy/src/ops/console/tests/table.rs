@@ -62,6 +62,19 @@ fn rows_must_fit_their_columns() {
 }
 
 #[test]
+fn bytea_holds_null_only_and_says_its_type() {
+    let cols = [bytea("scram_client_key", "")];
+    let mut set = ResultSet::new(&cols);
+    assert_eq!(set.push([Cell::Int(1)]), Err(TableError::Type { column: "scram_client_key", ty: ColumnType::Bytea }));
+    assert!(set.push(["key".into()]).is_err());
+    set.push([Cell::Null]).unwrap();
+    let raw = bytes(&set);
+    // RowDescription: the column's type OID 17, typlen -1.
+    let needle = b"scram_client_key\0\0\0\0\0\0\0\0\0\0\x11\xff\xff";
+    assert!(raw.windows(needle.len()).any(|w| w == needle), "{raw:?}");
+}
+
+#[test]
 fn booleans_are_yes_and_no() {
     let mut set = ResultSet::new(&[text("changeable", "")]);
     set.push([true.into()]).unwrap();
@@ -86,6 +99,7 @@ fn help_is_a_notice_then_show() {
     assert!(buf.ends_with(b"C\0\0\0\x09SHOW\0"));
     let text = String::from_utf8_lossy(&buf);
     assert!(text.contains("SHOW SIZING|PINS|PREPARED|LATENCY") && text.contains("KILL_CLIENT <id>"));
+    assert!(text.contains("SHOW FDS|SOCKETS|ACTIVE_SOCKETS|MEM|DNS_HOSTS|DNS_ZONES|PEERS|PEER_POOLS"));
 }
 
 #[test]
