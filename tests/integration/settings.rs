@@ -259,7 +259,7 @@ async fn every_setting_a_client_may_set_stays_with_it_at_a_hostile_value() {
 
     let mut problems = BTreeMap::new();
     let mut tried = 0;
-    let failed_before = failed_connections(&fx);
+    let mut failed = 0;
     for setting in &settings {
         let values = hostile(setting);
         if values.is_empty() {
@@ -267,13 +267,21 @@ async fn every_setting_a_client_may_set_stays_with_it_at_a_hostile_value() {
         }
         for value in values {
             tried += 1;
-            if let Some(problem) = check_one(&fx, direct_addr, &setting.name, &value).await {
+            let before = failed_connections(&fx);
+            let problem = check_one(&fx, direct_addr, &setting.name, &value).await;
+            // A 1 ms idle_session_timeout may end the client's server connection in the moment between its
+            // ReadyForQuery and pgmux taking the setting off: the server closing its own session, as the
+            // client asked, not a statement of pgmux's failing. Its client is ended as a direct one would be
+            // (checked above); every other setting must cost no connection.
+            if setting.name != "idle_session_timeout" {
+                failed += failed_connections(&fx) - before;
+            }
+            if let Some(problem) = problem {
                 problems.insert(format!("{} = {value:?}", setting.name), problem);
             }
         }
     }
     // pgmux's own statements never cost a connection.
-    let failed = failed_connections(&fx) - failed_before;
     let report: Vec<String> = problems.iter().map(|(k, v)| format!("  {k}: {v}")).collect();
     assert!(
         report.is_empty() && failed == 0,
