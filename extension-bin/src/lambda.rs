@@ -6,9 +6,10 @@
 //! does not talk to the database before `event/next` is called (the control connection that sizes the pool
 //! and `min_pool_size` wait for it); the pool opens connections when clients need them.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
 use pgmux_proxy::Listener;
 
 use crate::StartError;
@@ -76,7 +77,7 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
     }
     // Last: everything measured since the previous flush, the drain included, before the deadline.
     timed.abort();
-    emf.lock().unwrap_or_else(|e| e.into_inner()).flush_with_gauges_of(&before_drain);
+    emf.lock().flush_with_gauges_of(&before_drain);
     Ok(())
 }
 
@@ -85,10 +86,10 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
 /// carries it.
 async fn flush_every_interval(emf: Arc<Mutex<Emf>>) {
     loop {
-        let interval = emf.lock().unwrap_or_else(|e| e.into_inner()).interval();
+        let interval = emf.lock().interval();
         tokio::time::sleep(interval.unwrap_or(Duration::from_secs(1))).await;
         if interval.is_some() {
-            emf.lock().unwrap_or_else(|e| e.into_inner()).flush();
+            emf.lock().flush();
         }
     }
 }

@@ -7,7 +7,6 @@
 //! SHUTDOWN, and hides its register and next request builders. The `*_with` variants here take the Runtime
 //! API address explicitly; the others read it from `AWS_LAMBDA_RUNTIME_API`.
 
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use http::{Method, Request, Uri};
@@ -16,6 +15,7 @@ use lambda_extension::requests::{ErrorRequest, init_error};
 use lambda_extension::{NextEvent, ShutdownEvent};
 use lambda_runtime_api_client::body::Body;
 use lambda_runtime_api_client::{PooledClient, build_request};
+use parking_lot::{Mutex, MutexGuard};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -186,8 +186,8 @@ fn runtime_api_from_env() -> Result<String, AwsError> {
     })
 }
 
-fn registrations() -> std::sync::MutexGuard<'static, Vec<(String, String)>> {
-    REGISTRATIONS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+fn registrations() -> MutexGuard<'static, Vec<(String, String)>> {
+    REGISTRATIONS.lock()
 }
 
 fn registered_id(runtime_api: &str) -> Option<String> {

@@ -4,11 +4,11 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign};
 use aws_sigv4::sign::v4;
+use parking_lot::Mutex;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use pgmux_secret::Secret;
 
@@ -156,7 +156,7 @@ impl TokenCache {
     pub fn token(&self) -> Result<Secret, AwsError> {
         let now = (self.clock)();
         // Signing takes microseconds: doing it under the lock keeps a burst of callers from all signing.
-        let mut current = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut current = self.current.lock();
         if let Some((token, made_at)) = current.as_ref() {
             // A clock that went backwards (made_at in the future) also renews: the age is unknown.
             // Nor is a token kept into the last minute of the temporary credentials that signed it: RDS

@@ -12,8 +12,9 @@
 //! view says how long it covers. Until the process is `span` old it covers everything since start.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crate::histogram::HistogramSnapshot;
 
@@ -47,7 +48,7 @@ impl Window {
     /// Remembers `current` (the histogram's cumulative counts at `now`) if the newest remembered counts are
     /// at least a step old, and forgets what is no longer needed.
     pub fn tick(&self, now: Duration, current: &HistogramSnapshot) {
-        let mut ring = self.ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut ring = self.ring.lock();
         if ring.back().is_none_or(|(at, _)| now.saturating_sub(*at) >= self.step) {
             ring.push_back((now, current.clone()));
         }
@@ -61,7 +62,7 @@ impl Window {
     /// cumulative counts now. Ticks first, so a reader alone keeps the window going.
     pub fn view(&self, now: Duration, current: &HistogramSnapshot) -> WindowView {
         self.tick(now, current);
-        let ring = self.ring.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ring = self.ring.lock();
         // The newest entry at least `span` old, else the oldest (the window is younger than `span`).
         let baseline = ring.iter().rev().find(|(at, _)| now.saturating_sub(*at) >= self.span).or(ring.front());
         match baseline {
@@ -75,7 +76,7 @@ impl Window {
 
     /// How many counts are remembered (bounded by span / step + 2).
     pub fn remembered(&self) -> usize {
-        self.ring.lock().map_or(0, |r| r.len())
+        self.ring.lock().len()
     }
 }
 

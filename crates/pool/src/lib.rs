@@ -34,10 +34,11 @@ mod shared;
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -444,7 +445,7 @@ impl<C: Send + 'static> Member for Inner<C> {
     fn give_up_idle(&self) -> bool {
         let Some(closer) = &self.closer else { return false };
         let conn = {
-            let Ok(mut st) = self.state.try_lock() else { return false };
+            let Some(mut st) = self.state.try_lock() else { return false };
             if st.closed {
                 return false;
             }
@@ -463,8 +464,8 @@ impl<C: Send + 'static> Member for Inner<C> {
 
 impl<C> Inner<C> {
     fn lock(&self) -> MutexGuard<'_, State<C>> {
-        // A panic while holding this lock leaves plain counters behind; keep serving rather than poison.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        // Not poisoned by a panic while held (parking_lot): that leaves plain counters behind; keep serving.
+        self.state.lock()
     }
 
     /// Puts a connection back: to the closer if the pool is over its limit, else to the first live waiter,

@@ -13,7 +13,9 @@
 //! lock: two pools each short of room never wait for each other.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 /// What a limit needs from a pool under it.
 pub(crate) trait Member: Send + Sync {
@@ -99,13 +101,13 @@ impl SharedLimit {
     }
 
     pub(crate) fn join(&self, member: Weak<dyn Member>) {
-        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let mut members = self.members.lock();
         members.retain(|m| m.strong_count() > 0);
         members.push(member);
     }
 
     fn live_members(&self) -> Vec<Arc<dyn Member>> {
-        self.members.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect()
+        self.members.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Asks the limit's other pools, in turn, to give up one idle connection; true once one did (its room

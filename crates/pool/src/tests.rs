@@ -199,15 +199,15 @@ async fn a_connection_returned_above_the_limit_goes_to_the_closer() {
     let closed = Arc::new(Mutex::new(Vec::new()));
     let p = Pool::with_closer(PoolConfig::new(3, Duration::ZERO), {
         let closed = Arc::clone(&closed);
-        move |c| closed.lock().unwrap().push(c)
+        move |c| closed.lock().push(c)
     });
     let a = open(&p, 1).await;
     let b = open(&p, 2).await;
     p.set_max_size(1);
     drop(a);
-    assert_eq!(*closed.lock().unwrap(), vec![1]);
+    assert_eq!(*closed.lock(), vec![1]);
     drop(b);
-    assert_eq!(*closed.lock().unwrap(), vec![1], "at the limit, kept");
+    assert_eq!(*closed.lock(), vec![1], "at the limit, kept");
     assert_eq!(p.status(), Status { size: 1, idle: 1, waiting: 0, opening: 0, max_size: 1, paused: false });
 }
 

@@ -11,11 +11,12 @@
 //! is kept here, and the session answers the waiting query itself with the error PostgreSQL would give.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use parking_lot::{Mutex, MutexGuard};
 use pgmux_proto::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -167,7 +168,7 @@ impl Drop for Registration {
 
 impl CancelRegistry {
     fn lock(&self) -> MutexGuard<'_, Slots<Target>> {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner())
+        self.clients.lock()
     }
 
     /// Gives a new client a unique, positive process id and a random secret.

@@ -2,9 +2,10 @@
 //! clients' start-up parameters and prepared statements, cancel keys, and how clients log in.
 
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::Guard;
+use parking_lot::RwLock;
 use tokio_util::task::TaskTracker;
 
 use crate::client::auth::Authenticator;
@@ -85,16 +86,16 @@ impl Shared {
     }
 
     pub(crate) fn auth(&self) -> Arc<Authenticator> {
-        Arc::clone(&self.auth.read().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.auth.read())
     }
 
     pub(crate) fn client_tls(&self) -> Option<ClientTls> {
-        self.client_tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.client_tls.read().clone()
     }
 
     /// New logins use this authentication and TLS.
     pub(crate) fn replace_login(&self, auth: Authenticator, client_tls: Option<tokio_rustls::TlsAcceptor>) {
-        *self.auth.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(auth);
-        *self.client_tls.write().unwrap_or_else(|e| e.into_inner()) = client_tls.map(ClientTls);
+        *self.auth.write() = Arc::new(auth);
+        *self.client_tls.write() = client_tls.map(ClientTls);
     }
 }

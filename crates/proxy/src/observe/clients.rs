@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
 
+use parking_lot::{Mutex, MutexGuard};
 use pgmux_metrics::{ClientState, Label};
 
 use super::Observer;
@@ -191,7 +192,7 @@ pub(crate) struct ClientBook {
 
 impl ClientBook {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<ClientEntry>>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries.lock()
     }
 
     /// Adds a client; the ticket removes it when dropped.

@@ -7,9 +7,10 @@
 mod clients;
 mod servers;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
 use pgmux_metrics::{ClientState, Label, LoginResult, Metrics, ServerState, Snapshot, TooManyCause};
 use pgmux_pool::Status;
 use pgmux_proto::encode::ErrorMessage;
@@ -188,14 +189,14 @@ impl Observer {
 
     /// The averages of the last full stats period (zero until one has passed).
     pub(crate) fn averages(&self) -> Stats {
-        self.period.lock().unwrap_or_else(|e| e.into_inner()).averages
+        self.period.lock().averages
     }
 
     /// Keeps the time windows going: the histograms' last minute, and the stats period. Call every second or
     /// so (and before a read in Lambda).
     pub(crate) fn tick(&self) {
         self.metrics.tick(self.uptime());
-        let mut period = self.period.lock().unwrap_or_else(|e| e.into_inner());
+        let mut period = self.period.lock();
         let elapsed = period.began.elapsed();
         if elapsed >= STATS_PERIOD {
             let now = self.totals();

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
 
+use parking_lot::{Mutex, MutexGuard};
 use pgmux_metrics::{CounterFamily, Label, ServerCloseReason};
 
 use crate::protocol::statements::StatementStats;
@@ -67,7 +68,7 @@ impl Default for ServerBook {
 
 impl ServerBook {
     fn lock(&self) -> MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(|e| e.into_inner())
+        self.book.lock()
     }
 
     /// Enters a newly opened pool connection; the ticket goes into the connection.

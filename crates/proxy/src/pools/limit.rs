@@ -2,9 +2,9 @@
 //! database's budget) and, below it, a ceiling set when the database refuses a new connection. The ceiling
 //! is probed upward again, one connection per [`PROBE_EVERY`] without a refusal, up to the plan.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -38,8 +38,8 @@ impl Limit {
         Limit { inner: Mutex::new(LimitState { planned, ceiling: None, moved: Instant::now() }) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LimitState> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, LimitState> {
+        self.inner.lock()
     }
 
     /// The limit in force.
@@ -94,7 +94,7 @@ pub(crate) struct BudgetClock {
 impl BudgetClock {
     /// A reading was just taken.
     pub(crate) fn read_now(&self) {
-        *self.read_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        *self.read_at.lock() = Some(Instant::now());
         self.read.notify_waiters();
     }
 
@@ -106,7 +106,7 @@ impl BudgetClock {
     /// If there was a reading and it is older than `age`, asks for a new one and waits for it, at most `wait`.
     /// True if a fresh reading came.
     pub(crate) async fn refresh_if_older(&self, age: Duration, wait: Duration) -> bool {
-        let stale = self.read_at.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|at| at.elapsed() >= age);
+        let stale = self.read_at.lock().is_some_and(|at| at.elapsed() >= age);
         if !stale {
             return false;
         }

@@ -20,11 +20,12 @@ mod registry;
 pub(crate) mod sizing;
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use arc_swap::Guard;
+use parking_lot::RwLock;
 use pgmux_metrics::ServerCloseReason;
 use pgmux_pool::{Lease, Pool, PoolConfig, Status};
 
@@ -158,17 +159,17 @@ impl ServerPool {
 
     /// Where server logins come from (the user and database clients are served as).
     pub(crate) fn credentials(&self) -> Arc<dyn Credentials> {
-        Arc::clone(&self.credentials.read().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.credentials.read())
     }
 
     fn server_tls(&self) -> ServerTls {
-        self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.tls.read().clone()
     }
 
     /// New server connections log in with `credentials` and `tls` from now on.
     pub(crate) fn replace_access(&self, credentials: Arc<dyn Credentials>, tls: ServerTls) {
-        *self.credentials.write().unwrap_or_else(|e| e.into_inner()) = credentials;
-        *self.tls.write().unwrap_or_else(|e| e.into_inner()) = tls;
+        *self.credentials.write() = credentials;
+        *self.tls.write() = tls;
     }
 
     /// Marks every connection open now to be replaced as it comes back; idle ones are closed at once.
@@ -226,7 +227,7 @@ impl ServerPool {
 
     /// The server's own parameter values (empty until the first connection reported them).
     pub(crate) fn defaults(&self) -> Arc<Defaults> {
-        Arc::clone(&self.defaults.read().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.defaults.read())
     }
 
     /// Opens connections in the background up to `min_pool_size` (within the limit).
@@ -275,8 +276,7 @@ impl ServerPool {
         // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
         // values are. Without them every link would reset every reported parameter, a round trip each.
         if self.defaults().is_empty() {
-            *self.defaults.write().unwrap_or_else(|e| e.into_inner()) =
-                Arc::new(Defaults::from_reported(&conn.params.reported));
+            *self.defaults.write() = Arc::new(Defaults::from_reported(&conn.params.reported));
         }
         tracing::debug!(server_id = conn.id, addr = %conn.addr, "opened server connection");
         Ok(conn)

@@ -8,8 +8,9 @@
 //! checked at, and the list (a handful of entries at most) read only when they differ.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
 
 /// Why a node is not trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,8 +29,8 @@ pub(crate) struct Nodes {
 }
 
 impl Nodes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(SocketAddr, Distrust)>> {
-        self.marks.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Vec<(SocketAddr, Distrust)>> {
+        self.marks.lock()
     }
 
     /// Changes whenever a node is marked.

@@ -16,9 +16,9 @@
 //! points now. A node that answers a login again is trusted again.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::{Distrust, ServerPool, connect_options};
@@ -49,46 +49,46 @@ impl Probes {
     /// Whether the pool was quiet since the previous round (see the module's comment), given what it says
     /// now.
     fn quiet(&self, lent: bool, last_returned: Option<Instant>) -> bool {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.lock();
         lent && state.previous == Some((true, last_returned))
     }
 
     /// What the pool says at the end of a round, for the next one to compare with: after the round's own
     /// probes, whose connections coming back are no sign of life from the clients' servers.
     fn remember(&self, lent: bool, last_returned: Option<Instant>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).previous = Some((lent, last_returned));
+        self.state.lock().previous = Some((lent, last_returned));
     }
 
     /// The probe connection to `node`, if one is kept.
     fn take(&self, node: SocketAddr) -> Option<Box<ServerConn>> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         let at = state.conns.iter().position(|c| c.addr == node)?;
         Some(state.conns.swap_remove(at))
     }
 
     fn control(&self) -> Option<SocketAddr> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).control
+        self.state.lock().control
     }
 
     fn keep(&self, conn: Box<ServerConn>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).conns.push(conn);
+        self.state.lock().conns.push(conn);
     }
 
     /// Every kept probe connection, for closing: the quiet is over.
     #[allow(clippy::vec_box, reason = "retiring a connection takes its box")]
     fn take_all(&self) -> Vec<Box<ServerConn>> {
-        std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).conns)
+        std::mem::take(&mut self.state.lock().conns)
     }
 
     /// Probe connections open now.
     #[cfg(test)]
     fn open(&self) -> usize {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).conns.len()
+        self.state.lock().conns.len()
     }
 
     /// Connections pgmux holds for itself now: kept probe connections, and sizing's control connection.
     fn own(&self) -> usize {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.lock();
         state.conns.len() + usize::from(state.control.is_some())
     }
 }
@@ -200,7 +200,7 @@ impl ServerPool {
 
     /// Sizing's control connection is open on `node` (it probes that node itself), or closed (`None`).
     pub(crate) fn control_on(&self, node: Option<SocketAddr>) {
-        self.probes.state.lock().unwrap_or_else(|e| e.into_inner()).control = node;
+        self.probes.state.lock().control = node;
     }
 
     /// Server connections pgmux holds for itself, outside the pool: sizing's control connection and the

@@ -4,10 +4,11 @@
 //! connections, shutdown — lives once, in [`Globals`], beside the pools rather than inside each. Today the
 //! registry holds one pool: the database and user of `database_url`.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 
 use arc_swap::Guard;
+use parking_lot::Mutex;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
@@ -40,7 +41,7 @@ pub(crate) struct Globals {
 impl Globals {
     /// Records a sizing reading (or why there was none).
     pub(crate) fn sizing_read(&self, outcome: Result<(&budget::Reading, &budget::Plan), String>) {
-        let mut view = self.sizing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut view = self.sizing.lock();
         match outcome {
             Ok((reading, plan)) => {
                 view.reading = Some(reading.clone());
@@ -54,7 +55,7 @@ impl Globals {
 
     /// The last sizing reading.
     pub(crate) fn sizing(&self) -> SizingView {
-        self.sizing.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sizing.lock().clone()
     }
 }
 
@@ -130,8 +131,7 @@ impl Pools {
 
     /// What the pools say for a snapshot of the metrics, summed over them.
     pub(crate) fn gauges(&self) -> PoolGauges {
-        let plan =
-            self.globals.sizing.lock().unwrap_or_else(|e| e.into_inner()).plan.as_ref().map(|p| (p.budget, p.members));
+        let plan = self.globals.sizing.lock().plan.as_ref().map(|p| (p.budget, p.members));
         let mut gauges = PoolGauges {
             status: pgmux_pool::Status::default(),
             limit: 0,

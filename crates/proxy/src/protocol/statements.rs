@@ -20,9 +20,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
 use pgmux_proto::{ParseError, backend, encode};
 
 /// What a statement returns, as PostgreSQL compares it before it runs a prepared statement again: each
@@ -122,7 +123,7 @@ pub(crate) struct Registry {
 impl Registry {
     /// The statement for a Parse body's `key` (query and types), made if new.
     pub(crate) fn intern(&self, key: &[u8]) -> Arc<Statement> {
-        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_key.lock();
         if let Some(stmt) = map.get(key).and_then(Weak::upgrade) {
             return stmt;
         }
@@ -153,7 +154,7 @@ impl Registry {
     /// Marks a statement's plan stale everywhere: its next use re-prepares it under a new name.
     pub(crate) fn invalidate(&self, stmt: &Statement) {
         stmt.invalid.store(true, Ordering::Relaxed);
-        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_key.lock();
         if map.get(&stmt.key).is_some_and(|w| std::ptr::eq(w.as_ptr(), stmt)) {
             map.remove(&stmt.key);
         }

@@ -5,10 +5,11 @@
 //! the waker changes); raising the level wakes every registered session. Waiting for a level from places
 //! that wait anyway (the listener, a client queued for a server) uses an ordinary `Notify`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::runtime::slots::Slots;
@@ -89,7 +90,7 @@ impl Stop {
 
     fn wake_sessions(&self) {
         let wakers: Vec<Waker> = {
-            let sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let sessions = self.inner.sessions.lock();
             sessions.values().cloned().collect()
         };
         // Woken outside the lock: a woken session may run at once and register again.
@@ -127,7 +128,7 @@ impl Stop {
         switch.fired.store(true, Ordering::Release);
         let slot = switch.slot.load(Ordering::Acquire);
         let waker = {
-            let mut sessions = self.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let mut sessions = self.inner.sessions.lock();
             sessions.get_mut(slot).cloned()
         };
         // The slot may belong to another session by now: a spurious wake-up is harmless.
@@ -187,7 +188,7 @@ impl Watch {
         // Registered again after each new level too, so that no raise is ever missed.
         if self.seen != level || !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             let w = cx.waker().clone();
-            let mut sessions = self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let mut sessions = self.stop.inner.sessions.lock();
             if self.slot == NO_SLOT {
                 self.slot = sessions.insert(w.clone());
                 kill.slot.store(self.slot, Ordering::Release);
@@ -224,7 +225,7 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         if self.slot != NO_SLOT {
-            self.stop.inner.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(self.slot);
+            self.stop.inner.sessions.lock().remove(self.slot);
         }
     }
 }
@@ -318,8 +319,8 @@ mod tests {
         let mut watch = stop.watch();
         let mut cx = Context::from_waker(Waker::noop());
         assert_eq!(watch.poll(&mut cx, &KillSwitch::default()), Level::Running);
-        assert_eq!(stop.inner.sessions.lock().unwrap().len(), 1);
+        assert_eq!(stop.inner.sessions.lock().len(), 1);
         drop(watch);
-        assert_eq!(stop.inner.sessions.lock().unwrap().len(), 0);
+        assert_eq!(stop.inner.sessions.lock().len(), 0);
     }
 }

@@ -4,9 +4,10 @@
 //! a new client connection cost pgmux.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use parking_lot::{Mutex, MutexGuard};
 use pgmux_proto::encode;
 
 use super::{ClientParams, Defaults, ParamMap};
@@ -50,9 +51,9 @@ impl Greetings {
         block
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Greeting>> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Greeting>> {
         // Only whole entries are ever pushed or popped: a panic elsewhere leaves nothing half-done.
-        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+        self.recent.lock()
     }
 }
 

@@ -16,11 +16,12 @@
 //! both still match, no comparison is made at all.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Parameters by lower-case name.
 pub(crate) type ParamMap = BTreeMap<String, Param>;
 
+use parking_lot::Mutex;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
@@ -327,7 +328,7 @@ struct Known {
 impl Catalog {
     /// The client's wanted values if every raw value is already known, else `None`: a server must check them.
     pub(crate) fn resolve(&self, raw: &[Param]) -> Option<ClientParams> {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.known.lock();
         if let Some(set) = known.sets.get(raw) {
             return Some(ClientParams { values: Arc::clone(set) });
         }
@@ -346,7 +347,7 @@ impl Catalog {
 
     /// Learns from a server that accepted `raw`: what each value became.
     pub(crate) fn learn(&self, raw: &[Param], server: &ServerParams) -> ClientParams {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.known.lock();
         let mut map = ParamMap::new();
         for p in raw {
             let k = key(&p.name);
