@@ -6,6 +6,7 @@
 //! that names the key and where it came from.
 
 pub mod credentials;
+mod error;
 mod live;
 mod role;
 pub mod routes;
@@ -20,6 +21,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use error::{ConfigError, Reason, Source, UnknownName, UrlError, ValueError};
 pub use live::LiveConfig;
 pub use value::{
     ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs, UserList,
@@ -61,7 +63,7 @@ macro_rules! config_keys {
 
         impl Config {
             /// Applies one raw value; `Ok(false)` if the key is unknown.
-            fn set(&mut self, key: &str, raw: &Raw) -> Result<bool, String> {
+            fn set(&mut self, key: &str, raw: &Raw) -> Result<bool, ValueError> {
                 match key {
                     $( stringify!($name) => self.$name = <$ty as ConfigValue>::parse(raw)?, )*
                     _ => return Ok(false),
@@ -268,57 +270,6 @@ impl Profile {
     }
 }
 
-/// Where a value came from, for error messages.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// The built-in default.
-    Default,
-    /// The TOML file.
-    File,
-    /// An environment variable.
-    Env(String),
-}
-
-/// A configuration that cannot be used; the message names the key and the problem.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {reason}")]
-    Read {
-        /// File path.
-        path: String,
-        /// OS error.
-        reason: String,
-    },
-    /// The file is not valid TOML.
-    #[error("config file is not valid TOML: {0}")]
-    Toml(String),
-    /// A required key is not set.
-    #[error("{0} is required: set it in the config file or with PGMUX_{upper}", upper = .0.to_ascii_uppercase())]
-    Missing(&'static str),
-    /// A key the file uses does not exist.
-    #[error("unknown config key `{0}` (see pgmux --help for the list)")]
-    UnknownKey(String),
-    /// A key has a value that cannot be used.
-    #[error("invalid value for {key}{}: {reason}", source_note(.origin))]
-    Invalid {
-        /// Key name.
-        key: String,
-        /// Where the value came from.
-        origin: Source,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-fn source_note(source: &Source) -> String {
-    match source {
-        Source::Default => " (default)".to_owned(),
-        Source::File => " (config file)".to_owned(),
-        Source::Env(var) => format!(" (environment variable {var})"),
-    }
-}
-
 impl Config {
     /// Reads the optional TOML file, then the environment (`PGMUX_<KEY>` overrides `<key>`), then checks.
     pub fn load<I>(path: Option<&Path>, env: I) -> Result<Self, ConfigError>
@@ -362,7 +313,7 @@ impl Config {
             let known = cfg.set(key, &Raw::Toml(value)).map_err(|reason| ConfigError::Invalid {
                 key: key.clone(),
                 origin: Source::File,
-                reason,
+                reason: reason.into(),
             })?;
             if !known {
                 return Err(ConfigError::UnknownKey(key.clone()));
@@ -378,7 +329,7 @@ impl Config {
                 cfg.set(info.name, &Raw::Env(value)).map_err(|reason| ConfigError::Invalid {
                     key: info.name.to_owned(),
                     origin: Source::Env(var.clone()),
-                    reason,
+                    reason: reason.into(),
                 })?;
                 sources.insert(info.name, Source::Env(var));
             }
@@ -390,10 +341,10 @@ impl Config {
 
     /// Checks values that are each valid but do not work together.
     fn validate(&self, sources: &BTreeMap<&'static str, Source>) -> Result<(), ConfigError> {
-        let invalid = |key: &'static str, reason: &str| ConfigError::Invalid {
+        let invalid = |key: &'static str, rule: &'static str| ConfigError::Invalid {
             key: key.to_owned(),
             origin: sources.get(key).cloned().unwrap_or(Source::Default),
-            reason: reason.to_owned(),
+            reason: Reason::Rule(rule),
         };
         if self.database_url.login.host.is_empty() && self.secret_arn.is_empty() {
             return Err(ConfigError::Missing("database_url"));
@@ -455,7 +406,7 @@ impl Config {
     }
 
     /// The pool's size settings, which bound one another and the control connection.
-    fn validate_pool(&self, invalid: &impl Fn(&'static str, &str) -> ConfigError) -> Result<(), ConfigError> {
+    fn validate_pool(&self, invalid: &impl Fn(&'static str, &'static str) -> ConfigError) -> Result<(), ConfigError> {
         if self.pool_max == Some(0) {
             return Err(invalid("pool_max", "must be at least 1 (leave it unset to size from the database)"));
         }
@@ -485,7 +436,11 @@ impl Config {
     pub fn with_value(&self, key: &str, value: &str) -> Result<Config, ConfigError> {
         let mut cfg = self.clone();
         let info = KEYS.iter().find(|k| k.name == key).ok_or_else(|| ConfigError::UnknownKey(key.to_owned()))?;
-        let invalid = |reason| ConfigError::Invalid { key: info.name.to_owned(), origin: Source::Default, reason };
+        let invalid = |reason: ValueError| ConfigError::Invalid {
+            key: info.name.to_owned(),
+            origin: Source::Default,
+            reason: reason.into(),
+        };
         cfg.set(info.name, &Raw::Env(value)).map_err(invalid)?;
         if info.name == "sslmode" && value.trim().is_empty() {
             cfg.resolve_sslmode();

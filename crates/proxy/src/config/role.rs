@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::error::UnknownName;
+
 /// What a node is, as its server says at login (or after a promotion).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeRole {
@@ -58,7 +60,7 @@ pub enum TargetSessionAttrs {
 
 impl TargetSessionAttrs {
     /// Parses libpq's value.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownName> {
         Ok(match s {
             "any" => TargetSessionAttrs::Any,
             "read-write" => TargetSessionAttrs::ReadWrite,
@@ -67,10 +69,11 @@ impl TargetSessionAttrs {
             "standby" => TargetSessionAttrs::Standby,
             "prefer-standby" => TargetSessionAttrs::PreferStandby,
             other => {
-                return Err(format!(
-                    "unknown target_session_attrs {other:?}: expected any, read-write, read-only, primary, standby \
-                     or prefer-standby"
-                ));
+                return Err(UnknownName {
+                    setting: "target_session_attrs",
+                    got: other.to_owned(),
+                    expected: "any, read-write, read-only, primary, standby or prefer-standby",
+                });
             }
         })
     }
@@ -136,6 +139,6 @@ mod tests {
                 assert_eq!(attrs.accepts(role), want, "{name} {role}");
             }
         }
-        assert!(TargetSessionAttrs::parse("writer").unwrap_err().contains("read-write"));
+        assert!(TargetSessionAttrs::parse("writer").unwrap_err().to_string().contains("read-write"));
     }
 }

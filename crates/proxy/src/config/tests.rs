@@ -45,6 +45,15 @@ fn a_bad_value_names_its_key_and_source() {
         err.to_string(),
         "invalid value for pool_max (environment variable PGMUX_POOL_MAX): expected a whole number, got \"lots\""
     );
+    assert_eq!(
+        err,
+        ConfigError::Invalid {
+            key: "pool_max".into(),
+            origin: Source::Env("PGMUX_POOL_MAX".into()),
+            reason: Reason::Value(ValueError::Expected { expected: "a whole number", got: "lots".into() }),
+        }
+    );
+    assert_eq!(err.key(), Some("pool_max"));
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\nquery_wait_timeout = \"soon\"")).unwrap_err();
     assert!(err.to_string().starts_with("invalid value for query_wait_timeout (config file)"), "{err}");
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 0")).unwrap_err();
@@ -52,6 +61,7 @@ fn a_bad_value_names_its_key_and_source() {
         err.to_string(),
         "invalid value for pool_max (config file): must be at least 1 (leave it unset to size from the database)"
     );
+    assert!(matches!(err, ConfigError::Invalid { origin: Source::File, reason: Reason::Rule(_), .. }), "{err:?}");
     // pool_max counts the control connection too, so sizing from the database needs two.
     let err = Config::from_toml_str(&format!("database_url = {URL:?}\npool_max = 1")).unwrap_err();
     assert!(err.to_string().contains("control connection") && err.to_string().contains("max_connections_percent = 0"));
@@ -106,7 +116,12 @@ fn urls_parse_like_libpq() {
     assert_eq!(u.sslmode, Some(SslMode::VerifyFull));
     assert_eq!(u.sslrootcert.as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
     let err = DatabaseUrl::parse("postgres://a:pw@h/db?sslmode=maybe").unwrap_err();
-    assert!(err.contains("unknown sslmode"), "{err}");
+    assert!(
+        matches!(&err, UrlError::SslMode(UnknownName { setting: "sslmode", got, .. }) if got == "maybe"),
+        "{err:?}"
+    );
+    assert!(err.to_string().starts_with("unknown sslmode \"maybe\": expected disable"), "{err}");
+    assert_eq!(DatabaseUrl::parse("postgres://a@h:port/db"), Err(UrlError::BadPort("port".into())));
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::error::{UnknownName, UrlError};
 use super::secret::Secret;
 
 /// TLS towards the server, as libpq's `sslmode` names it.
@@ -29,7 +30,7 @@ impl SslMode {
     }
 
     /// Parses a libpq `sslmode` value.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownName> {
         Ok(match s {
             "disable" => SslMode::Disable,
             "allow" => SslMode::Allow,
@@ -38,9 +39,11 @@ impl SslMode {
             "verify-ca" => SslMode::VerifyCa,
             "verify-full" => SslMode::VerifyFull,
             other => {
-                return Err(format!(
-                    "unknown sslmode {other:?}: expected disable, allow, prefer, require, verify-ca or verify-full"
-                ));
+                return Err(UnknownName {
+                    setting: "sslmode",
+                    got: other.to_owned(),
+                    expected: "disable, allow, prefer, require, verify-ca or verify-full",
+                });
             }
         })
     }
@@ -119,20 +122,18 @@ impl fmt::Display for DatabaseUrl {
 
 impl DatabaseUrl {
     /// Parses `postgres://` or `postgresql://` URLs; user, password and database may be percent-encoded.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("postgres://")
-            .or_else(|| url.strip_prefix("postgresql://"))
-            .ok_or("expected a URL starting with postgres://")?;
+    pub fn parse(url: &str) -> Result<Self, UrlError> {
+        let rest =
+            url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")).ok_or(UrlError::Scheme)?;
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostport) = authority.rsplit_once('@').ok_or("the URL names no user (user@host)")?;
+        let (userinfo, hostport) = authority.rsplit_once('@').ok_or(UrlError::NoUserInfo)?;
         let (user, password) = match userinfo.split_once(':') {
             Some((u, p)) => (decode(u)?, Some(Secret::new(decode(p)?))),
             None => (decode(userinfo)?, None),
         };
         if user.is_empty() {
-            return Err("the URL names no user".into());
+            return Err(UrlError::NoUser);
         }
         let (host, port) = split_host_port(hostport)?;
         let dbname = if path.is_empty() { user.clone() } else { decode(path)? };
@@ -143,16 +144,16 @@ impl DatabaseUrl {
             match k {
                 "sslmode" => sslmode = Some(SslMode::parse(&decode(v)?)?),
                 "sslrootcert" => sslrootcert = Some(PathBuf::from(decode(v)?)),
-                other => return Err(format!("unknown URL parameter {other:?} (pgmux knows sslmode and sslrootcert)")),
+                other => return Err(UrlError::UnknownParameter(other.to_owned())),
             }
         }
         Ok(DatabaseUrl { login: LoginInfo { host, port, user, password, dbname }, sslmode, sslrootcert })
     }
 }
 
-fn split_host_port(hostport: &str) -> Result<(String, u16), String> {
+fn split_host_port(hostport: &str) -> Result<(String, u16), UrlError> {
     let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or("unclosed [ in host")?;
+        let (h, after) = v6.split_once(']').ok_or(UrlError::UnclosedBracket)?;
         (h.to_owned(), after.strip_prefix(':'))
     } else {
         match hostport.rsplit_once(':') {
@@ -161,28 +162,28 @@ fn split_host_port(hostport: &str) -> Result<(String, u16), String> {
         }
     };
     if host.is_empty() {
-        return Err("the URL names no host".into());
+        return Err(UrlError::NoHost);
     }
     let port = match port {
         None | Some("") => 5432,
-        Some(p) => p.parse().map_err(|_| format!("bad port {p:?}"))?,
+        Some(p) => p.parse().map_err(|_| UrlError::BadPort(p.to_owned()))?,
     };
     Ok((host, port))
 }
 
-fn decode(s: &str) -> Result<String, String> {
+fn decode(s: &str) -> Result<String, UrlError> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or("bad percent-encoding")?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| "bad percent-encoding")?);
+            let hex = s.get(i + 1..i + 3).ok_or(UrlError::PercentEncoding)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| UrlError::PercentEncoding)?);
             i += 3;
         } else {
             out.push(bytes[i]);
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| "percent-encoding is not UTF-8".into())
+    String::from_utf8(out).map_err(|_| UrlError::NotUtf8)
 }

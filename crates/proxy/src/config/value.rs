@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::error::ValueError;
 pub use super::role::{NodeRole, TargetSessionAttrs};
 pub use super::secret::Secret;
 pub use super::url::{DatabaseUrl, LoginInfo, SslMode};
@@ -23,7 +24,7 @@ pub(crate) enum Raw<'a> {
 
 impl Raw<'_> {
     /// The value as text: strings as they are, other TOML scalars in their TOML form.
-    fn text(&self) -> Result<String, String> {
+    fn text(&self) -> Result<String, ValueError> {
         match self {
             Raw::Env(s) => Ok((*s).to_owned()),
             Raw::Default(s) => Ok((*s).to_owned()),
@@ -31,22 +32,27 @@ impl Raw<'_> {
             Raw::Toml(v @ (toml::Value::Integer(_) | toml::Value::Boolean(_) | toml::Value::Float(_))) => {
                 Ok(v.to_string())
             }
-            Raw::Toml(other) => Err(format!("expected a single value, got a {}", other.type_str())),
+            Raw::Toml(other) => Err(ValueError::NotSingle(other.type_str())),
         }
     }
 }
 
+/// `text` is not what a key of this type accepts.
+fn expected(what: &'static str, text: String) -> ValueError {
+    ValueError::Expected { expected: what, got: text }
+}
+
 /// A type a configuration key can hold.
 pub(crate) trait ConfigValue: Sized {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String>;
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError>;
     /// The value as a user would write it, with secrets redacted.
     fn show(&self) -> String;
 }
 
 impl ConfigValue for usize {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
-        text.trim().parse().map_err(|_| format!("expected a whole number, got {text:?}"))
+        text.trim().parse().map_err(|_| expected("a whole number", text))
     }
     fn show(&self) -> String {
         self.to_string()
@@ -54,12 +60,12 @@ impl ConfigValue for usize {
 }
 
 impl ConfigValue for bool {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
         match text.trim().to_ascii_lowercase().as_str() {
             "true" | "on" | "yes" | "1" => Ok(true),
             "false" | "off" | "no" | "0" => Ok(false),
-            _ => Err(format!("expected true or false, got {text:?}")),
+            _ => Err(expected("true or false", text)),
         }
     }
     fn show(&self) -> String {
@@ -68,9 +74,9 @@ impl ConfigValue for bool {
 }
 
 impl ConfigValue for u16 {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
-        text.trim().parse().map_err(|_| format!("expected a port number, got {text:?}"))
+        text.trim().parse().map_err(|_| expected("a port number", text))
     }
     fn show(&self) -> String {
         self.to_string()
@@ -78,7 +84,7 @@ impl ConfigValue for u16 {
 }
 
 impl ConfigValue for PathBuf {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         Ok(PathBuf::from(raw.text()?))
     }
     fn show(&self) -> String {
@@ -88,7 +94,7 @@ impl ConfigValue for PathBuf {
 
 /// An optional setting: empty means unset.
 impl<T: ConfigValue> ConfigValue for Option<T> {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         if raw.text()?.trim().is_empty() { Ok(None) } else { T::parse(raw).map(Some) }
     }
     fn show(&self) -> String {
@@ -97,7 +103,7 @@ impl<T: ConfigValue> ConfigValue for Option<T> {
 }
 
 impl ConfigValue for Secret {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         Ok(Secret::new(raw.text()?))
     }
     fn show(&self) -> String {
@@ -106,9 +112,9 @@ impl ConfigValue for Secret {
 }
 
 impl ConfigValue for SslMode {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
-        SslMode::parse(text.trim())
+        Ok(SslMode::parse(text.trim())?)
     }
     fn show(&self) -> String {
         self.to_string()
@@ -116,8 +122,8 @@ impl ConfigValue for SslMode {
 }
 
 impl ConfigValue for TargetSessionAttrs {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
-        TargetSessionAttrs::parse(raw.text()?.trim())
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
+        Ok(TargetSessionAttrs::parse(raw.text()?.trim())?)
     }
     fn show(&self) -> String {
         self.to_string()
@@ -125,7 +131,7 @@ impl ConfigValue for TargetSessionAttrs {
 }
 
 impl ConfigValue for String {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         raw.text()
     }
     fn show(&self) -> String {
@@ -134,9 +140,9 @@ impl ConfigValue for String {
 }
 
 impl ConfigValue for SocketAddr {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
-        text.trim().parse().map_err(|_| format!("expected an address like 127.0.0.1:6432, got {text:?}"))
+        text.trim().parse().map_err(|_| expected("an address like 127.0.0.1:6432", text))
     }
     fn show(&self) -> String {
         self.to_string()
@@ -145,9 +151,12 @@ impl ConfigValue for SocketAddr {
 
 impl ConfigValue for Duration {
     /// `500ms`, `5s`, `2m`, `1h`, or a bare number of seconds.
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
-        parse_duration(text.trim()).ok_or_else(|| format!("expected a duration like 500ms, 5s or 2m, got {text:?}"))
+        match parse_duration(text.trim()) {
+            Some(d) => Ok(d),
+            None => Err(expected("a duration like 500ms, 5s or 2m", text)),
+        }
     }
     fn show(&self) -> String {
         format_duration(*self)
@@ -202,13 +211,13 @@ impl fmt::Display for ClientAuth {
 }
 
 impl ConfigValue for ClientAuth {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
         match text.trim().to_ascii_lowercase().as_str() {
             "trust" => Ok(ClientAuth::Trust),
             "md5" => Ok(ClientAuth::Md5),
             "scram-sha-256" | "scram" => Ok(ClientAuth::ScramSha256),
-            _ => Err(format!("expected trust, md5 or scram-sha-256, got {text:?}")),
+            _ => Err(expected("trust, md5 or scram-sha-256", text)),
         }
     }
     fn show(&self) -> String {
@@ -235,12 +244,12 @@ impl fmt::Display for LogFormat {
 }
 
 impl ConfigValue for LogFormat {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
         match text.trim().to_ascii_lowercase().as_str() {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
-            _ => Err(format!("expected text or json, got {text:?}")),
+            _ => Err(expected("text or json", text)),
         }
     }
     fn show(&self) -> String {
@@ -249,7 +258,7 @@ impl ConfigValue for LogFormat {
 }
 
 impl ConfigValue for DatabaseUrl {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let text = raw.text()?;
         if text.is_empty() && matches!(raw, Raw::Default(_)) {
             // No default: `validate` reports the missing key.
@@ -265,7 +274,7 @@ impl ConfigValue for DatabaseUrl {
                 sslrootcert: None,
             });
         }
-        DatabaseUrl::parse(text.trim())
+        Ok(DatabaseUrl::parse(text.trim())?)
     }
     fn show(&self) -> String {
         self.to_string()
@@ -289,17 +298,17 @@ impl UserList {
 }
 
 impl ConfigValue for UserList {
-    fn parse(raw: &Raw<'_>) -> Result<Self, String> {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         let names: Vec<String> = match raw {
             Raw::Toml(toml::Value::Array(items)) => items
                 .iter()
-                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| format!("expected user names, got {v}")))
+                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| ValueError::NotUserNames(v.to_string())))
                 .collect::<Result<_, _>>()?,
             _ => raw.text()?.split(',').map(|s| s.trim().to_owned()).collect(),
         };
         let names: Vec<String> = names.into_iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect();
         if let Some(bad) = names.iter().find(|n| n.len() > 63 || n.chars().any(char::is_control)) {
-            return Err(format!("{bad:?} is not a user name"));
+            return Err(ValueError::NotAUserName(bad.clone()));
         }
         Ok(UserList(names))
     }
