@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use pgmux_proxy::config::credentials::CredentialsError;
 use pgmux_proxy::config::{self, Config, LogFormat, Profile};
+use pgmux_proxy::net::tls::TlsSetupError;
 use pgmux_proxy::{Listener, ServerAccess, SetupError};
 
 /// jemalloc rather than the system allocator: tokio aligns every task and socket registration to 128
@@ -131,6 +133,27 @@ impl From<SetupError> for StartError {
     }
 }
 
+/// What the logins need could not be built from the configuration: at start-up and on every reload.
+#[derive(Debug, thiserror::Error)]
+enum AccessError {
+    /// The secret, IAM or the AWS credentials are set up wrongly.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// The RDS CA bundle built into pgmux does not parse: a fault of the build, not of the setup.
+    #[error(transparent)]
+    RdsBundle(#[from] TlsSetupError),
+}
+
+impl From<AccessError> for StartError {
+    fn from(e: AccessError) -> Self {
+        let kind = match e {
+            AccessError::Credentials(_) => "Extension.CredentialsInvalid",
+            AccessError::RdsBundle(_) => "Extension.Internal",
+        };
+        StartError::new(kind, e.to_string())
+    }
+}
+
 /// Reports what stopped start-up: on stderr, and in Lambda mode to Lambda through extension/init/error.
 fn fatal(lambda: bool, error: &StartError) -> ExitCode {
     eprintln!("pgmux: {}", error.message);
@@ -146,14 +169,12 @@ fn fatal(lambda: bool, error: &StartError) -> ExitCode {
 }
 
 /// The RDS CA bundle, trusted for the database besides `ssl_root_cert`.
-fn rds_roots() -> Result<Vec<pgmux_proxy::net::tls::CertificateDer<'static>>, StartError> {
+fn rds_roots() -> Result<Vec<pgmux_proxy::net::tls::CertificateDer<'static>>, TlsSetupError> {
     pgmux_proxy::net::tls::certs_from_pem("built-in RDS CA bundle", pgmux_aws::rds_ca_bundle_pem())
-        .map_err(|e| StartError::new("Extension.Internal", e.to_string()))
 }
 
-fn server_access(cfg: &Config) -> Result<ServerAccess, StartError> {
-    let credentials = aws_login::AwsLogin::from_config(cfg)
-        .map_err(|e| StartError::new("Extension.CredentialsInvalid", e.to_string()))?
+fn server_access(cfg: &Config) -> Result<ServerAccess, AccessError> {
+    let credentials = aws_login::AwsLogin::from_config(cfg)?
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::config::credentials::Credentials>);
     // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
     let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
@@ -165,7 +186,7 @@ async fn check(cfg: Config) -> ExitCode {
     let extras = match server_access(&cfg) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("pgmux check: {}", e.message);
+            eprintln!("pgmux check: {e}");
             return ExitCode::FAILURE;
         }
     };

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use pgmux_proxy::config::{Config, Profile};
-use pgmux_proxy::{Admin, ConfigSource, ServerAccess};
+use pgmux_proxy::{Admin, ConfigSource, ServerAccess, SourceError};
 
 /// Changes the log filter of the running subscriber.
 pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
@@ -25,12 +25,12 @@ impl std::fmt::Debug for FileSource {
 }
 
 impl ConfigSource for FileSource {
-    fn load(&self) -> Result<(Config, ServerAccess), String> {
-        let config =
-            Config::load_for(self.profile, self.path.as_deref(), std::env::vars()).map_err(|e| e.to_string())?;
-        tracing_subscriber::EnvFilter::try_new(&config.log_level)
-            .map_err(|e| format!("invalid value for log_level: {:?}: {e}", config.log_level))?;
-        let access = crate::server_access(&config).map_err(|e| e.message)?;
+    fn load(&self) -> Result<(Config, ServerAccess), SourceError> {
+        let config = Config::load_for(self.profile, self.path.as_deref(), std::env::vars())?;
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&config.log_level) {
+            return Err(SourceError::Setting { key: "log_level", value: config.log_level.clone(), reason: e.into() });
+        }
+        let access = crate::server_access(&config).map_err(|e| SourceError::Access(e.into()))?;
         Ok((config, access))
     }
 
@@ -62,4 +62,32 @@ pub fn on_sighup(admin: Admin) -> Result<(), std::io::Error> {
 /// The file source for `path` and `profile`.
 pub fn source(path: Option<PathBuf>, profile: Profile, set_log_level: SetLogLevel) -> Arc<dyn ConfigSource> {
     Arc::new(FileSource { path, profile, set_log_level })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(file: &str) -> Result<(Config, ServerAccess), SourceError> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("pgmux.toml");
+        std::fs::write(&path, format!("database_url = \"postgres://app:pw@127.0.0.1/app\"\n{file}")).expect("write");
+        FileSource { path: Some(path), profile: Profile::Sidecar, set_log_level: Box::new(|_| Ok(())) }.load()
+    }
+
+    #[test]
+    fn a_bad_file_says_which_key_and_where_its_value_came_from() {
+        let err = load("pool_max = \"lots\"").expect_err("a bad pool_max");
+        assert!(matches!(&err, SourceError::Config(_)), "{err:?}");
+        assert_eq!(err.key(), Some("pool_max"));
+        assert_eq!(err.to_string(), "invalid value for pool_max (config file): expected a whole number, got \"lots\"");
+    }
+
+    #[test]
+    fn a_log_level_the_logger_cannot_read_is_refused_by_name() {
+        let err = load("log_level = \"info,[{\"").expect_err("a bad log filter");
+        assert!(matches!(&err, SourceError::Setting { key: "log_level", .. }), "{err:?}");
+        assert!(err.to_string().starts_with("invalid value for log_level: \"info,[{\": "), "{err}");
+        load("log_level = \"debug\"").expect("a good file loads");
+    }
 }

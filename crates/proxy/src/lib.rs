@@ -17,7 +17,7 @@ mod testing;
 
 pub use config::Config;
 pub use config::credentials::ServerAccess;
-pub use config::source::ConfigSource;
+pub use config::source::{ConfigSource, SourceError};
 pub use listener::{Admin, Listener, ListenerHandle, SetupError};
 pub use protocol::sql::PinReason;
 pub use runtime::stop::{Level, Stop};

@@ -53,7 +53,7 @@ pub(crate) fn reload(shared: &Shared) -> Result<Outcome, String> {
     };
     let outcome = match source.load() {
         Ok((config, access)) => apply(shared, config, Some(access)),
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     };
     match outcome {
         Ok(outcome) => {
