@@ -51,7 +51,9 @@ pub fn on_sighup(admin: Admin) -> Result<(), std::io::Error> {
             let admin = admin.clone();
             match tokio::task::spawn_blocking(move || admin.reload()).await {
                 Ok(Ok(outcome)) => tracing::info!(%outcome, "SIGHUP: reloaded"),
-                Ok(Err(e)) => tracing::error!(error = %e, "SIGHUP: reload failed; the running configuration stays"),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, key = e.key(), "SIGHUP: reload failed; the running configuration stays");
+                }
                 Err(e) => tracing::error!(error = %e, "SIGHUP: reload panicked"),
             }
         }

@@ -19,5 +19,6 @@ pub use config::Config;
 pub use config::credentials::ServerAccess;
 pub use config::source::{ConfigSource, SourceError};
 pub use listener::{Admin, Listener, ListenerHandle, SetupError};
+pub use ops::reload::ReloadError;
 pub use protocol::sql::PinReason;
 pub use runtime::stop::{Level, Stop};

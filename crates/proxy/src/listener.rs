@@ -23,6 +23,7 @@ use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
 use crate::ops::metrics_http;
+use crate::ops::reload::ReloadError;
 use crate::pools::Pools;
 use crate::pools::budget::Report;
 use crate::pools::sizing;
@@ -107,7 +108,7 @@ pub struct Admin {
 impl Admin {
     /// Re-reads the configuration from the source given to [`Listener::set_config_source`] and puts it in
     /// force (`SIGHUP`). `Ok` says what changed; `Err` why the running configuration stays.
-    pub fn reload(&self) -> Result<String, String> {
+    pub fn reload(&self) -> Result<String, ReloadError> {
         crate::ops::reload::reload(&self.shared).map(|outcome| outcome.to_string())
     }
 

@@ -15,8 +15,52 @@ use pgmux_metrics::ReloadResult;
 use crate::client::auth::Authenticator;
 use crate::client::shared::Shared;
 use crate::config::credentials::{Credentials, ServerAccess, StaticCredentials};
-use crate::config::{Config, KEYS, RESTART_ONLY};
-use crate::net::tls;
+use crate::config::source::SourceError;
+use crate::config::{Config, ConfigError, KEYS, RESTART_ONLY};
+use crate::net::tls::{self, TlsSetupError};
+
+/// Why a new configuration was not put in force; the running one stays.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// pgmux was started without a source to re-read (tests, embedding).
+    #[error("this pgmux was started without a configuration source to re-read")]
+    NoSource,
+    /// The source could not produce a configuration: the file cannot be read or is not TOML, a key is
+    /// unknown, missing or wrong (named, with where its value came from), or logins could not be built.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// `SET`'s value is wrong, or makes the configuration unusable with the other keys.
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// `SET` of a key that only a restart changes (the listener, the runtime, the log format).
+    #[error("{key} cannot change while pgmux runs; change it in the configuration and restart")]
+    NeedsRestart {
+        /// The key.
+        key: &'static str,
+    },
+    /// `SET` of a key that changes how pgmux logs in: only a full reload rebuilds credentials and TLS.
+    #[error("{key} changes how pgmux logs in; change it in the configuration and RELOAD")]
+    ChangesLogin {
+        /// The key.
+        key: &'static str,
+    },
+    /// A TLS file named by the new configuration cannot be read or used.
+    #[error("invalid TLS setting {0}")]
+    Tls(#[from] TlsSetupError),
+}
+
+impl ReloadError {
+    /// The key at fault, if one is.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ReloadError::NoSource => None,
+            ReloadError::Source(e) => e.key(),
+            ReloadError::Invalid(e) => e.key(),
+            ReloadError::NeedsRestart { key } | ReloadError::ChangesLogin { key } => Some(key),
+            ReloadError::Tls(TlsSetupError::File { key, .. } | TlsSetupError::Rustls { key, .. }) => Some(key),
+        }
+    }
+}
 
 /// What a reload did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,13 +91,13 @@ impl std::fmt::Display for Outcome {
 }
 
 /// Re-reads the configuration from the binary's source and puts it in force.
-pub(crate) fn reload(shared: &Shared) -> Result<Outcome, String> {
+pub(crate) fn reload(shared: &Shared) -> Result<Outcome, ReloadError> {
     let Some(source) = shared.source.get() else {
-        return Err(failed(shared, "this pgmux was started without a configuration source to re-read".into()));
+        return Err(failed(shared, ReloadError::NoSource));
     };
     let outcome = match source.load() {
         Ok((config, access)) => apply(shared, config, Some(access)),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     };
     match outcome {
         Ok(outcome) => {
@@ -65,26 +109,38 @@ pub(crate) fn reload(shared: &Shared) -> Result<Outcome, String> {
 }
 
 /// Counts and logs a failed reload; returns the reason.
-fn failed(shared: &Shared, why: String) -> String {
+fn failed(shared: &Shared, why: ReloadError) -> ReloadError {
     shared.observer().metrics.reloads.inc(ReloadResult::Failed);
-    tracing::error!(error = %why, "reload failed; the running configuration stays");
+    tracing::error!(error = %why, key = why.key(), "reload failed; the running configuration stays");
     why
+}
+
+/// `SET key = value` (the console): the configuration in force with `key` changed, checked again and put
+/// in force. Keys that change how pgmux logs in need a `RELOAD`, and restart-only keys a restart.
+pub(crate) fn set(shared: &Shared, key: &str, value: &str) -> Result<Outcome, ReloadError> {
+    if let Some(refused) = not_settable(key) {
+        return Err(refused);
+    }
+    let new = shared.pools.live_config().full().with_value(key, value)?;
+    let outcome = apply(shared, new, None)?;
+    if let Some(source) = shared.source.get() {
+        source.applied(&shared.config());
+    }
+    Ok(outcome)
 }
 
 /// Puts `new` in force. With `access`, logins are rebuilt from it (a full reload); without, the keys that
 /// change how pgmux logs in must not have changed (`SET`).
-pub(crate) fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Result<Outcome, String> {
+fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Result<Outcome, ReloadError> {
     let old = shared.pools.live_config().full();
     let kept = keep_restart_only(&old, &mut new);
     let changed = changed_keys(&old, &new);
     let reconnect = old.login_differs(&new);
-    let login_keys = changed.iter().any(|k| LOGIN_KEYS.contains(k));
-    let rebuilt = match access {
-        Some(access) => Some(rebuild(&new, access)?),
-        None if login_keys => {
-            return Err("this setting changes how pgmux logs in: edit the configuration and RELOAD".into());
-        }
-        None => None,
+    let login_key = changed.iter().copied().find(|k| LOGIN_KEYS.contains(k));
+    let rebuilt = match (access, login_key) {
+        (Some(access), _) => Some(rebuild(&new, access)?),
+        (None, Some(key)) => return Err(ReloadError::ChangesLogin { key }),
+        (None, None) => None,
     };
     shared.pools.live_config().replace(Arc::new(new));
     if let Some((credentials, server_tls, client_tls)) = rebuilt {
@@ -120,17 +176,19 @@ const LOGIN_KEYS: &[&str] = &[
     "tls_key",
 ];
 
-/// Whether `SET` may change `key` (the others need a RELOAD, or a restart).
-pub(crate) fn settable(key: &str) -> bool {
-    !LOGIN_KEYS.contains(&key) && !RESTART_ONLY.contains(&key)
+/// Why `SET` may not change `key`, if it may not: it needs a RELOAD, or a restart.
+fn not_settable(key: &str) -> Option<ReloadError> {
+    if let Some(key) = RESTART_ONLY.iter().find(|k| **k == key) {
+        return Some(ReloadError::NeedsRestart { key });
+    }
+    LOGIN_KEYS.iter().find(|k| **k == key).map(|key| ReloadError::ChangesLogin { key })
 }
 
 /// Credentials and TLS for `config`; an error leaves everything as it was.
 type Rebuilt = (Arc<dyn Credentials>, tls::ServerTls, Option<tokio_rustls::TlsAcceptor>);
 
-fn rebuild(config: &Config, access: ServerAccess) -> Result<Rebuilt, String> {
-    let (server_tls, client_tls) =
-        tls::from_config(config, access.extra_root_certs).map_err(|e| format!("invalid TLS setting {e}"))?;
+fn rebuild(config: &Config, access: ServerAccess) -> Result<Rebuilt, TlsSetupError> {
+    let (server_tls, client_tls) = tls::from_config(config, access.extra_root_certs)?;
     let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(config)));
     Ok((credentials, server_tls, client_tls))
 }
@@ -178,10 +236,78 @@ fn changed_keys(old: &Config, new: &Config) -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use tokio_util::task::TaskTracker;
+
     use super::*;
+    use crate::config::SslMode;
+    use crate::config::source::ConfigSource;
+    use crate::net::tls::ServerTls;
+    use crate::pools::Pools;
+    use crate::runtime::stop::Stop;
 
     fn config(extra: &str) -> Config {
         Config::from_toml_str(&format!("database_url = \"postgres://app:pw@db.example/app\"\n{extra}")).unwrap()
+    }
+
+    /// What a running pooler shares, with no server behind it (nothing here opens a connection).
+    fn shared() -> Shared {
+        let config = config("sslmode = \"disable\"\npool_max = 4");
+        let credentials = Arc::new(StaticCredentials::from_config(&config));
+        let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
+        let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), Stop::new());
+        Shared::new(pools, TaskTracker::new(), None)
+    }
+
+    /// A source whose file holds `text`.
+    #[derive(Debug)]
+    struct File(&'static str);
+
+    impl ConfigSource for File {
+        fn load(&self) -> Result<(Config, ServerAccess), SourceError> {
+            let config =
+                Config::from_toml_str(&format!("database_url = \"postgres://app:pw@db.example/app\"\n{}", self.0))?;
+            Ok((config, ServerAccess::default()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_reload_says_why_and_which_key_and_keeps_the_running_configuration() {
+        let shared = shared();
+        let err = reload(&shared).expect_err("no source");
+        assert!(matches!(err, ReloadError::NoSource), "{err:?}");
+        assert_eq!(err.to_string(), "this pgmux was started without a configuration source to re-read");
+
+        let _ = shared.source.set(Arc::new(File("pool_max = \"lots\"")));
+        let err = reload(&shared).expect_err("a bad pool_max");
+        assert!(matches!(&err, ReloadError::Source(SourceError::Config(ConfigError::Invalid { .. }))), "{err:?}");
+        assert_eq!(err.key(), Some("pool_max"));
+        assert_eq!(err.to_string(), "invalid value for pool_max (config file): expected a whole number, got \"lots\"");
+        assert_eq!(shared.config().pool_max, Some(4), "the running configuration stays");
+        assert_eq!(shared.observer().metrics.reloads.get(ReloadResult::Failed), 2);
+    }
+
+    #[tokio::test]
+    async fn set_refuses_what_it_may_not_change_and_says_which_key() {
+        let shared = shared();
+        let err = set(&shared, "listen", "127.0.0.1:1").expect_err("listen needs a restart");
+        assert!(matches!(err, ReloadError::NeedsRestart { key: "listen" }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "listen cannot change while pgmux runs; change it in the configuration and restart"
+        );
+        let err = set(&shared, "database_url", "postgres://b@elsewhere/b").expect_err("a login key needs RELOAD");
+        assert!(matches!(err, ReloadError::ChangesLogin { key: "database_url" }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "database_url changes how pgmux logs in; change it in the configuration and RELOAD"
+        );
+        let err = set(&shared, "pool_max", "lots").expect_err("not a number");
+        assert!(matches!(&err, ReloadError::Invalid(ConfigError::Invalid { .. })), "{err:?}");
+        assert_eq!(err.key(), Some("pool_max"));
+        let outcome = set(&shared, "pool_max", "6").expect("a good value");
+        assert_eq!(outcome.changed, ["pool_max"]);
+        assert_eq!(shared.config().pool_max, Some(6));
+        assert_eq!(shared.observer().metrics.reloads.get(ReloadResult::Failed), 0, "SET's refusals are not reloads");
     }
 
     #[test]
@@ -202,7 +328,7 @@ mod tests {
         let mut none = config("");
         assert_eq!(keep_restart_only(&old, &mut none), ["unix_socket_dir"]);
         assert_eq!(none.unix_socket_dir, old.unix_socket_dir);
-        assert!(!settable("unix_socket_dir"));
+        assert!(matches!(not_settable("unix_socket_dir"), Some(ReloadError::NeedsRestart { key: "unix_socket_dir" })));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::columns;
 use super::command::{Command, ShutdownMode};
 use super::table::{Cell, ResultSet, TableError, timestamp};
 use super::{Console, Reply, settings};
-use crate::ops::reload;
+use crate::ops::reload::{self, ReloadError};
 use crate::runtime::stop::Level;
 
 /// How often PAUSE and WAIT_CLOSE look whether they are done.
@@ -128,24 +128,13 @@ fn shutdown(console: &Console, mode: ShutdownMode) -> Result<Reply, ErrorMessage
 fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage> {
     let (key, value) = settings::set_target(key, value)
         .map_err(|why| ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, why))?;
-    let (key, value) = (key.as_str(), value.as_str());
-    if !reload::settable(key) {
-        let why = if crate::config::RESTART_ONLY.contains(&key) {
-            format!("{key} cannot change while pgmux runs; change it in the configuration and restart")
-        } else {
-            format!("{key} changes how pgmux logs in; change it in the configuration and RELOAD")
-        };
-        return Err(ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, why));
+    match reload::set(&console.shared, &key, &value) {
+        Ok(_) => Ok(Reply::Done),
+        Err(e @ (ReloadError::NeedsRestart { .. } | ReloadError::ChangesLogin { .. })) => {
+            Err(ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, e.to_string()))
+        }
+        Err(e) => Err(ErrorMessage::error(sqlstate::INVALID_PARAMETER_VALUE, e.to_string())),
     }
-    let current = console.shared.pools.live_config().full();
-    let new = current
-        .with_value(key, value)
-        .map_err(|e| ErrorMessage::error(sqlstate::INVALID_PARAMETER_VALUE, e.to_string()))?;
-    reload::apply(&console.shared, new, None).map_err(|e| ErrorMessage::error(sqlstate::INVALID_PARAMETER_VALUE, e))?;
-    if let Some(source) = console.shared.source.get() {
-        source.applied(&console.shared.config());
-    }
-    Ok(Reply::Done)
 }
 
 /// `SHOW SIZING`.
