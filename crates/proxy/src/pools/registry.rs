@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
-use super::sizing::SizingView;
+use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
 use crate::config::credentials::Credentials;
 use crate::config::{Config, LiveConfig};
@@ -40,7 +40,7 @@ pub(crate) struct Globals {
 
 impl Globals {
     /// Records a sizing reading (or why there was none).
-    pub(crate) fn sizing_read(&self, outcome: Result<(&budget::Reading, &budget::Plan), String>) {
+    pub(crate) fn sizing_read(&self, outcome: Result<(&budget::Reading, &budget::Plan), &SizingError>) {
         let mut view = self.sizing.lock();
         match outcome {
             Ok((reading, plan)) => {
@@ -49,7 +49,7 @@ impl Globals {
                 view.read_unix = Some(unix_now());
                 view.error = None;
             }
-            Err(why) => view.error = Some(why),
+            Err(why) => view.error = Some(why.to_string()),
         }
     }
 

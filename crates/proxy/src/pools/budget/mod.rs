@@ -88,10 +88,10 @@ impl Reading {
     }
 
     /// Reads the row of the sizing query (see `sizing`): the settings, then the count, then the tags.
-    pub fn from_row(row: &[Option<String>]) -> Result<Reading, String> {
-        let number = |i: usize, what: &str| -> Result<usize, String> {
-            let text = row.get(i).and_then(|v| v.as_deref()).ok_or_else(|| format!("no value for {what}"))?;
-            text.trim().parse().map_err(|_| format!("{what} is {text:?}, not a number"))
+    pub fn from_row(row: &[Option<String>]) -> Result<Reading, RowError> {
+        let number = |i: usize, what: &'static str| -> Result<usize, RowError> {
+            let text = row.get(i).and_then(|v| v.as_deref()).ok_or(RowError::Missing { what })?;
+            text.trim().parse().map_err(|_| RowError::NotANumber { what, text: text.to_owned() })
         };
         let others = row.get(6).and_then(|v| v.as_deref()).unwrap_or_default();
         Ok(Reading {
@@ -104,6 +104,25 @@ impl Reading {
             others: others.split('|').filter_map(Member::parse).collect(),
         })
     }
+}
+
+/// Why the sizing query's row is not a reading.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RowError {
+    /// A column is missing or NULL.
+    #[error("no value for {what}")]
+    Missing {
+        /// The setting or count the column holds.
+        what: &'static str,
+    },
+    /// A column that should hold a number does not.
+    #[error("{what} is {text:?}, not a number")]
+    NotANumber {
+        /// The setting or count the column holds.
+        what: &'static str,
+        /// What it holds instead.
+        text: String,
+    },
 }
 
 /// What pgmux makes of a reading.

@@ -116,9 +116,11 @@ fn a_row_from_the_server_becomes_a_reading() {
     assert_eq!((r.max_connections, r.rds_reserved, r.in_use, r.sees_all, r.others.len()), (100, 2, 12, true, 2));
     let mut bad = row.clone();
     bad[0] = Some("lots".into());
-    assert!(Reading::from_row(&bad).unwrap_err().contains("max_connections"));
+    let err = Reading::from_row(&bad).unwrap_err();
+    assert_eq!(err, RowError::NotANumber { what: "max_connections", text: "lots".into() });
+    assert_eq!(err.to_string(), "max_connections is \"lots\", not a number");
     bad[0] = None;
-    assert!(Reading::from_row(&bad).is_err());
+    assert_eq!(Reading::from_row(&bad), Err(RowError::Missing { what: "max_connections" }));
 }
 
 #[test]

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::config::credentials::BoxFuture;
-use crate::pools::budget::{Member, Plan, Reading, Report, plan};
+use crate::pools::budget::{Member, Plan, Reading, Report, RowError, plan};
 use crate::pools::{CheckoutError, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::runtime::stop::{Level, Stop};
@@ -59,8 +59,10 @@ pub(crate) enum SizingError {
     Connect(#[from] CheckoutError),
     #[error("cannot read the connection settings and pg_stat_activity: {0}")]
     Read(#[from] ServerFailure),
+    #[error("the sizing query returned no row")]
+    NoRow,
     #[error("the sizing query returned {0}")]
-    BadRow(String),
+    BadRow(#[from] RowError),
 }
 
 /// A source of readings of the database.
@@ -108,8 +110,7 @@ impl ControlConnection {
         let sql = format!("SET application_name = '{tag}'; {READ_SQL}");
         let asked = Instant::now();
         match conn.run_guarded(&sql, timeout).await {
-            Ok(rows) => Reading::from_row(rows.first().ok_or_else(|| SizingError::BadRow("no row".into()))?)
-                .map_err(SizingError::BadRow),
+            Ok(rows) => Ok(Reading::from_row(rows.first().ok_or(SizingError::NoRow)?)?),
             Err(e) => {
                 if probing && matches!(e, ServerFailure::Timeout(_)) {
                     pool.silent(conn.addr, asked, "the control connection's reading timed out");
@@ -262,8 +263,7 @@ impl<G: Gauge> Control<G> {
         let status = pool.status();
         let held = status.size - status.opening;
         let me = Member { id: self.id.clone(), open: held, limit: pool.limit(), cap: pool.cap() };
-        let reading =
-            self.gauge.read(pool, &me).await.inspect_err(|e| pool.globals().sizing_read(Err(e.to_string())))?;
+        let reading = self.gauge.read(pool, &me).await.inspect_err(|e| pool.globals().sizing_read(Err(e)))?;
         let plan = plan(&reading, &me, pool.config().max_connections_percent);
         pool.globals().sizing_read(Ok((&reading, &plan)));
         if !reading.sees_all && self.last.is_none() {

@@ -34,7 +34,7 @@ impl Gauge for Script {
     fn read<'a>(&'a mut self, _: &'a ServerPool, me: &'a Member) -> BoxFuture<'a, Result<Reading, SizingError>> {
         self.calls.lock().unwrap().push((Instant::now(), me.clone()));
         let next = self.readings.lock().unwrap().pop_front();
-        Box::pin(async move { next.unwrap_or_else(|| Err(SizingError::BadRow("the script ran out".into()))) })
+        Box::pin(async move { next.unwrap_or(Err(SizingError::NoRow)) })
     }
 
     fn close(&mut self) -> BoxFuture<'_, ()> {
