@@ -6,7 +6,7 @@
 //! end with `# EOF`; 0.0.4 names the family after the sample. Histograms are recorded in microseconds and
 //! exposed in seconds, with the cumulative `_bucket{le}` counts at [`PROMETHEUS_BOUNDS_US`].
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use crate::family::Label;
 use crate::histogram::{HistogramSnapshot, PROMETHEUS_BOUNDS_US};
@@ -94,32 +94,74 @@ impl Desc {
 
     /// Whether the name follows Prometheus' rules and pgmux's: `pgmux_` prefix, snake case ASCII, no
     /// colon, no type name, ends in its unit, and no `_total` (the encoder adds it to counters).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NameError> {
         let n = self.name;
-        let fail = |why: &str| Err(format!("metric name {n:?}: {why}"));
+        let fail = |rule| Err(NameError { name: n, rule });
         if !n.starts_with("pgmux_") {
-            return fail("must start with pgmux_");
+            return fail(NameRule::Prefix);
         }
         if !n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') || n.contains("__") {
-            return fail("must be lower-case snake_case ASCII");
+            return fail(NameRule::SnakeCase);
         }
         if n.ends_with("_total") || n.ends_with("_created") || n.ends_with("_bucket") || n.ends_with("_count") {
-            return fail("ends in a suffix the formats reserve");
+            return fail(NameRule::ReservedSuffix);
         }
         if ["_counter", "_gauge", "_histogram", "_summary"].iter().any(|t| n.contains(t)) {
-            return fail("names its type");
+            return fail(NameRule::NamesType);
         }
         if let Some(unit) = self.unit.as_str()
             && !n.ends_with(&format!("_{unit}"))
         {
-            return fail("must end in its unit");
+            return fail(NameRule::Unit);
         }
         if self.help.is_empty() {
-            return fail("needs help text");
+            return fail(NameRule::Help);
         }
         Ok(())
     }
 }
+
+/// A metric whose name (or help) breaks one of [`Desc::check`]'s rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameError {
+    /// The metric's name.
+    pub name: &'static str,
+    /// The rule it breaks.
+    pub rule: NameRule,
+}
+
+/// The naming rules of [`Desc::check`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// Starts with `pgmux_`.
+    Prefix,
+    /// Lower-case snake_case ASCII, no `__`.
+    SnakeCase,
+    /// Does not end in `_total`, `_created`, `_bucket` or `_count`, which the formats add.
+    ReservedSuffix,
+    /// Does not name its type (`_counter`, `_gauge`, ...).
+    NamesType,
+    /// Ends in its unit.
+    Unit,
+    /// Has help text.
+    Help,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let why = match self.rule {
+            NameRule::Prefix => "must start with pgmux_",
+            NameRule::SnakeCase => "must be lower-case snake_case ASCII",
+            NameRule::ReservedSuffix => "ends in a suffix the formats reserve",
+            NameRule::NamesType => "names its type",
+            NameRule::Unit => "must end in its unit",
+            NameRule::Help => "needs help text",
+        };
+        write!(f, "metric name {:?}: {why}", self.name)
+    }
+}
+
+impl std::error::Error for NameError {}
 
 /// Labels of one sample: name and value pairs.
 pub type Labels<'a> = &'a [(&'a str, &'a str)];

@@ -131,17 +131,19 @@ fn accept_header_chooses_the_format() {
 
 #[test]
 fn names_are_checked() {
-    for bad in [
-        Desc::new("transactions", "x", Unit::None),
-        Desc::new("pgmux_Transactions", "x", Unit::None),
-        Desc::new("pgmux_transactions_total", "x", Unit::None),
-        Desc::new("pgmux_wait_ms", "x", Unit::Seconds),
-        Desc::new("pgmux_x_gauge", "x", Unit::None),
-        Desc::new("pgmux_a:b", "x", Unit::None),
-        Desc::new("pgmux_x", "", Unit::None),
+    for (bad, rule) in [
+        (Desc::new("transactions", "x", Unit::None), NameRule::Prefix),
+        (Desc::new("pgmux_Transactions", "x", Unit::None), NameRule::SnakeCase),
+        (Desc::new("pgmux_transactions_total", "x", Unit::None), NameRule::ReservedSuffix),
+        (Desc::new("pgmux_wait_ms", "x", Unit::Seconds), NameRule::Unit),
+        (Desc::new("pgmux_x_gauge", "x", Unit::None), NameRule::NamesType),
+        (Desc::new("pgmux_a:b", "x", Unit::None), NameRule::SnakeCase),
+        (Desc::new("pgmux_x", "", Unit::None), NameRule::Help),
     ] {
-        assert!(bad.check().is_err(), "{bad:?}");
+        assert_eq!(bad.check(), Err(NameError { name: bad.name, rule }), "{bad:?}");
     }
+    let err = Desc::new("pgmux_wait_ms", "x", Unit::Seconds).check().unwrap_err();
+    assert_eq!(err.to_string(), "metric name \"pgmux_wait_ms\": must end in its unit");
     for good in [OPENED, CLOSED, SENT, CLIENTS, WAIT] {
         assert_eq!(good.check(), Ok(()));
     }

@@ -24,7 +24,7 @@ pub use emf::{
     EmfError, EmfMetric, EmfTarget, EmfUnit, EmfValue, MAX_DIMENSIONS, MAX_METRICS_PER_DOCUMENT,
     MAX_VALUES_PER_DOCUMENT, MAX_VALUES_PER_METRIC, emf_lines,
 };
-pub use expo::{Desc, Encoder, Format, Labels, Unit};
+pub use expo::{Desc, Encoder, Format, Labels, NameError, NameRule, Unit};
 pub use family::{CounterFamily, GaugeFamily, Label};
 pub use histogram::{
     BUCKETS, Histogram, HistogramSnapshot, MAX_TRACKED_US, PROMETHEUS_BOUNDS_US, bucket_bounds, bucket_index,
