@@ -108,8 +108,10 @@ impl CredentialsProvider {
         }
         let base = get("AWS_EC2_METADATA_SERVICE_ENDPOINT").unwrap_or_else(|| IMDS_DEFAULT.to_owned());
         let base = base.trim_end_matches('/').to_owned();
-        Endpoint::parse(&base)
-            .map_err(|reason| AwsError::InvalidSetting { what: "AWS_EC2_METADATA_SERVICE_ENDPOINT", reason })?;
+        Endpoint::parse(&base).map_err(|e| AwsError::InvalidSetting {
+            what: "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+            reason: e.to_string(),
+        })?;
         Ok(Self::with_source(Source::Imds { base }))
     }
 
@@ -214,7 +216,7 @@ impl CredentialsProvider {
     /// One request; the body of a 200 response.
     async fn call(&self, method: Method, url: &str, header: Option<(&str, String)>) -> Result<Bytes, AwsError> {
         let endpoint = Endpoint::parse(url)
-            .map_err(|reason| AwsError::InvalidSetting { what: "AWS credentials endpoint", reason })?;
+            .map_err(|e| AwsError::InvalidSetting { what: "AWS credentials endpoint", reason: e.to_string() })?;
         let mut request =
             Request::builder().method(method).uri(endpoint.path.as_str()).header("host", &endpoint.authority);
         if let Some((name, value)) = header {
@@ -249,7 +251,7 @@ fn remaining(creds: &AwsCredentials, now: SystemTime) -> Duration {
 /// Plain HTTP only to addresses on the machine or the task's own link-local endpoints, as the SDKs allow.
 fn check_container_url(url: &str) -> Result<(), AwsError> {
     let endpoint = Endpoint::parse(url)
-        .map_err(|reason| AwsError::InvalidSetting { what: "AWS_CONTAINER_CREDENTIALS_FULL_URI", reason })?;
+        .map_err(|e| AwsError::InvalidSetting { what: "AWS_CONTAINER_CREDENTIALS_FULL_URI", reason: e.to_string() })?;
     let host = endpoint.host();
     let local = host == "localhost"
         || host == "169.254.170.2"

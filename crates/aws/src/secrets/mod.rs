@@ -17,7 +17,7 @@ pub use db_secret::{DbSecret, parse_db_secret};
 
 use crate::credentials::{env_var, validate_region};
 use crate::error::{chain, snippet};
-use crate::https::{Endpoint, HttpsClient, Response};
+use crate::https::{Endpoint, EndpointError, HttpsClient, Response};
 use crate::{AwsCredentials, AwsError, CredentialsProvider, region_from_vars};
 
 const SERVICE: &str = "Secrets Manager";
@@ -34,7 +34,7 @@ const MAX_ATTEMPTS: u32 = 3;
 /// A Secrets Manager client for one endpoint and region.
 #[derive(Debug)]
 pub struct SecretsClient {
-    endpoint: Result<Endpoint, String>,
+    endpoint: Result<Endpoint, EndpointError>,
     endpoint_url: String,
     region: String,
     creds: Arc<CredentialsProvider>,
@@ -73,7 +73,7 @@ impl SecretsClient {
         let endpoint = configured.unwrap_or_else(|| default_endpoint(&region, is_true("AWS_USE_FIPS_ENDPOINT")));
         let client = Self::with_provider(endpoint, region, creds);
         if let Err(reason) = &client.endpoint {
-            return Err(AwsError::InvalidSetting { what: "Secrets Manager endpoint", reason: reason.clone() });
+            return Err(AwsError::InvalidSetting { what: "Secrets Manager endpoint", reason: reason.to_string() });
         }
         Ok(client)
     }
@@ -115,10 +115,10 @@ impl SecretsClient {
 
     /// The current `SecretString` of any secret. Binary secrets are refused with an error.
     pub async fn get_secret_string(&self, secret_id: &str) -> Result<String, AwsError> {
-        let endpoint = self
-            .endpoint
-            .as_ref()
-            .map_err(|reason| AwsError::InvalidSetting { what: "Secrets Manager endpoint", reason: reason.clone() })?;
+        let endpoint = self.endpoint.as_ref().map_err(|reason| AwsError::InvalidSetting {
+            what: "Secrets Manager endpoint",
+            reason: reason.to_string(),
+        })?;
         validate_region(&self.region)?;
         let body = serde_json::json!({ "SecretId": secret_id }).to_string();
 
