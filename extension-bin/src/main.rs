@@ -90,19 +90,19 @@ fn init_logging(cfg: &Config) -> anyhow::Result<reload::SetLogLevel> {
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .with_context(|| format!("invalid value for log_level: {:?}", cfg.log_level))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let set = |new: &str| tracing_subscriber::EnvFilter::try_new(new).map_err(|e| e.to_string());
+    let set = |new: &str| tracing_subscriber::EnvFilter::try_new(new);
     Ok(match cfg.log_format {
         LogFormat::Json => {
             let builder = builder.json().flatten_event(true).with_filter_reloading();
             let handle = builder.reload_handle();
             builder.init();
-            Box::new(move |level| handle.reload(set(level)?).map_err(|e| e.to_string()))
+            Box::new(move |level| Ok(handle.reload(set(level)?)?))
         }
         LogFormat::Text => {
             let builder = builder.with_filter_reloading();
             let handle = builder.reload_handle();
             builder.init();
-            Box::new(move |level| handle.reload(set(level)?).map_err(|e| e.to_string()))
+            Box::new(move |level| Ok(handle.reload(set(level)?)?))
         }
     })
 }

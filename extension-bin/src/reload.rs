@@ -9,7 +9,18 @@ use pgmux_proxy::config::{Config, Profile};
 use pgmux_proxy::{Admin, ConfigSource, ServerAccess, SourceError};
 
 /// Changes the log filter of the running subscriber.
-pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), LogLevelError> + Send + Sync>;
+
+/// Why the log level could not be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum LogLevelError {
+    /// Not a filter tracing can read.
+    #[error(transparent)]
+    Filter(#[from] tracing_subscriber::filter::ParseError),
+    /// The subscriber is gone.
+    #[error(transparent)]
+    Reload(#[from] tracing_subscriber::reload::Error),
+}
 
 /// The configuration file and environment pgmux started from.
 pub struct FileSource {
