@@ -16,12 +16,29 @@ pub(super) enum Token {
     Semicolon,
 }
 
+/// Why a query has no tokens.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum LexError {
+    /// A quote opened at `at` (a byte offset) and never closed.
+    #[error("unterminated {quote}quote{quote} at {at}")]
+    Unterminated { quote: char, at: usize },
+    /// A quoted token past [`MAX_WORD_LEN`] characters.
+    #[error("a quoted name or value longer than {} characters", MAX_WORD_LEN)]
+    LongQuoted,
+    /// A bare word past [`MAX_WORD_LEN`] bytes.
+    #[error("a word longer than {} characters", MAX_WORD_LEN)]
+    LongWord,
+    /// A character that starts no token, at a byte offset.
+    #[error("unexpected character {found:?} at {at}")]
+    Unexpected { found: char, at: usize },
+}
+
 fn bare(c: char) -> bool {
     c.is_ascii_alphanumeric() || "_.:/+-".contains(c)
 }
 
 /// The tokens of `query`, or why it has none.
-pub(super) fn tokens(query: &str) -> Result<Vec<Token>, String> {
+pub(super) fn tokens(query: &str) -> Result<Vec<Token>, LexError> {
     let mut out = Vec::new();
     let mut chars = query.char_indices().peekable();
     while let Some(&(at, c)) = chars.peek() {
@@ -39,9 +56,9 @@ pub(super) fn tokens(query: &str) -> Result<Vec<Token>, String> {
             }
             '"' | '\'' => {
                 chars.next();
-                let text = quoted(&mut chars, c).ok_or_else(|| format!("unterminated {c}quote{c} at {at}"))?;
+                let text = quoted(&mut chars, c).ok_or(LexError::Unterminated { quote: c, at })?;
                 if text.chars().count() > MAX_WORD_LEN {
-                    return Err(format!("a quoted name or value longer than {MAX_WORD_LEN} characters"));
+                    return Err(LexError::LongQuoted);
                 }
                 out.push(if c == '"' { Token::Quoted(text) } else { Token::Str(text) });
             }
@@ -52,11 +69,11 @@ pub(super) fn tokens(query: &str) -> Result<Vec<Token>, String> {
                     chars.next();
                 }
                 if word.len() > MAX_WORD_LEN {
-                    return Err(format!("a word longer than {MAX_WORD_LEN} characters"));
+                    return Err(LexError::LongWord);
                 }
                 out.push(Token::Word(word));
             }
-            other => return Err(format!("unexpected character {:?} at {at}", other)),
+            other => return Err(LexError::Unexpected { found: other, at }),
         }
     }
     Ok(out)
@@ -96,8 +113,11 @@ mod tests {
 
     #[test]
     fn stray_characters_and_open_quotes_are_reasons() {
-        assert!(tokens("show (stats)").unwrap_err().contains("unexpected character '('"));
-        assert!(tokens("set a = 'open").unwrap_err().contains("unterminated"));
-        assert!(tokens("show stäts").is_err());
+        assert_eq!(tokens("show (stats)"), Err(LexError::Unexpected { found: '(', at: 5 }));
+        assert_eq!(tokens("show (stats)").unwrap_err().to_string(), "unexpected character '(' at 5");
+        assert_eq!(tokens("set a = 'open"), Err(LexError::Unterminated { quote: '\'', at: 8 }));
+        assert_eq!(tokens("set a = 'open").unwrap_err().to_string(), "unterminated 'quote' at 8");
+        assert_eq!(tokens("show stäts"), Err(LexError::Unexpected { found: 'ä', at: 7 }));
+        assert_eq!(tokens(&"w".repeat(MAX_WORD_LEN + 1)), Err(LexError::LongWord));
     }
 }
