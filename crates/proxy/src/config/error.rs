@@ -92,6 +92,17 @@ pub enum ValueError {
     /// A word that is none of the key's names (`sslmode`, `target_session_attrs`).
     #[error(transparent)]
     Unknown(#[from] UnknownName),
+    /// A route or user key's value that is not a whole number; names the key.
+    #[error("{key} must be a whole number, not {got:?}")]
+    NotANumber {
+        /// The key.
+        key: String,
+        /// The text given.
+        got: String,
+    },
+    /// A value pgmux understands and refuses: the message says why and what to use instead.
+    #[error("{0}")]
+    NotSupported(&'static str),
     /// An item of a TOML array of user names that is not a string, as TOML writes it.
     #[error("expected user names, got {0}")]
     NotUserNames(String),

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use super::Secret;
+use super::{Secret, UnknownName, ValueError};
 
 /// How a pool's server logins get their credential.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,13 +28,18 @@ pub enum ServerAuth {
 }
 
 impl ServerAuth {
-    fn parse(s: &str) -> Result<ServerAuth, String> {
+    fn parse(s: &str) -> Result<ServerAuth, ValueError> {
         match s {
             "password" => Ok(ServerAuth::Password),
             "iam" => Ok(ServerAuth::Iam),
             "secret" => Ok(ServerAuth::Secret),
             "passthrough" => Ok(ServerAuth::Passthrough),
-            other => Err(format!("unknown auth {other:?}: expected password, iam, secret or passthrough")),
+            other => Err(UnknownName {
+                setting: "auth",
+                got: other.to_owned(),
+                expected: "password, iam, secret or passthrough",
+            }
+            .into()),
         }
     }
 }
@@ -61,14 +66,18 @@ pub enum PoolMode {
 }
 
 impl PoolMode {
-    pub(crate) fn parse(s: &str) -> Result<PoolMode, String> {
+    pub(crate) fn parse(s: &str) -> Result<PoolMode, ValueError> {
         match s {
             "transaction" => Ok(PoolMode::Transaction),
             "session" => Ok(PoolMode::Session),
-            "statement" => Err("pool_mode = statement is not supported: pgmux never ends a transaction for a client \
-                 (multi-statement transactions would break); use transaction"
-                .into()),
-            other => Err(format!("unknown pool_mode {other:?}: expected transaction or session")),
+            "statement" => Err(ValueError::NotSupported(
+                "pool_mode = statement is not supported: pgmux never ends a transaction for a client \
+                 (multi-statement transactions would break); use transaction",
+            )),
+            other => {
+                Err(UnknownName { setting: "pool_mode", got: other.to_owned(), expected: "transaction or session" }
+                    .into())
+            }
         }
     }
 }
@@ -155,7 +164,7 @@ impl EntryError {
     fn at(entry: String, key: &str, failed: KeyError) -> EntryError {
         let (kind, reason) = match failed {
             KeyError::Unknown => (EntryErrorKind::UnknownKey, format!("unknown key {key:?}")),
-            KeyError::Invalid(reason) => (EntryErrorKind::Invalid, reason),
+            KeyError::Invalid(reason) => (EntryErrorKind::Invalid, reason.to_string()),
         };
         EntryError { entry, key: Some(key.to_owned()), kind, reason }
     }
@@ -167,11 +176,11 @@ pub enum KeyError {
     /// The kind of entry has no such key.
     Unknown,
     /// The value does not fit the key.
-    Invalid(String),
+    Invalid(ValueError),
 }
 
-impl From<String> for KeyError {
-    fn from(reason: String) -> KeyError {
+impl From<ValueError> for KeyError {
+    fn from(reason: ValueError) -> KeyError {
         KeyError::Invalid(reason)
     }
 }
@@ -184,15 +193,15 @@ pub enum Applied {
     Unsupported,
 }
 
-fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
-    v.trim().parse().map_err(|_| format!("{key} must be a whole number, not {v:?}"))
+fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ValueError> {
+    v.trim().parse().map_err(|_| ValueError::NotANumber { key: key.to_owned(), got: v.to_owned() })
 }
 
-fn parse_bool(v: &str) -> Result<bool, String> {
+fn parse_bool(v: &str) -> Result<bool, ValueError> {
     match v.trim().to_ascii_lowercase().as_str() {
         "true" | "on" | "yes" | "1" => Ok(true),
         "false" | "off" | "no" | "0" => Ok(false),
-        _ => Err(format!("expected true or false, got {v:?}")),
+        _ => Err(ValueError::Expected { expected: "true or false", got: v.to_owned() }),
     }
 }
 
@@ -456,5 +465,24 @@ mod tests {
         let e = Entry::parse_connstr("u", "iam=true pool_size=2 max_user_connections=5").unwrap();
         let (u, _) = user_from(&e).unwrap();
         assert_eq!((u.auth, u.pool_max, u.max_user_connections), (Some(ServerAuth::Iam), Some(2), Some(5)));
+    }
+
+    #[test]
+    fn a_bad_value_says_what_is_wrong_in_a_type() {
+        let mut route = RouteSpec::default();
+        assert_eq!(
+            route.apply("port", "x"),
+            Err(KeyError::Invalid(ValueError::NotANumber { key: "port".into(), got: "x".into() }))
+        );
+        assert!(matches!(route.apply("pool_mode", "statement"), Err(KeyError::Invalid(ValueError::NotSupported(_)))));
+        let Err(KeyError::Invalid(ValueError::Unknown(unknown))) = route.apply("auth", "magic") else {
+            panic!("an unknown auth")
+        };
+        assert_eq!(unknown.setting, "auth");
+        assert_eq!(unknown.to_string(), "unknown auth \"magic\": expected password, iam, secret or passthrough");
+        assert_eq!(
+            UserSpec::default().apply("iam", "maybe"),
+            Err(KeyError::Invalid(ValueError::Expected { expected: "true or false", got: "maybe".into() }))
+        );
     }
 }
