@@ -176,8 +176,8 @@ fn derived_default(d: Derived) -> String {
 /// form (a bare number of a time in PgBouncer's unit: `SET tcp_user_timeout = 5000` is 5000 ms, as SHOW
 /// CONFIG shows it, not pgmux's bare seconds). Any other key is returned as it is. `Err` says why a
 /// PgBouncer setting cannot be SET in pgmux.
-pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), String> {
-    let Some(&(_, source)) = PGBOUNCER.iter().find(|(name, _)| *name == key) else {
+pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), NotSettable> {
+    let Some(&(key, source)) = PGBOUNCER.iter().find(|(name, _)| *name == key) else {
         return Ok((key.to_owned(), value.to_owned()));
     };
     let to = |pgmux: &str, value: String| Ok((pgmux.to_owned(), value));
@@ -188,14 +188,24 @@ pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), Str
         Source::Derived(Derived::AdminUsers) => to("admin_users", value.to_owned()),
         Source::Derived(Derived::DefaultPoolSize) => to("pool_max", value.to_owned()),
         Source::Derived(Derived::ServerTlsSslmode) => to("sslmode", value.to_owned()),
-        Source::Derived(Derived::ClientTlsSslmode) => {
-            Err(format!("{key} follows tls_cert in pgmux: set tls_cert and tls_key in the configuration and RELOAD"))
-        }
-        Source::Derived(Derived::ListenAddr | Derived::ListenPort) => {
-            Err(format!("{key} is part of listen, which cannot change while pgmux runs; change it and restart"))
-        }
-        Source::Fixed(v) => Err(format!("{key} is always {v} in pgmux; no setting changes it")),
+        Source::Derived(Derived::ClientTlsSslmode) => Err(NotSettable::FollowsTlsCert { key }),
+        Source::Derived(Derived::ListenAddr | Derived::ListenPort) => Err(NotSettable::PartOfListen { key }),
+        Source::Fixed(value) => Err(NotSettable::Fixed { key, value }),
     }
+}
+
+/// Why `SET` of a PgBouncer setting changes nothing in pgmux.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NotSettable {
+    /// Client TLS follows `tls_cert`, which only a RELOAD changes.
+    #[error("{key} follows tls_cert in pgmux: set tls_cert and tls_key in the configuration and RELOAD")]
+    FollowsTlsCert { key: &'static str },
+    /// Part of `listen`, which only a restart changes.
+    #[error("{key} is part of listen, which cannot change while pgmux runs; change it and restart")]
+    PartOfListen { key: &'static str },
+    /// How pgmux always works.
+    #[error("{key} is always {value} in pgmux; no setting changes it")]
+    Fixed { key: &'static str, value: &'static str },
 }
 
 /// A bare number (`30`, `2.5`) times `to_ms`, as pgmux's milliseconds (`30000ms`); `None` for anything else.

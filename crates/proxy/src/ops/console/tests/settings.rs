@@ -4,7 +4,9 @@
 
 use crate::config::{Config, KEYS};
 use crate::ops::console::settings::{Derived, Unit};
-use crate::ops::console::settings::{InForce, PGBOUNCER, Setting, Source, in_unit, millis, rows, seconds, set_target};
+use crate::ops::console::settings::{
+    InForce, NotSettable, PGBOUNCER, Setting, Source, in_unit, millis, rows, seconds, set_target,
+};
 
 /// PgBouncer 1.25's `[pgbouncer]` settings, as its SHOW CONFIG lists them (`bouncer_params` in src/main.c).
 const PGBOUNCER_1_25: &[&str] = &[
@@ -316,6 +318,8 @@ fn set_by_pgbouncer_s_name_and_unit_changes_pgmux_s_key() {
     // What no setting changes says so.
     for key in ["pool_mode", "stats_period", "max_user_connections", "listen_port", "client_tls_sslmode"] {
         let why = target(key, "1").expect_err(key);
-        assert!(why.contains(key), "{why}");
+        assert!(why.to_string().contains(key), "{why}");
     }
+    assert_eq!(target("listen_port", "1"), Err(NotSettable::PartOfListen { key: "listen_port" }));
+    assert!(matches!(target("pool_mode", "session"), Err(NotSettable::Fixed { key: "pool_mode", .. })));
 }
