@@ -35,8 +35,8 @@ pub(crate) use nodes::Distrust;
 use nodes::Nodes;
 pub(crate) use registry::{Globals, PoolId, Pools};
 
+use crate::config::Config;
 use crate::config::credentials::Credentials;
-use crate::config::{Config, LiveConfig};
 use crate::net::tls::ServerTls;
 use crate::observe::{ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
@@ -102,11 +102,6 @@ impl ServerPool {
     #[inline]
     pub(crate) fn config(&self) -> Guard<Arc<Config>> {
         self.globals.config.load()
-    }
-
-    /// The replaceable configuration itself (reloads swap it).
-    pub(crate) fn live_config(&self) -> &LiveConfig {
-        &self.globals.config
     }
 
     /// What every pool shares.

@@ -297,15 +297,15 @@ impl Session {
         let lifetime = lease.lifetime;
         let too_old =
             !lifetime.is_zero() && self.meter.last_ready().saturating_duration_since(lease.meta().created) >= lifetime;
-        let unfit =
-            !self.shared.pools.get(self.pool).keeps(&mut lease) || !self.shared.pools.get(self.pool).fits(lease.role);
+        let pool = self.shared.pools.get(self.pool);
+        let unfit = !pool.keeps(&mut lease) || !pool.fits(lease.role);
         if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
             lease.closing(match (too_old, unfit) {
                 (true, _) => ServerCloseReason::Lifetime,
                 (_, true) => ServerCloseReason::ReadOnly,
                 _ => ServerCloseReason::Broken,
             });
-            self.shared.pools.get(self.pool).retire(lease.discard());
+            pool.retire(lease.discard());
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
             // Idle since that same ReadyForQuery.

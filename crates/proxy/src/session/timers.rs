@@ -105,9 +105,7 @@ impl Session {
     pub(super) fn deadline(&mut self) -> Option<(Deadline, Duration)> {
         // A client waiting in line is bounded by query_wait_timeout alone. (Called on every turn of the
         // relay loop: the usual case, nothing set, is a compare and a load.)
-        if (self.timer.own_idle_ms == 0 && !self.shared.pools.get(self.pool).live_config().session_timers())
-            || self.in_line()
-        {
+        if (self.timer.own_idle_ms == 0 && !self.shared.pools.live_config().session_timers()) || self.in_line() {
             return None;
         }
         let own_idle = self.timer.own_idle();
