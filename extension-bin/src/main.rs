@@ -126,7 +126,7 @@ impl From<SetupError> for StartError {
     fn from(e: SetupError) -> Self {
         let kind = match e {
             SetupError::Bind { .. } | SetupError::BindUnix { .. } => "Extension.ListenFailed",
-            SetupError::Tls(_) => "Extension.ConfigInvalid",
+            SetupError::Tls(_) | SetupError::AuthFile(_) => "Extension.ConfigInvalid",
             SetupError::Check(_) => "Extension.DatabaseUnreachable",
         };
         StartError::new(kind, e.to_string())
@@ -178,7 +178,7 @@ fn server_access(cfg: &Config) -> Result<ServerAccess, AccessError> {
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::config::credentials::Credentials>);
     // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
     let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
-    Ok(ServerAccess { credentials, extra_root_certs })
+    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials: None })
 }
 
 /// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.

@@ -28,7 +28,8 @@ impl Fixture {
 
 /// Settings for a test pgmux; `extra` is TOML appended to the defaults.
 pub fn config(pg: &PgServer, extra: &str) -> Config {
-    let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n{extra}\n", pg.url(&APP_USER));
+    // Top-level keys first: `extra` may end in a table (`[[databases]]`) that would swallow them.
+    let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n", pg.url(&APP_USER));
     // Test defaults, unless `extra` sets them: a fixed pool of two and no control connection (sizing.rs
     // tests sizing), so that the backends a test counts are the pool's.
     for (key, line) in [
@@ -41,6 +42,8 @@ pub fn config(pg: &PgServer, extra: &str) -> Config {
             text.push('\n');
         }
     }
+    text.push_str(extra);
+    text.push('\n');
     Config::from_toml_str(&text).expect("test config is valid")
 }
 

@@ -10,6 +10,7 @@ mod params;
 mod pooling;
 mod protocol;
 mod resilience;
+mod routes;
 mod settings;
 mod sizing;
 mod statements;

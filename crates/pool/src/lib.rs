@@ -249,6 +249,11 @@ impl<C> Pool<C> {
         self.shared.lock().limits = limits;
     }
 
+    /// The smallest of the limits it shares, if it shares any: with its own maximum, the most it can hold.
+    pub fn shared_limit(&self) -> Option<usize> {
+        self.shared.lock().limits.iter().map(|l| l.limit()).min()
+    }
+
     /// An idle connection or the right to open one, if either is available right now without waiting
     /// (and without jumping the queue); `None` otherwise.
     pub fn try_acquire(&self) -> Result<Option<Grant<C>>, Closed> {

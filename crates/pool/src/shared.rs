@@ -110,6 +110,12 @@ impl SharedLimit {
         self.members.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// Has one of its pools close an idle connection, if one can spare it: to bring the pools back under a
+    /// limit that was lowered. True if one did.
+    pub fn close_one_idle(&self) -> bool {
+        self.reclaim(std::ptr::null())
+    }
+
     /// Asks the limit's other pools, in turn, to give up one idle connection; true once one did (its room
     /// is then free).
     pub(crate) fn reclaim(&self, asker: *const ()) -> bool {

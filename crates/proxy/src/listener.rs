@@ -14,9 +14,11 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
+use crate::client::auth::Authenticator;
 use crate::client::shared::Shared;
 use crate::client::unix_socket::{self, UnixSocket};
 use crate::config::Config;
+use crate::config::auth_file::{AuthFileError, UserBook};
 use crate::config::credentials::{ServerAccess, StaticCredentials};
 use crate::config::source::ConfigSource;
 use crate::net::io::Stream;
@@ -64,6 +66,9 @@ pub enum SetupError {
     /// TLS could not be set up.
     #[error("invalid TLS setting {0}")]
     Tls(#[from] TlsSetupError),
+    /// The auth file cannot be read or is not a userlist.
+    #[error(transparent)]
+    AuthFile(#[from] AuthFileError),
     /// `pgmux check` could not read the database.
     #[error("{0}")]
     Check(String),
@@ -164,11 +169,13 @@ impl Listener {
     fn prepare(config: Config, access: ServerAccess, stop: &Stop) -> Result<(Arc<Shared>, SocketAddr), SetupError> {
         let (server_tls, client_tls) = tls::from_config(&config, access.extra_root_certs)?;
         let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
+        let book = UserBook::load(&config)?;
+        let auth = Authenticator::new(&config, book, access.pool_credentials);
         let listen = config.listen;
         let config = Arc::new(config);
         let tasks = TaskTracker::new();
         let pools = Pools::new(config, credentials, server_tls, tasks.clone(), stop.clone());
-        let shared = Arc::new(Shared::new(pools, tasks, client_tls));
+        let shared = Arc::new(Shared::new(pools, tasks, client_tls, auth));
         Ok((shared, listen))
     }
 
@@ -312,6 +319,8 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
             _ = tick.tick() => {}
         }
         shared.pools.all().iter().for_each(|pool| pool.evict_idle());
+        // A lowered budget takes back idle connections from whichever pools hold them.
+        shared.pools.keep_to_budget();
         shared.observer().tick();
         for pool in shared.pools.all() {
             tokio::select! {

@@ -29,6 +29,27 @@ pub fn client_response(user: &str, password: &str, salt: [u8; 4]) -> String {
     format!("md5{}", hex(&h.finalize()))
 }
 
+/// Whether `s` is a stored MD5 password (`md5` and 32 hex digits) rather than the password itself.
+pub fn is_stored_hash(s: &str) -> bool {
+    s.len() == 35 && s.starts_with("md5") && s[3..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// What a client sends in answer to `AuthenticationMD5Password` with `salt`, from the stored hash alone
+/// (which is all the MD5 exchange needs: a pooler may log in with a userlist's hash).
+pub fn response_from_stored(stored: &str, salt: [u8; 4]) -> String {
+    let mut h = Md5::new();
+    h.update(stored.get(3..).unwrap_or_default().as_bytes());
+    h.update(salt);
+    format!("md5{}", hex(&h.finalize()))
+}
+
+/// Checks a client's MD5 response against a stored hash, in constant time with respect to its content.
+pub fn verify_stored(stored: &str, salt: [u8; 4], response: &str) -> bool {
+    let expected = response_from_stored(stored, salt);
+    expected.len() == response.len()
+        && expected.bytes().zip(response.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
 /// Checks a client's MD5 response in constant time with respect to its content.
 pub fn verify(user: &str, password: &str, salt: [u8; 4], response: &str) -> bool {
     let expected = client_response(user, password, salt);
@@ -39,6 +60,16 @@ pub fn verify(user: &str, password: &str, salt: [u8; 4], response: &str) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_hash_answers_as_the_password_does() {
+        let stored = stored_hash("alice", "secret");
+        assert!(is_stored_hash(&stored) && !is_stored_hash("secret") && !is_stored_hash("md5xyz"));
+        let salt = [1, 2, 3, 4];
+        assert_eq!(response_from_stored(&stored, salt), client_response("alice", "secret", salt));
+        assert!(verify_stored(&stored, salt, &client_response("alice", "secret", salt)));
+        assert!(!verify_stored(&stored, salt, &client_response("alice", "wrong", salt)));
+    }
 
     #[test]
     fn matches_postgres_stored_hash() {

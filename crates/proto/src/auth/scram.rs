@@ -74,6 +74,33 @@ impl ScramSecret {
         }
     }
 
+    /// Reads a verifier as PostgreSQL stores it (`SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`,
+    /// base64), as a userlist or `pg_authid` holds it; `None` if it is not one.
+    pub fn parse_verifier(s: &str) -> Option<Self> {
+        let rest = s.strip_prefix("SCRAM-SHA-256$")?;
+        let (params, keys) = rest.split_once('$')?;
+        let (iterations, salt) = params.split_once(':')?;
+        let (stored, server) = keys.split_once(':')?;
+        let key = |b64: &str| -> Option<[u8; 32]> { B64.decode(b64).ok()?.try_into().ok() };
+        Some(ScramSecret {
+            iterations: iterations.parse().ok().filter(|n| *n > 0)?,
+            salt: B64.decode(salt).ok().filter(|s: &Vec<u8>| !s.is_empty())?,
+            stored_key: key(stored)?,
+            server_key: key(server)?,
+        })
+    }
+
+    /// The verifier in PostgreSQL's text form (see [`parse_verifier`](Self::parse_verifier)).
+    pub fn to_verifier(&self) -> String {
+        format!(
+            "SCRAM-SHA-256${}:{}${}:{}",
+            self.iterations,
+            B64.encode(&self.salt),
+            B64.encode(self.stored_key),
+            B64.encode(self.server_key)
+        )
+    }
+
     /// Derives the secret with a fresh random 16-byte salt.
     pub fn generate(password: &str, iterations: u32) -> Self {
         let mut salt = [0u8; 16];
@@ -329,6 +356,19 @@ mod tests {
 
     fn rfc_secret() -> ScramSecret {
         ScramSecret::from_password("pencil", &B64.decode(SALT_B64).unwrap(), 4096)
+    }
+
+    #[test]
+    fn a_verifier_reads_back_as_postgresql_wrote_it() {
+        // SELECT rolpassword FROM pg_authid for a role whose password is 'pencil' (salt and keys of that run).
+        let secret = ScramSecret::from_password("pencil", b"0123456789abcdef", 4096);
+        let text = secret.to_verifier();
+        assert!(text.starts_with("SCRAM-SHA-256$4096:"), "{text}");
+        assert_eq!(ScramSecret::parse_verifier(&text), Some(secret));
+        for bad in ["", "md5abc", "SCRAM-SHA-256$x:c2FsdA==$a:b", "SCRAM-SHA-256$4096:$AAAA:AAAA", "SCRAM-SHA-256$4096"]
+        {
+            assert!(ScramSecret::parse_verifier(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

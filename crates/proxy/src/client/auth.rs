@@ -1,52 +1,115 @@
-//! Checking who a client is: `trust`, `md5` or `scram-sha-256`. Clients log in as the database user pgmux
-//! logs in as (from `database_url`, or from the secret), with `client_password` or database_url's password.
-//! Wrong users and wrong passwords fail the same way, as PostgreSQL's do, so the error says nothing about
-//! which user names exist.
+//! Checking who a client is: `trust`, `md5` or `scram-sha-256`. With only `database_url`, clients log in as
+//! the user pgmux logs in as, with `client_password` or the URL's password. With named databases, any user
+//! pgmux knows ([`UserBook`]: `[[users]]`, the `auth_file`, database_url's user) logs in with its own
+//! password, stored in plaintext, as an md5 hash or as a SCRAM verifier.
+//!
+//! Under md5 and scram-sha-256 an unknown user goes through the whole exchange and fails as a wrong password
+//! does (28P01), as PostgreSQL's own users do, so that the error says nothing about which names exist; under
+//! trust there is nothing to hide, and an unknown user gets 28000.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 use pgmux_proto::auth::{md5, scram};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, encode, frontend, sqlstate};
 
 use crate::client::startup::OpeningError;
+use crate::config::auth_file::UserBook;
+use crate::config::credentials::PoolCredentials;
 use crate::config::{ClientAuth, Config, Secret};
 use crate::net::io::{Conn, ReadOutcome};
 
-/// What pgmux checks client logins against, prepared once at start-up.
+/// What a login is checked against.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Expected<'a> {
+    /// pgmux knows no such user.
+    Unknown,
+    /// A known user and its stored password (plaintext, `md5…`, or a SCRAM verifier), if it has one.
+    Known(Option<&'a Secret>),
+}
+
+/// What pgmux checks client logins against, and the users it knows, prepared at start-up and on each reload.
 #[derive(Debug)]
 pub(crate) struct Authenticator {
     method: ClientAuth,
+    /// The default pool's password for its one user (client_password, or database_url's).
     password: Option<Secret>,
-    /// Derived at the first SCRAM login rather than at start-up: it costs 4096 hash rounds.
-    scram_secret: std::sync::OnceLock<scram::ScramSecret>,
+    /// Every user the named databases may be logged in to as.
+    book: UserBook,
+    /// Where pools whose route or user asks for IAM or a secret get their logins (the binary's).
+    pool_credentials: Option<Arc<dyn PoolCredentials>>,
+    /// SCRAM secrets of plaintext passwords, by user, derived at each user's first SCRAM login rather than
+    /// at start-up: each costs 4096 hash rounds. Keyed by user, so two users never share one.
+    scram_secrets: Mutex<HashMap<String, scram::ScramSecret>>,
 }
 
 impl Authenticator {
-    pub(crate) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config, book: UserBook, pool_credentials: Option<Arc<dyn PoolCredentials>>) -> Self {
         Authenticator {
             method: config.client_auth,
             password: config.client_password().cloned(),
-            scram_secret: std::sync::OnceLock::new(),
+            book,
+            pool_credentials,
+            scram_secrets: Mutex::default(),
         }
     }
 
-    /// Runs the exchange for `user`, who must be `served` (the user pgmux logs in as). On success nothing
-    /// is sent yet: the caller sends AuthenticationOk.
+    /// Checks logins against `config` alone (no auth file, no AWS): tests.
+    #[cfg(test)]
+    pub(crate) fn from_config(config: &Config) -> Self {
+        Authenticator::new(config, UserBook::build(config, Vec::new()), None)
+    }
+
+    /// The users pgmux knows.
+    pub(crate) fn book(&self) -> &UserBook {
+        &self.book
+    }
+
+    /// Where IAM and secret logins of named databases' pools come from, if the binary gave a source.
+    pub(crate) fn pool_credentials(&self) -> Option<&Arc<dyn PoolCredentials>> {
+        self.pool_credentials.as_ref()
+    }
+
+    /// Runs the exchange for the default pool's `user`, who must be `served` (the user pgmux logs in as).
+    /// On success nothing is sent yet: the caller sends AuthenticationOk.
     pub(crate) async fn authenticate(&self, conn: &mut Conn, user: &str, served: &str) -> Result<(), OpeningError> {
+        let expected = if user == served { Expected::Known(self.password.as_ref()) } else { Expected::Unknown };
+        self.check(conn, user, expected).await
+    }
+
+    /// Runs the exchange for `user` of a named database, against the book.
+    pub(crate) async fn authenticate_known(&self, conn: &mut Conn, user: &str) -> Result<(), OpeningError> {
+        let expected = match self.book.get(user) {
+            Some(known) => Expected::Known(known.password.as_ref()),
+            None => Expected::Unknown,
+        };
+        self.check(conn, user, expected).await
+    }
+
+    async fn check(&self, conn: &mut Conn, user: &str, expected: Expected<'_>) -> Result<(), OpeningError> {
         let failed = || {
             OpeningError::Refused(ErrorMessage::fatal(
                 sqlstate::INVALID_PASSWORD,
                 format!("password authentication failed for user \"{user}\""),
             ))
         };
-        let known = user == served;
+        let stored = match expected {
+            Expected::Known(stored) => stored.map(Secret::expose),
+            Expected::Unknown => None,
+        };
         match self.method {
-            ClientAuth::Trust if known => Ok(()),
-            ClientAuth::Trust => Err(OpeningError::Refused(ErrorMessage::fatal(
-                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                format!("role \"{user}\" does not exist"),
-            ))),
-            ClientAuth::Md5 => {
+            ClientAuth::Trust => match expected {
+                Expected::Known(_) => Ok(()),
+                Expected::Unknown => Err(OpeningError::Refused(ErrorMessage::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    format!("\"trust\" authentication failed: role \"{user}\" is not known to pgmux"),
+                ))),
+            },
+            // A user stored as a SCRAM verifier cannot be checked by md5: PostgreSQL runs SCRAM then, and so do we.
+            ClientAuth::Md5 if !stored.is_some_and(is_verifier) => {
                 let mut salt = [0u8; 4];
                 rand::fill(&mut salt);
                 let mut buf = BytesMut::new();
@@ -54,18 +117,19 @@ impl Authenticator {
                 conn.send(buf.freeze()).await?;
                 let reply = read_password_message(conn).await?;
                 let answer = frontend::password(&reply[5..]).map_err(|_| failed())?;
-                let password = self.password.as_ref().map(Secret::expose).unwrap_or_default();
-                if known && md5::verify(user, password, salt, answer) { Ok(()) } else { Err(failed()) }
-            }
-            ClientAuth::ScramSha256 => {
-                // An unknown user still gets a full exchange, against a secret nobody knows.
-                let secret = match (&self.password, known) {
-                    (Some(pw), true) => self
-                        .scram_secret
-                        .get_or_init(|| scram::ScramSecret::generate(pw.expose(), scram::DEFAULT_ITERATIONS))
-                        .clone(),
-                    _ => scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS),
+                let ok = match stored {
+                    Some(hash) if md5::is_stored_hash(hash) => md5::verify_stored(hash, salt, answer),
+                    Some(password) => md5::verify(user, password, salt, answer),
+                    None => false,
                 };
+                if ok { Ok(()) } else { Err(failed()) }
+            }
+            ClientAuth::Md5 | ClientAuth::ScramSha256 => {
+                // An unknown user (or one whose password SCRAM cannot use) still gets a full exchange,
+                // against a secret nobody knows.
+                let secret = self
+                    .scram_secret(user, stored)
+                    .unwrap_or_else(|| scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS));
                 self.scram(conn, secret).await.map_err(|e| match e {
                     ScramOutcome::Gone => OpeningError::Gone,
                     ScramOutcome::Protocol(m) => OpeningError::Refused(m),
@@ -73,6 +137,25 @@ impl Authenticator {
                 })
             }
         }
+    }
+
+    /// The SCRAM secret `user` is checked against: its verifier, or one derived from its plaintext password
+    /// (cached per user); `None` for an md5 hash or no password, which SCRAM cannot check.
+    fn scram_secret(&self, user: &str, stored: Option<&str>) -> Option<scram::ScramSecret> {
+        let stored = stored?;
+        if is_verifier(stored) {
+            return scram::ScramSecret::parse_verifier(stored);
+        }
+        if md5::is_stored_hash(stored) {
+            tracing::warn!(user, "this user's password is stored as an md5 hash, which scram-sha-256 cannot check");
+            return None;
+        }
+        if let Some(secret) = self.scram_secrets.lock().get(user) {
+            return Some(secret.clone());
+        }
+        let secret = scram::ScramSecret::generate(stored, scram::DEFAULT_ITERATIONS);
+        self.scram_secrets.lock().insert(user.to_owned(), secret.clone());
+        Some(secret)
     }
 
     async fn scram(&self, conn: &mut Conn, secret: scram::ScramSecret) -> Result<(), ScramOutcome> {
@@ -122,6 +205,10 @@ fn scram_error(e: scram::ScramError) -> ScramOutcome {
         scram::ScramError::InvalidProof => ScramOutcome::Failed,
         other => ScramOutcome::Protocol(ErrorMessage::fatal(sqlstate::PROTOCOL_VIOLATION, other.to_string())),
     }
+}
+
+fn is_verifier(stored: &str) -> bool {
+    stored.starts_with("SCRAM-SHA-256$")
 }
 
 fn random_password() -> String {

@@ -56,9 +56,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(pools: Pools, tasks: TaskTracker, client_tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+    pub(crate) fn new(
+        pools: Pools,
+        tasks: TaskTracker,
+        client_tls: Option<tokio_rustls::TlsAcceptor>,
+        auth: Authenticator,
+    ) -> Self {
         Shared {
-            auth: RwLock::new(Arc::new(Authenticator::new(&pools.config()))),
+            auth: RwLock::new(Arc::new(auth)),
             pools,
             catalog: Catalog::default(),
             greetings: Greetings::default(),
@@ -93,9 +98,13 @@ impl Shared {
         self.client_tls.read().clone()
     }
 
-    /// New logins use this authentication and TLS.
-    pub(crate) fn replace_login(&self, auth: Authenticator, client_tls: Option<tokio_rustls::TlsAcceptor>) {
+    /// New logins are checked this way.
+    pub(crate) fn replace_auth(&self, auth: Authenticator) {
         *self.auth.write() = Arc::new(auth);
+    }
+
+    /// New logins are offered this TLS.
+    pub(crate) fn replace_client_tls(&self, client_tls: Option<tokio_rustls::TlsAcceptor>) {
         *self.client_tls.write() = client_tls.map(ClientTls);
     }
 }

@@ -48,13 +48,31 @@ pub struct ServerAccess {
     pub credentials: Option<Arc<dyn Credentials>>,
     /// CA certificates trusted for the database besides `ssl_root_cert` (the binary passes the RDS bundle).
     pub extra_root_certs: Vec<CertificateDer<'static>>,
+    /// Where the pools of named databases get IAM tokens or secrets; without it such a pool cannot log in.
+    pub pool_credentials: Option<Arc<dyn PoolCredentials>>,
 }
 
-/// The fixed values of `database_url`, with the host and port overrides applied.
+/// Where the logins of one pool come from when its database or user asks for IAM or a Secrets Manager
+/// secret: the binary builds them with AWS. `login` is where and as whom (its password unset).
+pub trait PoolCredentials: Send + Sync + fmt::Debug {
+    fn for_pool(
+        &self,
+        login: &LoginInfo,
+        auth: crate::config::ServerAuth,
+        secret_arn: Option<&str>,
+    ) -> Result<Arc<dyn Credentials>, CredentialsError>;
+}
+
+/// Fixed values: `database_url`'s with the host and port overrides applied, or a pool's.
 #[derive(Debug)]
 pub struct StaticCredentials(LoginInfo);
 
 impl StaticCredentials {
+    /// These values.
+    pub fn new(login: LoginInfo) -> Self {
+        StaticCredentials(login)
+    }
+
     /// From the configuration's `database_url`.
     pub fn from_config(config: &Config) -> Self {
         StaticCredentials(config.with_overrides(config.database_url.login.clone()))

@@ -33,6 +33,16 @@ pub enum ConfigError {
     /// A key the file uses does not exist.
     #[error("unknown config key `{0}` (see pgmux --help for the list)")]
     UnknownKey(String),
+    /// A database or user entry cannot be read.
+    #[error("{0}")]
+    Entry(#[from] super::routes::EntryError),
+    /// Two database entries, or two user entries, have one name.
+    #[error("{kind} {name:?} is listed twice")]
+    Duplicate {
+        /// `database` or `user`.
+        kind: &'static str,
+        name: String,
+    },
     /// A key has a value that cannot be used.
     #[error("invalid value for {key}{}: {reason}", source_note(.origin))]
     Invalid {
@@ -51,7 +61,8 @@ impl ConfigError {
         match self {
             ConfigError::Missing(key) => Some(key),
             ConfigError::UnknownKey(key) | ConfigError::Invalid { key, .. } => Some(key),
-            ConfigError::Read { .. } | ConfigError::Toml(_) => None,
+            ConfigError::Entry(e) => e.key.as_deref(),
+            ConfigError::Read { .. } | ConfigError::Toml(_) | ConfigError::Duplicate { .. } => None,
         }
     }
 }

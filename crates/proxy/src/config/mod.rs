@@ -5,6 +5,7 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+pub mod auth_file;
 pub mod credentials;
 mod error;
 mod live;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 pub use error::{ConfigError, Reason, Source, UnknownName, UrlError, ValueError};
 pub use live::LiveConfig;
+pub use routes::{PoolMode, RouteSpec, ServerAuth, UserSpec};
 pub use value::{
     ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs, UserList,
 };
@@ -54,6 +56,11 @@ macro_rules! config_keys {
             $( $(#[doc = $help])+ pub $name: $ty, )*
             /// How pgmux runs (not a key: chosen by the binary).
             pub profile: Profile,
+            /// The databases clients may name (`[[databases]]`, `PGMUX_DATABASES`); empty: the one database
+            /// of `database_url` (or of the secret).
+            pub databases: Vec<routes::RouteSpec>,
+            /// What is particular to some users (`[[users]]`, `PGMUX_USERS`).
+            pub users: Vec<routes::UserSpec>,
         }
 
         /// Every key, in the order `--help` shows them.
@@ -82,6 +89,8 @@ macro_rules! config_keys {
                     $( $name: <$ty as ConfigValue>::parse(&Raw::Default($default))
                         .unwrap_or_else(|e| unreachable!("default of {} is invalid: {e}", stringify!($name))), )*
                     profile: Profile::Sidecar,
+                    databases: Vec::new(),
+                    users: Vec::new(),
                 }
             }
         }
@@ -132,6 +141,24 @@ config_keys! {
     pool_grow_after: Duration = "5ms";
     /// Server connections kept open even when idle (within the limit).
     min_pool_size: usize = "0";
+    /// Server connections one pool (a database clients name, and the user pgmux logs in there as) may hold,
+    /// unless its database or user entry says otherwise (PgBouncer's default_pool_size). Unset: only
+    /// pool_max and the budget from the database bound it.
+    default_pool_size: Option<usize> = "";
+    /// Server connections all pools of one database together may hold, unless its entry says otherwise
+    /// (0 = no limit).
+    max_db_connections: usize = "0";
+    /// Server connections all pools of one user together may hold, unless its entry says otherwise (0 = no
+    /// limit).
+    max_user_connections: usize = "0";
+    /// How long a client keeps its server connection: `transaction` (for one transaction at a time) or
+    /// `session` (until it disconnects: migrations, session-level tools), unless its database or user entry
+    /// says otherwise.
+    pool_mode: PoolMode = "transaction";
+    /// A file of users and passwords in PgBouncer's userlist.txt format (`"user" "password"` per line; the
+    /// password in plaintext, as `md5` + hex, or as a SCRAM-SHA-256 verifier): whom clients may log in as,
+    /// and, for plaintext and md5, how pgmux logs in to the server as them.
+    auth_file: Option<PathBuf> = "";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
     client_auth: ClientAuth = "scram-sha-256";
     /// Most client connections at once; the next one gets SQLSTATE 53300.
@@ -310,6 +337,17 @@ impl Config {
         cfg.profile = profile;
         let mut sources: BTreeMap<&'static str, Source> = BTreeMap::new();
         for (key, value) in &table {
+            match key.as_str() {
+                "databases" => {
+                    cfg.databases = routes::routes_from_toml(value)?;
+                    continue;
+                }
+                "users" => {
+                    cfg.users = routes::users_from_toml(value)?;
+                    continue;
+                }
+                _ => {}
+            }
             let known = cfg.set(key, &Raw::Toml(value)).map_err(|reason| ConfigError::Invalid {
                 key: key.clone(),
                 origin: Source::File,
@@ -334,6 +372,12 @@ impl Config {
                 sources.insert(info.name, Source::Env(var));
             }
         }
+        if let Some(list) = env.get(routes::DATABASES_VAR) {
+            cfg.databases = routes::routes_from_env(list)?;
+        }
+        if let Some(list) = env.get(routes::USERS_VAR) {
+            cfg.users = routes::users_from_env(list)?;
+        }
         cfg.resolve_sslmode();
         cfg.validate(&sources)?;
         Ok(cfg)
@@ -346,9 +390,10 @@ impl Config {
             origin: sources.get(key).cloned().unwrap_or(Source::Default),
             reason: Reason::Rule(rule),
         };
-        if self.database_url.login.host.is_empty() && self.secret_arn.is_empty() {
+        if self.database_url.login.host.is_empty() && self.secret_arn.is_empty() && self.databases.is_empty() {
             return Err(ConfigError::Missing("database_url"));
         }
+        routes::validate(&self.databases, &self.users)?;
         self.validate_pool(&invalid)?;
         if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
             return Err(invalid(
@@ -368,7 +413,7 @@ impl Config {
         if self.workers == 0 || self.workers > 256 {
             return Err(invalid("workers", "must be between 1 and 256"));
         }
-        if self.client_auth != ClientAuth::Trust && self.client_password().is_none() {
+        if self.client_auth != ClientAuth::Trust && self.client_password().is_none() && self.databases.is_empty() {
             return Err(invalid(
                 "client_auth",
                 "md5 and scram-sha-256 need a password to check clients against: set client_password \

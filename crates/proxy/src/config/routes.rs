@@ -409,6 +409,114 @@ pub fn user_from(entry: &Entry) -> Result<(UserSpec, Vec<String>), EntryError> {
     Ok((user, unsupported))
 }
 
+/// The environment variable that lists the databases, for Lambda and containers.
+pub const DATABASES_VAR: &str = "PGMUX_DATABASES";
+/// The environment variable that lists the users.
+pub const USERS_VAR: &str = "PGMUX_USERS";
+
+/// A key PgBouncer has and pgmux does not, in TOML or the environment: an error (in PgBouncer's own files,
+/// a warning).
+fn refuse_unsupported(entry: &str, keys: Vec<String>) -> Result<(), EntryError> {
+    match keys.first() {
+        None => Ok(()),
+        Some(key) => Err(EntryError {
+            entry: entry.to_owned(),
+            key: Some(key.clone()),
+            kind: EntryErrorKind::UnknownKey,
+            reason: format!("{key} is a PgBouncer setting pgmux does not have (docs/migrating-from-pgbouncer.md)"),
+        }),
+    }
+}
+
+/// The entries of a TOML array of tables (`[[databases]]` or `[[users]]`): each table's `name` and its other
+/// keys as text.
+fn toml_entries(kind: &str, value: &toml::Value) -> Result<Vec<Entry>, EntryError> {
+    let bad = |reason: String| EntryError { entry: kind.to_owned(), key: None, kind: EntryErrorKind::Syntax, reason };
+    let toml::Value::Array(items) = value else {
+        return Err(bad(format!("[[{kind}]] must be a list of tables, got a {}", value.type_str())));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let toml::Value::Table(table) = item else {
+            return Err(bad(format!("each [[{kind}]] entry must be a table, got a {}", item.type_str())));
+        };
+        let Some(toml::Value::String(name)) = table.get("name") else {
+            return Err(bad(format!("each [[{kind}]] entry needs a name")));
+        };
+        let mut pairs = Vec::with_capacity(table.len());
+        for (k, v) in table.iter().filter(|(k, _)| *k != "name") {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(_) | toml::Value::Boolean(_) | toml::Value::Float(_) => v.to_string(),
+                other => return Err(bad(format!("{name}: {k} must be a single value, got a {}", other.type_str()))),
+            };
+            pairs.push((k.clone(), text));
+        }
+        out.push(Entry { name: name.clone(), pairs });
+    }
+    Ok(out)
+}
+
+fn routes_of(entries: &[Entry]) -> Result<Vec<RouteSpec>, EntryError> {
+    entries
+        .iter()
+        .map(|e| {
+            let (route, unsupported) = route_from(e)?;
+            refuse_unsupported(&format!("database {}", e.name), unsupported)?;
+            Ok(route)
+        })
+        .collect()
+}
+
+fn users_of(entries: &[Entry]) -> Result<Vec<UserSpec>, EntryError> {
+    entries
+        .iter()
+        .map(|e| {
+            let (user, unsupported) = user_from(e)?;
+            refuse_unsupported(&format!("user {}", e.name), unsupported)?;
+            Ok(user)
+        })
+        .collect()
+}
+
+/// `[[databases]]` of a TOML file.
+pub(crate) fn routes_from_toml(value: &toml::Value) -> Result<Vec<RouteSpec>, EntryError> {
+    routes_of(&toml_entries("databases", value)?)
+}
+
+/// `[[users]]` of a TOML file.
+pub(crate) fn users_from_toml(value: &toml::Value) -> Result<Vec<UserSpec>, EntryError> {
+    users_of(&toml_entries("users", value)?)
+}
+
+/// `PGMUX_DATABASES`.
+pub(crate) fn routes_from_env(list: &str) -> Result<Vec<RouteSpec>, EntryError> {
+    routes_of(&Entry::parse_list(DATABASES_VAR, list)?)
+}
+
+/// `PGMUX_USERS`.
+pub(crate) fn users_from_env(list: &str) -> Result<Vec<UserSpec>, EntryError> {
+    users_of(&Entry::parse_list(USERS_VAR, list)?)
+}
+
+/// Checks what each entry cannot check alone: names listed once, a route's server user with a password
+/// or another way to log in.
+pub(crate) fn validate(routes: &[RouteSpec], users: &[UserSpec]) -> Result<(), super::ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in routes {
+        if !seen.insert(r.name.as_str()) {
+            return Err(super::ConfigError::Duplicate { kind: "database", name: r.name.clone() });
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for u in users {
+        if !seen.insert(u.name.as_str()) {
+            return Err(super::ConfigError::Duplicate { kind: "user", name: u.name.clone() });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

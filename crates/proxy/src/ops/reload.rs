@@ -14,7 +14,8 @@ use pgmux_metrics::ReloadResult;
 
 use crate::client::auth::Authenticator;
 use crate::client::shared::Shared;
-use crate::config::credentials::{Credentials, ServerAccess, StaticCredentials};
+use crate::config::auth_file::{AuthFileError, UserBook};
+use crate::config::credentials::{Credentials, PoolCredentials, ServerAccess, StaticCredentials};
 use crate::config::source::SourceError;
 use crate::config::{Config, ConfigError, KEYS, RESTART_ONLY};
 use crate::net::tls::{self, TlsSetupError};
@@ -47,6 +48,9 @@ pub enum ReloadError {
     /// A TLS file named by the new configuration cannot be read or used.
     #[error("invalid TLS setting {0}")]
     Tls(#[from] TlsSetupError),
+    /// The auth file named by the new configuration cannot be read or is not a userlist.
+    #[error(transparent)]
+    AuthFile(#[from] AuthFileError),
 }
 
 impl ReloadError {
@@ -58,6 +62,7 @@ impl ReloadError {
             ReloadError::Invalid(e) => e.key(),
             ReloadError::NeedsRestart { key } | ReloadError::ChangesLogin { key } => Some(key),
             ReloadError::Tls(TlsSetupError::File { key, .. } | TlsSetupError::Rustls { key, .. }) => Some(key),
+            ReloadError::AuthFile(_) => Some("auth_file"),
         }
     }
 }
@@ -137,17 +142,33 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
     let changed = changed_keys(&old, &new);
     let reconnect = old.login_differs(&new);
     let login_key = changed.iter().copied().find(|k| LOGIN_KEYS.contains(k));
-    let rebuilt = match (access, login_key) {
-        (Some(access), _) => Some(rebuild(&new, access)?),
+    let full = access.is_some();
+    let (rebuilt, pool_credentials) = match (access, login_key) {
+        (Some(access), _) => {
+            let (rebuilt, pool_credentials) = rebuild(&new, access)?;
+            (Some(rebuilt), pool_credentials)
+        }
         (None, Some(key)) => return Err(ReloadError::ChangesLogin { key }),
-        (None, None) => None,
+        (None, None) => (None, shared.auth().pool_credentials().cloned()),
+    };
+    // Who may log in, and with what: rebuilt on a full reload and when SET changes how clients log in.
+    let auth = if full || changed.iter().any(|k| CLIENT_AUTH_KEYS.contains(k)) {
+        Some(Authenticator::new(&new, UserBook::load(&new)?, pool_credentials))
+    } else {
+        None
     };
     shared.pools.live_config().replace(Arc::new(new));
     if let Some((credentials, server_tls, client_tls)) = rebuilt {
-        for pool in shared.pools.all() {
-            pool.replace_access(Arc::clone(&credentials), server_tls.clone());
+        // The default pool takes the new credentials; named databases' pools whose route changed drain.
+        shared.pools.first().replace_access(credentials, server_tls.clone());
+        for pool in shared.pools.all().iter().skip(1) {
+            pool.replace_tls(server_tls.clone());
         }
-        shared.replace_login(Authenticator::new(&shared.config()), client_tls);
+        shared.replace_client_tls(client_tls);
+    }
+    if let Some(auth) = auth {
+        shared.replace_auth(auth);
+        shared.pools.retire_changed(&shared.config(), shared.auth().book());
     }
     for pool in shared.pools.all() {
         pool.resize();
@@ -161,6 +182,9 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
     Ok(outcome)
 }
 
+/// Keys that change how clients log in (and nothing on the server side): `SET` may change them.
+const CLIENT_AUTH_KEYS: &[&str] = &["client_auth", "client_password", "auth_file"];
+
 /// Keys whose change needs new credentials or TLS: only a full reload rebuilds those.
 const LOGIN_KEYS: &[&str] = &[
     "database_url",
@@ -170,8 +194,6 @@ const LOGIN_KEYS: &[&str] = &[
     "iam_auth",
     "sslmode",
     "ssl_root_cert",
-    "client_password",
-    "client_auth",
     "tls_cert",
     "tls_key",
 ];
@@ -187,10 +209,13 @@ fn not_settable(key: &str) -> Option<ReloadError> {
 /// Credentials and TLS for `config`; an error leaves everything as it was.
 type Rebuilt = (Arc<dyn Credentials>, tls::ServerTls, Option<tokio_rustls::TlsAcceptor>);
 
-fn rebuild(config: &Config, access: ServerAccess) -> Result<Rebuilt, TlsSetupError> {
+fn rebuild(
+    config: &Config,
+    access: ServerAccess,
+) -> Result<(Rebuilt, Option<Arc<dyn PoolCredentials>>), TlsSetupError> {
     let (server_tls, client_tls) = tls::from_config(config, access.extra_root_certs)?;
     let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(config)));
-    Ok((credentials, server_tls, client_tls))
+    Ok(((credentials, server_tls, client_tls), access.pool_credentials))
 }
 
 /// Puts the running values of the restart-only keys back into `new`; returns those that differed.
@@ -254,8 +279,9 @@ mod tests {
         let config = config("sslmode = \"disable\"\npool_max = 4");
         let credentials = Arc::new(StaticCredentials::from_config(&config));
         let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
+        let auth = Authenticator::from_config(&config);
         let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), Stop::new());
-        Shared::new(pools, TaskTracker::new(), None)
+        Shared::new(pools, TaskTracker::new(), None, auth)
     }
 
     /// A source whose file holds `text`.

@@ -197,7 +197,7 @@ impl ServerPool {
         match self.pool.acquire_until(wait.deadline()).await {
             Ok(grant) => Ok(grant),
             Err(WaitError::Closed) => Err(CheckoutError::Closed),
-            Err(WaitError::TimedOut) => Err(wait.give_up(self.limit.current())),
+            Err(WaitError::TimedOut) => Err(wait.give_up(self.reach())),
         }
     }
 
@@ -219,7 +219,7 @@ impl ServerPool {
             }
             if Instant::now() + pause >= until {
                 tokio::time::sleep_until(until).await;
-                return Err(wait.give_up(self.limit.current()));
+                return Err(wait.give_up(self.reach()));
             }
             tokio::time::sleep(pause).await;
             return Ok(());
@@ -287,7 +287,7 @@ impl ServerPool {
 
     /// Why a client's wait in the line ended at its deadline without a connection.
     pub(crate) fn waited_too_long(&self) -> CheckoutError {
-        Wait::new(self.config().query_wait_timeout).give_up(self.limit.current())
+        Wait::new(self.config().query_wait_timeout).give_up(self.reach())
     }
 
     /// What can be known about an idle connection without talking to the server.

@@ -17,6 +17,7 @@ mod limit;
 mod nodes;
 mod probe;
 mod registry;
+pub(crate) mod routing;
 pub(crate) mod sizing;
 
 use std::hash::BuildHasher;
@@ -33,10 +34,10 @@ pub(crate) use checkout::{CheckoutError, Fitness, Resume, ServerGrant, ServerTic
 use limit::Limit;
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
-pub(crate) use registry::{Globals, PoolId, Pools};
+pub(crate) use registry::{Globals, PoolId, PoolSetup, Pools};
 
-use crate::config::Config;
 use crate::config::credentials::Credentials;
+use crate::config::{Config, PoolMode};
 use crate::net::tls::ServerTls;
 use crate::observe::{ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
@@ -69,6 +70,12 @@ pub(crate) struct ServerPool {
     probes: probe::Probes,
     /// Seeds the per-connection lifetime jitter.
     jitter: std::collections::hash_map::RandomState,
+    /// How long its clients keep a server connection.
+    mode: PoolMode,
+    /// Its own cap, for the pool of a named database (the default pool's limit is sizing's plan).
+    cap: Option<usize>,
+    /// Connections kept warm, if its database or user says (else min_pool_size).
+    min_pool_size: Option<usize>,
 }
 
 impl ServerPool {
@@ -95,7 +102,36 @@ impl ServerPool {
             nodes: Nodes::default(),
             probes: probe::Probes::default(),
             jitter: Default::default(),
+            mode: config.pool_mode,
+            cap: None,
+            min_pool_size: None,
         }
+    }
+
+    /// The pool of a named database (see [`Pools::pool_for`]): its own cap, mode and warm connections,
+    /// under `limits` it shares with other pools (the budget, its database's, its user's).
+    pub(crate) fn for_route(
+        globals: Arc<Globals>,
+        setup: &registry::PoolSetup,
+        tls: ServerTls,
+        limits: Vec<Arc<pgmux_pool::SharedLimit>>,
+    ) -> Self {
+        let plan = &setup.plan;
+        let mut pool = ServerPool::new(globals, Arc::clone(&setup.credentials), tls);
+        let own = plan.cap.unwrap_or(NO_CAP);
+        pool.limit = Limit::new(own);
+        pool.pool.set_max_size(own);
+        pool.pool.share(limits);
+        pool.mode = plan.mode;
+        pool.cap = plan.cap;
+        pool.min_pool_size = Some(plan.min_pool_size);
+        pool
+    }
+
+    /// How long its clients keep a server connection.
+    #[inline]
+    pub(crate) fn mode(&self) -> PoolMode {
+        self.mode
     }
 
     /// The configuration in force. A guard: hold it briefly.
@@ -119,13 +155,23 @@ impl ServerPool {
         self.limit.current()
     }
 
+    /// The most connections it can hold now: its own limit, or a smaller one it shares with other pools.
+    pub(crate) fn reach(&self) -> usize {
+        let own = self.limit.current();
+        self.pool.shared_limit().map_or(own, |shared| shared.min(own))
+    }
+
     /// The most pool connections the configuration allows, if it caps them (see [`pool_cap`]).
     pub(crate) fn cap(&self) -> Option<usize> {
         pool_cap(&self.config())
     }
 
-    /// Takes a new planned limit (from a reading of the database) and puts the result into force.
+    /// Takes a new planned limit (from a reading of the database) and puts the result into force. The
+    /// pools of named databases share it as their budget.
     pub(crate) fn plan(&self, planned: usize) -> usize {
+        if let Some(budget) = &self.globals.budget_limit {
+            budget.set_limit(planned);
+        }
         let limit = self.limit.plan(planned);
         self.enforce(limit);
         limit
@@ -167,6 +213,11 @@ impl ServerPool {
         *self.tls.write() = tls;
     }
 
+    /// New server connections use this TLS.
+    pub(crate) fn replace_tls(&self, tls: ServerTls) {
+        *self.tls.write() = tls;
+    }
+
     /// Marks every connection open now to be replaced as it comes back; idle ones are closed at once.
     pub(crate) fn reconnect(&self) {
         self.reconnect_below.store(self.globals.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -204,6 +255,15 @@ impl ServerPool {
         self.pool
             .set_grow_after(grow_after(&config, self.login_micros.load(Ordering::Relaxed)), config.pool_grow_after);
         let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));
+        if self.min_pool_size.is_some() {
+            // A named database's pool: its cap is its own, and the budget it shares follows sizing.
+            if config.max_connections_percent == 0
+                && let Some(budget) = &self.globals.budget_limit
+            {
+                budget.set_limit(limit);
+            }
+            return;
+        }
         if config.max_connections_percent == 0 || limit < self.limit.current() {
             // Sizing on: a lower pool_max takes effect now; the next reading plans with it.
             self.plan(limit);
@@ -227,7 +287,7 @@ impl ServerPool {
 
     /// Opens connections in the background up to `min_pool_size` (within the limit).
     pub(crate) fn warm(self: &Arc<Self>) {
-        let want = self.config().min_pool_size.min(self.limit.current());
+        let want = self.min_pool_size.unwrap_or(self.config().min_pool_size).min(self.limit.current());
         while self.pool.status().size < want {
             let Some(slot) = self.pool.try_grow() else { return };
             let pool = Arc::clone(self);
@@ -450,6 +510,9 @@ fn connect_options<'a>(config: &Config, id: u64, application_name: Option<&'a st
         to: None,
     }
 }
+
+/// A pool of a named database with no cap of its own: the budget it shares bounds it.
+const NO_CAP: usize = 1 << 20;
 
 /// The longest lazy growth waits for a login's sake, whatever the login took.
 const MAX_GROW_WAIT: Duration = Duration::from_millis(50);

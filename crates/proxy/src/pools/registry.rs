@@ -4,16 +4,20 @@
 //! connections, shutdown — lives once, in [`Globals`], beside the pools rather than inside each. Today the
 //! registry holds one pool: the database and user of `database_url`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::Guard;
 use parking_lot::Mutex;
+use pgmux_pool::SharedLimit;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
+use super::routing::{self, RoutePlan, Routed};
 use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
+use crate::config::auth_file::UserBook;
 use crate::config::credentials::Credentials;
 use crate::config::{Config, LiveConfig};
 use crate::net::tls::ServerTls;
@@ -32,6 +36,9 @@ pub(crate) struct Globals {
     sizing: Mutex<SizingView>,
     /// The next server connection's id, unique across pools.
     pub(crate) next_id: AtomicU64,
+    /// What the pools of named databases hold together: sizing's plan, or pool_max (`None` while only the
+    /// default pool exists, whose own limit is the plan).
+    pub(crate) budget_limit: Option<Arc<SharedLimit>>,
     /// Sessions are woken through it when a node is declared dead, to give up its connections.
     pub(crate) stop: Stop,
     /// Background work (closing retired connections) that shutdown waits for.
@@ -63,15 +70,55 @@ impl Globals {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PoolId(u16);
 
+/// Most pools one pgmux holds: routes times the users who log in there. A login that would make one more
+/// is refused (53300), so that logins cannot grow the registry without bound.
+pub(crate) const MAX_POOLS: usize = 4096;
+
+/// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
+/// (`database_url`'s, or the secret's) has empty names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct PoolKey {
+    pub(crate) database: String,
+    pub(crate) user: String,
+}
+
+/// What a new pool is made of: its route's plan, and where its logins come from.
+#[derive(Debug)]
+pub(crate) struct PoolSetup {
+    pub(crate) plan: RoutePlan,
+    pub(crate) credentials: Arc<dyn Credentials>,
+}
+
+/// Why no pool could be had.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PoolsError {
+    #[error("pgmux holds {MAX_POOLS} pools already (databases times users), and makes no more")]
+    Full,
+}
+
 /// Every pool of one pgmux, and what they share.
 #[derive(Debug)]
 pub(crate) struct Pools {
     globals: Arc<Globals>,
-    pools: Vec<Arc<ServerPool>>,
+    /// Pools by id, each filled once: a session's lookup takes no lock.
+    slots: Box<[OnceLock<Arc<ServerPool>>]>,
+    /// Pools by name, and the limits routes and users share: only logins that need a new pool lock it.
+    made: Mutex<Made>,
+    tls: ServerTls,
+}
+
+#[derive(Debug, Default)]
+struct Made {
+    by_key: HashMap<PoolKey, PoolId>,
+    /// The plan each named pool was made from, to tell on a reload whether its route changed.
+    plans: HashMap<PoolKey, RoutePlan>,
+    routes: HashMap<String, Arc<SharedLimit>>,
+    users: HashMap<String, Arc<SharedLimit>>,
 }
 
 impl Pools {
-    /// The registry for `config`: one pool, logging in with `credentials` and `tls`.
+    /// The registry for `config`: the default pool (`database_url`'s, logging in with `credentials`), and the
+    /// pools of named databases as clients first need them.
     pub(crate) fn new(
         config: Arc<Config>,
         credentials: Arc<dyn Credentials>,
@@ -79,38 +126,113 @@ impl Pools {
         tasks: TaskTracker,
         stop: Stop,
     ) -> Pools {
+        // Routes share one budget (sizing's plan, or pool_max); the default pool alone needs none.
+        let budget_limit = (!config.databases.is_empty())
+            .then(|| SharedLimit::new(budget::initial_limit(config.max_connections_percent, super::pool_cap(&config))));
         let globals = Arc::new(Globals {
             config: LiveConfig::new(config),
             observer: Arc::default(),
             budget: BudgetClock::default(),
+            budget_limit,
             sizing: Mutex::default(),
             next_id: AtomicU64::new(1),
             stop,
             tasks,
         });
-        let pool = Arc::new(ServerPool::new(Arc::clone(&globals), credentials, tls));
-        Pools { globals, pools: vec![pool] }
+        let first = Arc::new(ServerPool::new(Arc::clone(&globals), credentials, tls.clone()));
+        let slots: Box<[OnceLock<Arc<ServerPool>>]> = (0..MAX_POOLS).map(|_| OnceLock::new()).collect();
+        let _ = slots[0].set(first);
+        let mut made = Made::default();
+        made.by_key.insert(PoolKey::default(), PoolId(0));
+        Pools { globals, slots, made: Mutex::new(made), tls }
     }
 
     /// The pool a session of this route uses.
     #[inline]
     pub(crate) fn get(&self, id: PoolId) -> &Arc<ServerPool> {
-        &self.pools[usize::from(id.0)]
+        match self.slots.get(usize::from(id.0)).and_then(OnceLock::get) {
+            Some(pool) => pool,
+            None => unreachable!("a pool id comes from the registry, which never forgets a pool"),
+        }
     }
 
-    /// The pool of the database clients name (there is one; the login has checked the name).
-    pub(crate) fn route(&self, _database: &str) -> PoolId {
-        PoolId(0)
-    }
-
-    /// The first pool: the one the control connection and the console's single-pool commands use.
+    /// The default pool: `database_url`'s (or the secret's), the one sizing's control connection uses.
     pub(crate) fn first(&self) -> &Arc<ServerPool> {
         self.get(PoolId(0))
     }
 
-    /// Every pool.
-    pub(crate) fn all(&self) -> &[Arc<ServerPool>] {
-        &self.pools
+    /// The pool named `key`, if it has been made.
+    pub(crate) fn find(&self, key: &PoolKey) -> Option<PoolId> {
+        self.made.lock().by_key.get(key).copied()
+    }
+
+    /// The pool named `setup.key`, made from `setup` the first time it is asked for.
+    pub(crate) fn pool_for(&self, setup: PoolSetup) -> Result<PoolId, PoolsError> {
+        let mut made = self.made.lock();
+        let plan = &setup.plan;
+        if let Some(id) = made.by_key.get(&plan.key) {
+            return Ok(*id);
+        }
+        // Slots are filled in order and never emptied (a session holds its pool's id without a lock).
+        let index = self.slots.iter().position(|slot| slot.get().is_none()).ok_or(PoolsError::Full)?;
+        let id = PoolId(u16::try_from(index).map_err(|_| PoolsError::Full)?);
+        let mut limits: Vec<Arc<SharedLimit>> = self.globals.budget_limit.iter().cloned().collect();
+        let mut shared_limit = |by: &mut HashMap<String, Arc<SharedLimit>>, name: &str, max: usize| {
+            let limit = by.entry(name.to_owned()).or_insert_with(|| SharedLimit::new(max));
+            if limit.limit() != max {
+                limit.set_limit(max);
+            }
+            limits.push(Arc::clone(limit));
+        };
+        if let Some(max) = plan.route_limit {
+            shared_limit(&mut made.routes, &plan.key.database, max);
+        }
+        if let Some(max) = plan.user_limit {
+            shared_limit(&mut made.users, &plan.key.user, max);
+        }
+        let pool = ServerPool::for_route(Arc::clone(&self.globals), &setup, self.tls.clone(), limits);
+        tracing::info!(database = %plan.key.database, user = %plan.key.user, mode = %plan.mode, "new pool");
+        let _ = self.slots[index].set(Arc::new(pool));
+        made.by_key.insert(plan.key.clone(), id);
+        made.plans.insert(plan.key.clone(), setup.plan);
+        Ok(id)
+    }
+
+    /// After a reload: the pools of named databases whose route or user changed (or went) take no new
+    /// clients and drain: their idle connections close now, the rest as they come back. Their clients stay
+    /// until they leave; new clients get a pool made from the new plan.
+    pub(crate) fn retire_changed(&self, config: &Config, book: &UserBook) {
+        let mut made = self.made.lock();
+        let changed: Vec<PoolKey> = made
+            .plans
+            .iter()
+            .filter(|(key, plan)| match routing::route(config, book, &key.database, &key.user) {
+                Ok(Routed::Route(now)) => *now != **plan,
+                _ => true,
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in changed {
+            made.plans.remove(&key);
+            if let Some(id) = made.by_key.remove(&key) {
+                tracing::info!(database = %key.database, user = %key.user, "route changed: its pool drains");
+                self.get(id).reconnect();
+            }
+        }
+    }
+
+    /// Every pool, the default one first.
+    pub(crate) fn all(&self) -> Vec<Arc<ServerPool>> {
+        self.slots.iter().map_while(OnceLock::get).cloned().collect()
+    }
+
+    /// Every pool with its name, the default one first.
+    pub(crate) fn named(&self) -> Vec<(PoolKey, Arc<ServerPool>)> {
+        let made = self.made.lock();
+        let mut out: Vec<(PoolKey, Arc<ServerPool>)> =
+            made.by_key.iter().map(|(key, id)| (key.clone(), Arc::clone(self.get(*id)))).collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// The configuration in force. A guard: hold it briefly.
@@ -139,7 +261,7 @@ impl Pools {
             budget: plan.map(|(budget, _)| budget),
             members: plan.map(|(_, members)| members),
         };
-        for pool in &self.pools {
+        for pool in self.all() {
             let status = pool.status();
             gauges.status.size += status.size;
             gauges.status.idle += status.idle;
@@ -147,14 +269,24 @@ impl Pools {
             gauges.status.waiting += status.waiting;
             gauges.status.max_size += status.max_size;
             gauges.status.paused |= status.paused;
-            gauges.limit += pool.limit();
             gauges.own += pool.own_connections();
         }
+        gauges.limit = match &self.globals.budget_limit {
+            Some(budget) => budget.limit(),
+            None => self.first().limit(),
+        };
         gauges
     }
 
     /// The last sizing reading, for `SHOW SIZING`.
     pub(crate) fn sizing(&self) -> SizingView {
         self.globals.sizing()
+    }
+
+    /// While the pools together hold more than the budget now allows (it was lowered), closes idle
+    /// connections, one at a time, from the pools that can spare one.
+    pub(crate) fn keep_to_budget(&self) {
+        let Some(budget) = &self.globals.budget_limit else { return };
+        while budget.held() > budget.limit() && budget.close_one_idle() {}
     }
 }

@@ -24,6 +24,12 @@ pub(crate) enum ConnectError {
     Unsupported { addr: String, what: String },
     #[error("the database at {addr} asks for a password, and pgmux has none to give")]
     NoPassword { addr: String },
+    /// pgmux holds the user's password only as a hash, which answers md5 and nothing else.
+    #[error(
+        "the database at {addr} asks for {what}, and pgmux holds the password of user \"{user}\" only as {stored}; \
+         give it in plaintext (or switch the user to md5 on the server)"
+    )]
+    StoredPassword { addr: String, user: String, what: &'static str, stored: &'static str },
     #[error("the database at {addr} broke the protocol during login: {failure}")]
     Protocol { addr: String, failure: ServerFailure },
     /// The SCRAM exchange failed: a malformed server message, or a server proof that does not match (the
@@ -73,6 +79,7 @@ impl ConnectError {
             }
             ConnectError::Unsupported { .. }
             | ConnectError::NoPassword { .. }
+            | ConnectError::StoredPassword { .. }
             | ConnectError::Scram { .. }
             | ConnectError::Tls { .. }
             | ConnectError::NoTls { .. } => false,
@@ -89,7 +96,7 @@ impl ConnectError {
             | ConnectError::Scram { .. }
             | ConnectError::WrongRole { .. } => Fault::Server,
             ConnectError::Protocol { failure, .. } => failure.fault(),
-            ConnectError::NoPassword { .. } => Fault::Pgmux,
+            ConnectError::NoPassword { .. } | ConnectError::StoredPassword { .. } => Fault::Pgmux,
         }
     }
 }

@@ -263,18 +263,33 @@ impl ServerConn {
         let password = || {
             login.password.as_ref().map(Secret::expose).ok_or_else(|| ConnectError::NoPassword { addr: addr.clone() })
         };
+        // A password from an auth file may be stored as an md5 hash (which answers md5) or a SCRAM verifier
+        // (which answers nothing: a client proof needs the password).
+        let plaintext = |what: &'static str| {
+            let password = password()?;
+            let stored = match password {
+                p if md5::is_stored_hash(p) => "an md5 hash",
+                p if p.starts_with("SCRAM-SHA-256$") => "a SCRAM verifier",
+                p => return Ok(p),
+            };
+            Err(ConnectError::StoredPassword { addr: addr.clone(), user: login.user.clone(), what, stored })
+        };
         let mut buf = BytesMut::new();
         match req {
             AuthRequest::Ok => return Ok(None),
-            AuthRequest::Cleartext => encode::password_message(&mut buf, password()?),
+            AuthRequest::Cleartext => encode::password_message(&mut buf, plaintext("a cleartext password")?),
             AuthRequest::Md5 { salt } => {
-                encode::password_message(&mut buf, &md5::client_response(&login.user, password()?, salt));
+                let response = match password()? {
+                    stored if md5::is_stored_hash(stored) => md5::response_from_stored(stored, salt),
+                    _ => md5::client_response(&login.user, plaintext("md5")?, salt),
+                };
+                encode::password_message(&mut buf, &response);
             }
             AuthRequest::Sasl { mechanisms } => {
                 if !mechanisms.contains(&scram::MECHANISM) {
                     return Err(ConnectError::Unsupported { addr, what: format!("SASL {}", mechanisms.join(", ")) });
                 }
-                let client = scram::ScramClient::new(password()?);
+                let client = scram::ScramClient::new(plaintext("scram-sha-256")?);
                 encode::sasl_initial_response(&mut buf, scram::MECHANISM, &client.client_first());
                 *scram = Some(client);
             }

@@ -15,6 +15,7 @@ use crate::pools::{CheckoutError, Resume, ServerLease};
 use crate::protocol::failure::ServerFailure;
 use crate::protocol::params;
 use crate::protocol::router::Verdict;
+use crate::protocol::sql::PinReason;
 use crate::runtime::stop::Level;
 use crate::server::guard::Blame;
 
@@ -216,7 +217,7 @@ impl Session {
             }
             None => (false, false),
         };
-        let pinned = self.router.pin().is_some();
+        let pinned = self.held().is_some();
         // Unlinking the cancel key first is safe: when pgmux sends nothing more to the server, a cancel
         // could only reach the client's own finished transaction.
         if role_unconfirmed || (!pinned && (ends_idle || self.router.settings_dirty() || !self.cancel.try_unlink())) {
@@ -267,18 +268,18 @@ impl Session {
     }
 
     /// The transaction is counted as done; the pin that keeps the server, if any (reported the first time).
-    fn transaction_over(&mut self) -> Option<crate::protocol::sql::PinReason> {
+    fn transaction_over(&mut self) -> Option<Keep> {
         self.meter.transaction_done(self.client.received, self.client.out.sent());
-        let reason = self.router.pin()?;
+        let keep = self.held()?;
         if let Some(reason) = self.router.pin_to_report() {
             self.meter.pinned(reason);
             tracing::info!(%reason, "client pinned to its server connection until it disconnects");
         }
-        Some(reason)
+        Some(keep)
     }
 
     /// A pinned client keeps its server for its next transaction, if the server's node is still trusted.
-    fn stay_pinned(&mut self, reason: crate::protocol::sql::PinReason) -> Result<(), End> {
+    fn stay_pinned(&mut self, reason: Keep) -> Result<(), End> {
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         linked.next_transaction();
         self.still_trusted(reason)
@@ -320,7 +321,7 @@ impl Session {
         self.meter.unlinked();
         self.meter.unpinned();
         let reached_server = linked.reached_server();
-        let pin = self.router.pin();
+        let pin = self.held();
         // Nothing of the transaction reached the server (a stale connection that failed on the first write):
         // it runs again on another connection, unseen. Not for a pinned client: its session state is gone.
         let linked = if reached_server || pin.is_some() {
@@ -359,8 +360,9 @@ impl Session {
         let state = std::mem::take(&mut lease.tracker);
         self.cancel.clear();
         let broken = lease.io.framer.mid_message() || self.client.framer.mid_message();
-        // A pinned client's session state (listeners, locks, temporary tables) must not reach another.
-        let pinned = self.router.pin().is_some();
+        // A pinned client's session state (listeners, locks, temporary tables) must not reach another. A
+        // session-mode client's connection goes back as a transaction-mode one does (settings read, or closed).
+        let pinned = matches!(self.held(), Some(Keep::Pin(_)));
         if broken || pinned || self.watch.level() == Level::Hard {
             lease.closing(match (pinned, broken) {
                 (true, _) => ServerCloseReason::PinnedClientLeft,
@@ -394,7 +396,7 @@ impl Session {
 /// What a pinned client is told when its server connection is gone: the session state that pinned it
 /// (`reason`) went with it and cannot be rebuilt elsewhere, so the client is disconnected rather than left
 /// to wait for notifications that will never come or to trust a lock it no longer holds.
-pub(super) fn pin_lost(reason: crate::protocol::sql::PinReason) -> End {
+pub(super) fn pin_lost(reason: Keep) -> End {
     End::closed(
         ErrorMessage::fatal(
             sqlstate::CONNECTION_FAILURE,
@@ -407,10 +409,38 @@ pub(super) fn pin_lost(reason: crate::protocol::sql::PinReason) -> End {
     )
 }
 
+/// Why a client keeps its server connection from one transaction to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// Session state that cannot move to another connection (LISTEN, a lock, a temporary table, ...).
+    Pin(PinReason),
+    /// Its pool hands out connections per session (`pool_mode = session`).
+    Session,
+}
+
+impl std::fmt::Display for Keep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Keep::Pin(reason) => reason.fmt(f),
+            Keep::Session => f.write_str("pool_mode = session"),
+        }
+    }
+}
+
 impl Session {
+    /// Whether, and why, the client keeps its server between transactions.
+    #[inline]
+    pub(super) fn held(&self) -> Option<Keep> {
+        match self.router.pin() {
+            Some(reason) => Some(Keep::Pin(reason)),
+            None if self.session_mode => Some(Keep::Session),
+            None => None,
+        }
+    }
+
     /// A pinned client may go on with its server only while the node is trusted and its role fits: its
     /// session state (`reason`) cannot move to another node, so it is told and disconnected instead.
-    fn still_trusted(&mut self, reason: crate::protocol::sql::PinReason) -> Result<(), End> {
+    fn still_trusted(&mut self, reason: Keep) -> Result<(), End> {
         let Some(linked) = self.server.as_mut() else { return Ok(()) };
         let server = linked.conn();
         if self.shared.pools.get(self.pool).keeps(server) && self.shared.pools.get(self.pool).fits(server.role) {

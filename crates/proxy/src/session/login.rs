@@ -14,13 +14,17 @@ use pgmux_proto::{TxStatus, sqlstate};
 
 use super::meter::Meter;
 use super::{ClientSlot, Session, shutting_down, timers};
+use crate::client::auth::Authenticator;
 use crate::client::cancel::Registration;
 use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
+use crate::config::credentials::{Credentials, StaticCredentials};
+use crate::config::{PoolMode, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
-use crate::pools::{PoolId, ServerPool};
+use crate::pools::routing::{self, RoutePlan, Routed};
+use crate::pools::{PoolId, PoolSetup, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::protocol::params::{self, ClientParams, Param};
 use crate::protocol::router::Router;
@@ -91,6 +95,7 @@ pub(super) async fn login(
         cancel,
         line: None,
         closing: false,
+        session_mode: shared.pools.get(pool).mode() == PoolMode::Session,
         pool,
     })
 }
@@ -153,30 +158,84 @@ async fn admit(
         return Err(refused(ErrorMessage::fatal(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, message)));
     };
     let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
-    let id = shared.pools.route(database);
-    let pool = shared.pools.get(id);
-    // The user and database pgmux logs in as (with a secret, read when the first client comes).
-    let served = pool.credentials().login().await.map_err(|e| {
-        let message = format!("cannot get database credentials: {e}");
-        refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
+    let auth = shared.auth();
+    let routed = routing::route(&shared.config(), auth.book(), database, user).map_err(|unknown| {
+        let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {database}"))
+            .with_hint(format!("this pgmux serves the databases {}", quoted_list(&unknown.names)));
+        refused(err)
     })?;
-    if database != served.dbname {
-        let message = format!("database \"{database}\" does not exist");
-        let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, message)
-            .with_hint(format!("this pgmux serves database \"{}\"", served.dbname));
-        return Err(refused(err));
-    }
     let raw = params::from_startup(&startup.params).map_err(refused)?;
-    match tokio::time::timeout_at(deadline, shared.auth().authenticate(conn, user, &served.user)).await {
-        Err(_) => return Err(timed_out()),
-        Ok(result) => result?,
-    }
+    let id = match routed {
+        Routed::Default => {
+            // The user and database pgmux logs in as (with a secret, read when the first client comes).
+            let served = shared.pools.first().credentials().login().await.map_err(|e| {
+                let message = format!("cannot get database credentials: {e}");
+                refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
+            })?;
+            if database != served.dbname {
+                let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {database}"))
+                    .with_hint(format!("this pgmux serves the database \"{}\"", served.dbname));
+                return Err(refused(err));
+            }
+            match tokio::time::timeout_at(deadline, auth.authenticate(conn, user, &served.user)).await {
+                Err(_) => return Err(timed_out()),
+                Ok(result) => result?,
+            }
+            PoolId::default()
+        }
+        Routed::Route(plan) => {
+            match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
+                Err(_) => return Err(timed_out()),
+                Ok(result) => result?,
+            }
+            pool_of(shared, &auth, *plan).map_err(refused)?
+        }
+    };
+    let pool = shared.pools.get(id);
     if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !pool.defaults().is_empty()) {
         return Ok((known, id));
     }
     tokio::select! {
         r = check_params(shared, pool, &raw) => r.map(|params| (params, id)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
+    }
+}
+
+/// The pool of a named database's plan, made the first time a client needs it.
+fn pool_of(shared: &Shared, auth: &Authenticator, plan: RoutePlan) -> Result<PoolId, ErrorMessage> {
+    let unable = |message: String| ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message);
+    if let Some(id) = shared.pools.find(&plan.key) {
+        return Ok(id);
+    }
+    let credentials: Arc<dyn Credentials> = match plan.auth {
+        ServerAuth::Password => Arc::new(StaticCredentials::new(plan.login.clone())),
+        ServerAuth::Passthrough => {
+            return Err(unable(format!(
+                "database \"{}\" logs in as the client (auth = passthrough), which this pgmux cannot do",
+                plan.key.database
+            )));
+        }
+        ServerAuth::Iam | ServerAuth::Secret => {
+            let Some(source) = auth.pool_credentials() else {
+                return Err(unable(format!(
+                    "database \"{}\" as user \"{}\" logs in with {}, which only the AWS build of pgmux provides",
+                    plan.key.database, plan.key.user, plan.auth
+                )));
+            };
+            source.for_pool(&plan.login, plan.auth, plan.secret_arn.as_deref()).map_err(|e| unable(e.to_string()))?
+        }
+    };
+    let setup = PoolSetup { plan, credentials };
+    shared.pools.pool_for(setup).map_err(|e| ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))
+}
+
+/// `"a", "b" and "c"`.
+fn quoted_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    match quoted.split_last() {
+        None => "(none)".to_owned(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
     }
 }
 

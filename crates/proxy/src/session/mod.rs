@@ -142,6 +142,8 @@ struct Session {
     closing: bool,
     /// The pool of its route, in the registry.
     pool: PoolId,
+    /// Its pool is in session mode: it keeps its server connection until it leaves.
+    session_mode: bool,
     /// What the sessions share; while it lives, the client counts toward max_client_conn. Last, so that it
     /// is dropped last: the client stops counting once everything else it held is gone.
     shared: ClientSlot,

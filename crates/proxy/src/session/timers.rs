@@ -139,7 +139,7 @@ impl Session {
         match kind {
             Deadline::Query => {
                 let after = config.query_timeout;
-                let pin = self.router.pin();
+                let pin = self.held();
                 let Some(linked) = self.server.take() else { return Ok(()) };
                 let mut lease = linked.take();
                 let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };

@@ -43,7 +43,7 @@ pub(super) enum Derived {
     ListenPort,
     /// `admin_users`, or the user pgmux logs in as when it is empty: the users in force.
     AdminUsers,
-    /// `pool_max`, or the limit in force when it is unset.
+    /// `default_pool_size` (named databases' pools), else `pool_max`, else the limit in force.
     DefaultPoolSize,
     /// `allow` when `tls_cert` is set (TLS for the clients that ask), `disable` otherwise.
     ClientTlsSslmode,
@@ -54,6 +54,7 @@ pub(super) enum Derived {
 /// PgBouncer's settings with an equivalent in pgmux, in PgBouncer's order (alphabetical, as its SHOW CONFIG).
 pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("admin_users", Source::Derived(Derived::AdminUsers)),
+    ("auth_file", Source::Key("auth_file", Unit::Same)),
     ("auth_type", Source::Key("client_auth", Unit::Same)),
     ("client_idle_timeout", Source::Key("client_idle_timeout", Unit::Seconds)),
     ("client_login_timeout", Source::Key("client_login_timeout", Unit::Seconds)),
@@ -65,11 +66,12 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("listen_addr", Source::Derived(Derived::ListenAddr)),
     ("listen_port", Source::Derived(Derived::ListenPort)),
     ("max_client_conn", Source::Key("max_client_conn", Unit::Same)),
+    // 0 is PgBouncer's "unlimited", as pgmux's; pgbouncer_exporter reads these rows as numbers.
+    ("max_db_connections", Source::Key("max_db_connections", Unit::Same)),
     ("max_prepared_statements", Source::Key("max_prepared_statements", Unit::Same)),
-    // No per-user limit: 0 is PgBouncer's "unlimited". pgbouncer_exporter reads this row as a number.
-    ("max_user_connections", Source::Fixed("0")),
+    ("max_user_connections", Source::Key("max_user_connections", Unit::Same)),
     ("min_pool_size", Source::Key("min_pool_size", Unit::Same)),
-    ("pool_mode", Source::Fixed("transaction")),
+    ("pool_mode", Source::Key("pool_mode", Unit::Same)),
     ("query_timeout", Source::Key("query_timeout", Unit::Seconds)),
     ("query_wait_timeout", Source::Key("query_wait_timeout", Unit::Seconds)),
     ("server_check_delay", Source::Key("server_check_delay", Unit::Seconds)),
@@ -151,7 +153,9 @@ fn derived<'a>(d: Derived, config: &Config, in_force: InForce<'_>, value_of: imp
         Derived::ListenPort => config.listen.port().to_string(),
         Derived::AdminUsers if config.admin_users.is_empty() => in_force.served_user.to_owned(),
         Derived::AdminUsers => value_of("admin_users").to_owned(),
-        Derived::DefaultPoolSize => config.pool_max.unwrap_or(in_force.pool_limit).to_string(),
+        Derived::DefaultPoolSize => {
+            config.default_pool_size.or(config.pool_max).unwrap_or(in_force.pool_limit).to_string()
+        }
         Derived::ClientTlsSslmode => if config.tls_cert.is_some() { "allow" } else { "disable" }.to_owned(),
         Derived::ServerTlsSslmode => config.effective_sslmode().to_string(),
     }
@@ -186,7 +190,7 @@ pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), Not
         Source::Key(pgmux, Unit::Millis) => to(pgmux, bare(value, 1.0).unwrap_or_else(|| value.to_owned())),
         Source::Key(pgmux, Unit::Same | Unit::Flag) => to(pgmux, value.to_owned()),
         Source::Derived(Derived::AdminUsers) => to("admin_users", value.to_owned()),
-        Source::Derived(Derived::DefaultPoolSize) => to("pool_max", value.to_owned()),
+        Source::Derived(Derived::DefaultPoolSize) => to("default_pool_size", value.to_owned()),
         Source::Derived(Derived::ServerTlsSslmode) => to("sslmode", value.to_owned()),
         Source::Derived(Derived::ClientTlsSslmode) => Err(NotSettable::FollowsTlsCert { key }),
         Source::Derived(Derived::ListenAddr | Derived::ListenPort) => Err(NotSettable::PartOfListen { key }),

@@ -56,8 +56,9 @@ impl Rig {
         let credentials = Arc::new(StaticCredentials::from_config(&config));
         let tls = ServerTls::new(SslMode::Disable, Vec::new()).expect("plaintext needs no CA");
         let stop = Stop::new();
+        let auth = crate::client::auth::Authenticator::from_config(&config);
         let pools = Pools::new(Arc::new(config), credentials, tls, TaskTracker::new(), stop.clone());
-        let shared = Arc::new(Shared::new(pools, TaskTracker::new(), None));
+        let shared = Arc::new(Shared::new(pools, TaskTracker::new(), None, auth));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
         Rig { fake, shared, stop, listener, next_id: 1 }
     }

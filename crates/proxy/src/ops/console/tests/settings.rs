@@ -146,7 +146,8 @@ fn a_fixed_or_worked_out_row_gives_way_to_a_pgmux_key_of_its_name() {
     for (name, source) in PGBOUNCER {
         let own_key = KEYS.iter().any(|k| k.name == *name);
         match source {
-            Source::Key(..) | Source::Derived(Derived::AdminUsers) => {}
+            // Rows worked out from the key of their name first.
+            Source::Key(..) | Source::Derived(Derived::AdminUsers | Derived::DefaultPoolSize) => {}
             Source::Fixed(_) | Source::Derived(_) => {
                 assert!(!own_key, "pgmux now has a key {name}: make its SHOW CONFIG row Source::Key({name:?}, ..)")
             }
@@ -243,7 +244,7 @@ fn changeable_says_whether_set_or_reload_changes_it() {
     for (key, want) in [
         ("listen_addr", false),
         ("listen_port", false),
-        ("pool_mode", false),
+        ("pool_mode", true),
         ("stats_period", false),
         ("unix_socket_dir", false),
         ("listen", false),
@@ -311,15 +312,16 @@ fn set_by_pgbouncer_s_name_and_unit_changes_pgmux_s_key() {
     assert_eq!(target("query_wait_timeout", "30s"), Ok(ok("query_wait_timeout", "30s")));
     assert_eq!(target("pool_grow_after", "5"), Ok(ok("pool_grow_after", "5")), "not a PgBouncer name: as it is");
     // PgBouncer's names for pgmux's keys.
-    assert_eq!(target("default_pool_size", "12"), Ok(ok("pool_max", "12")));
+    assert_eq!(target("default_pool_size", "12"), Ok(ok("default_pool_size", "12")));
+    assert_eq!(target("pool_mode", "session"), Ok(ok("pool_mode", "session")));
     assert_eq!(target("auth_type", "md5"), Ok(ok("client_auth", "md5")));
     assert_eq!(target("server_tls_sslmode", "require"), Ok(ok("sslmode", "require")));
     assert_eq!(target("tcp_keepalive", "0"), Ok(ok("tcp_keepalive", "0")));
     // What no setting changes says so.
-    for key in ["pool_mode", "stats_period", "max_user_connections", "listen_port", "client_tls_sslmode"] {
+    for key in ["stats_period", "listen_port", "client_tls_sslmode"] {
         let why = target(key, "1").expect_err(key);
         assert!(why.to_string().contains(key), "{why}");
     }
     assert_eq!(target("listen_port", "1"), Err(NotSettable::PartOfListen { key: "listen_port" }));
-    assert!(matches!(target("pool_mode", "session"), Err(NotSettable::Fixed { key: "pool_mode", .. })));
+    assert!(matches!(target("stats_period", "1"), Err(NotSettable::Fixed { key: "stats_period", .. })));
 }

@@ -1,0 +1,177 @@
+//! Which pool a client's (database, user) goes to, and how that pool logs in: a pure function of the
+//! configuration and the users pgmux knows, so that the rules can be read and tested in one place.
+//!
+//! - With no `[[databases]]`, every client goes to the default pool (`database_url`'s), as pgmux always did.
+//! - Otherwise the database a client names must be a route (or `*` catches the rest, its server database
+//!   being the name the client gave). Its pool is keyed by the route and the server user: the route's own
+//!   user if it names one, else the client's.
+//! - The pool logs in with the route's password (for its own user), else the server user's from `[[users]]`
+//!   or the auth file (plaintext, or an md5 hash for md5 servers), else by IAM or a secret when the route or
+//!   the user says so (the binary supplies those).
+//! - Sizes: the route's `pool_size`, else the user's, else `default_pool_size`; the route's and the user's
+//!   limits across pools; the route's or the user's `pool_mode`, else the global one.
+
+use crate::config::auth_file::UserBook;
+use crate::config::{Config, LoginInfo, PoolMode, RouteSpec, Secret, ServerAuth};
+
+use super::registry::PoolKey;
+
+/// Where a client goes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Routed {
+    /// The default pool: no database is configured by name.
+    Default,
+    /// A named database's pool.
+    Route(Box<RoutePlan>),
+}
+
+/// How a named database's pool is made.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RoutePlan {
+    pub(crate) key: PoolKey,
+    /// Where and as whom; the password when the configuration holds one.
+    pub(crate) login: LoginInfo,
+    pub(crate) auth: ServerAuth,
+    pub(crate) secret_arn: Option<String>,
+    pub(crate) cap: Option<usize>,
+    pub(crate) min_pool_size: usize,
+    pub(crate) mode: PoolMode,
+    pub(crate) route_limit: Option<usize>,
+    pub(crate) user_limit: Option<usize>,
+}
+
+/// Why a client's database cannot be served.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct UnknownDatabase {
+    /// The names a client may use.
+    pub(crate) names: Vec<String>,
+}
+
+/// Where a client of `database` logging in as `user` goes.
+pub(crate) fn route(config: &Config, book: &UserBook, database: &str, user: &str) -> Result<Routed, UnknownDatabase> {
+    if config.databases.is_empty() {
+        return Ok(Routed::Default);
+    }
+    let found = config.databases.iter().find(|r| r.name == database);
+    let (spec, server_db) = match found.or_else(|| config.databases.iter().find(|r| r.name == "*")) {
+        Some(spec) => (spec, spec.dbname.clone().unwrap_or_else(|| database.to_owned())),
+        None => {
+            let names = config.databases.iter().map(|r| r.name.clone()).filter(|n| n != "*").collect();
+            return Err(UnknownDatabase { names });
+        }
+    };
+    Ok(Routed::Route(Box::new(plan(config, book, spec, database, server_db, user))))
+}
+
+fn plan(
+    config: &Config,
+    book: &UserBook,
+    spec: &RouteSpec,
+    database: &str,
+    server_db: String,
+    user: &str,
+) -> RoutePlan {
+    let server_user = spec.user.clone().unwrap_or_else(|| user.to_owned());
+    let known = book.get(&server_user);
+    let user_spec = known.and_then(|k| k.spec.as_ref());
+    // A route's own password is for its own user; otherwise the server user's from the book.
+    let password: Option<Secret> = match (&spec.user, &spec.password) {
+        (Some(_), Some(password)) => Some(password.clone()),
+        _ => known.and_then(|k| k.password.clone()),
+    };
+    let auth = spec.auth.or(user_spec.and_then(|u| u.auth)).unwrap_or(if config.iam_auth {
+        ServerAuth::Iam
+    } else {
+        ServerAuth::Password
+    });
+    let url = &config.database_url.login;
+    let host = spec.host.clone().unwrap_or_else(|| {
+        if config.database_host.is_empty() { url.host.clone() } else { config.database_host.clone() }
+    });
+    let port = spec.port.or(config.database_port).unwrap_or(if url.port == 0 { 5432 } else { url.port });
+    let some = |n: usize| (n > 0).then_some(n);
+    RoutePlan {
+        key: PoolKey { database: database.to_owned(), user: server_user.clone() },
+        login: LoginInfo { host, port, user: server_user, password, dbname: server_db },
+        auth,
+        secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
+        cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),
+        min_pool_size: spec.min_pool_size.unwrap_or(0),
+        mode: spec.pool_mode.or(user_spec.and_then(|u| u.pool_mode)).unwrap_or(config.pool_mode),
+        route_limit: spec.max_db_connections.or(some(config.max_db_connections)).filter(|n| *n > 0),
+        user_limit: user_spec
+            .and_then(|u| u.max_user_connections)
+            .or(some(config.max_user_connections))
+            .filter(|n| *n > 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::auth_file::UserEntry;
+
+    fn config(extra: &str) -> Config {
+        let text = format!("database_url = \"postgres://app:pw@db.example:5432/app\"\n{extra}");
+        Config::from_toml_str(&text).expect("a valid configuration")
+    }
+
+    fn plan_of(routed: Routed) -> RoutePlan {
+        match routed {
+            Routed::Route(plan) => *plan,
+            Routed::Default => panic!("expected a route"),
+        }
+    }
+
+    #[test]
+    fn with_no_databases_every_client_goes_to_the_default_pool() {
+        let c = config("");
+        assert_eq!(route(&c, &UserBook::build(&c, Vec::new()), "anything", "anyone"), Ok(Routed::Default));
+    }
+
+    #[test]
+    fn a_route_with_its_own_user_logs_in_as_it_with_its_password() {
+        let c = config(
+            "[[databases]]\nname = \"app\"\nuser = \"app_rw\"\npassword = \"rw-pw\"\npool_size = 5\n\
+             [[databases]]\nname = \"report\"\ndbname = \"app\"\nhost = \"reader.example\"\n",
+        );
+        let book = UserBook::build(&c, vec![UserEntry { user: "ann".into(), password: Secret::new("ann-pw") }]);
+        let p = plan_of(route(&c, &book, "app", "ann").unwrap());
+        assert_eq!(p.key, PoolKey { database: "app".into(), user: "app_rw".into() });
+        assert_eq!((p.login.user.as_str(), p.login.password.as_ref().map(Secret::expose)), ("app_rw", Some("rw-pw")));
+        assert_eq!((p.login.host.as_str(), p.login.port, p.cap), ("db.example", 5432, Some(5)));
+        // No user of its own: the client's, with the client's password from the auth file.
+        let p = plan_of(route(&c, &book, "report", "ann").unwrap());
+        assert_eq!(p.key, PoolKey { database: "report".into(), user: "ann".into() });
+        assert_eq!((p.login.dbname.as_str(), p.login.host.as_str()), ("app", "reader.example"));
+        assert_eq!(p.login.password.as_ref().map(Secret::expose), Some("ann-pw"));
+    }
+
+    #[test]
+    fn an_unknown_database_names_those_a_client_may_use_and_a_star_catches_the_rest() {
+        let c = config("[[databases]]\nname = \"app\"\n[[databases]]\nname = \"report\"\n");
+        let book = UserBook::build(&c, Vec::new());
+        assert_eq!(
+            route(&c, &book, "nope", "app"),
+            Err(UnknownDatabase { names: vec!["app".into(), "report".into()] })
+        );
+        let c = config("[[databases]]\nname = \"app\"\n[[databases]]\nname = \"*\"\nhost = \"other.example\"\n");
+        let p = plan_of(route(&c, &book, "tenant42", "app").unwrap());
+        assert_eq!((p.login.dbname.as_str(), p.login.host.as_str()), ("tenant42", "other.example"));
+        assert_eq!(p.key.database, "tenant42");
+    }
+
+    #[test]
+    fn sizes_and_modes_come_from_the_route_then_the_user_then_the_defaults() {
+        let c = config(
+            "default_pool_size = 7\nmax_user_connections = 9\npool_mode = \"transaction\"\n\
+             [[databases]]\nname = \"app\"\n[[databases]]\nname = \"mig\"\npool_mode = \"session\"\n\
+             max_db_connections = 2\n[[users]]\nname = \"report\"\npool_size = 3\nmax_user_connections = 4\n",
+        );
+        let book = UserBook::build(&c, Vec::new());
+        let p = plan_of(route(&c, &book, "app", "report").unwrap());
+        assert_eq!((p.cap, p.user_limit, p.route_limit, p.mode), (Some(3), Some(4), None, PoolMode::Transaction));
+        let p = plan_of(route(&c, &book, "mig", "app").unwrap());
+        assert_eq!((p.cap, p.user_limit, p.route_limit, p.mode), (Some(7), Some(9), Some(2), PoolMode::Session));
+    }
+}

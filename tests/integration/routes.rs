@@ -1,0 +1,223 @@
+//! Many databases and users behind one pgmux: routes by the name a client gives, pools keyed by route and
+//! server user, each user's own password (plaintext, md5 hash, SCRAM verifier), PostgreSQL's error codes for
+//! an unknown database, an unknown user and a wrong password without a server connection, one budget that
+//! an idle pool gives way to, and session mode.
+
+use std::time::Duration;
+
+use pgmux_testkit::{APP_USER, MD5_USER, Role, SUPERUSER};
+use tokio_postgres::Client;
+
+use crate::common::{self, Fixture, code, scalar};
+
+/// Two routes to the test database: `app` logs in as the client, `reports` always as the md5 user.
+const ROUTES: &str = r#"
+[[databases]]
+name = "app"
+dbname = "pgmux"
+[[databases]]
+name = "reports"
+dbname = "pgmux"
+user = "pgmux_md5"
+password = "md5-pw-2"
+[[users]]
+name = "pgmux_app"
+password = "app-pw-1"
+[[users]]
+name = "pgmux_md5"
+password = "md5-pw-2"
+"#;
+
+async fn connect_to(fx: &Fixture, role: &Role, database: &str) -> Result<Client, tokio_postgres::Error> {
+    common::connect(fx.addr(), role, |c| {
+        c.dbname(database);
+    })
+    .await
+}
+
+/// Server connections of every user, as the server sees them (pgmux's liveness probes aside).
+async fn backends(oracle: &Client) -> i64 {
+    let row = oracle
+        .query_one(
+            "select count(*) from pg_stat_activity where backend_type = 'client backend' \
+             and usename in ('pgmux_app', 'pgmux_md5') and application_name is distinct from 'pgmux-probe'",
+            &[],
+        )
+        .await
+        .expect("count backends");
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_route_logs_in_as_its_user_and_each_user_with_its_own_password() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let app = connect_to(&fx, &APP_USER, "app").await.expect("pgmux_app into app");
+    assert_eq!(scalar(&app, "select current_user").await, "pgmux_app");
+    let reports = connect_to(&fx, &APP_USER, "reports").await.expect("pgmux_app into reports");
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5", "reports forces its user");
+    // The md5 user logs in with its own password, and into `app` as itself.
+    let md5 = connect_to(&fx, &MD5_USER, "app").await.expect("pgmux_md5 into app");
+    assert_eq!(scalar(&md5, "select current_user").await, "pgmux_md5");
+    // Neither user gets in with the other's password.
+    let swapped = Role { user: MD5_USER.user, password: APP_USER.password };
+    let err = connect_to(&fx, &swapped, "app").await.expect_err("the other user's password");
+    assert_eq!(code(&err), "28P01");
+    // Three pools: (app, pgmux_app), (reports, pgmux_md5), (app, pgmux_md5).
+    let oracle = common::direct(&fx.pg).await;
+    let by_user: Vec<(String, i64)> = oracle
+        .query(
+            "select usename::text, count(*) from pg_stat_activity where backend_type = 'client backend' \
+             and usename in ('pgmux_app', 'pgmux_md5') and application_name is distinct from 'pgmux-probe' \
+             group by 1 order by 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(by_user, [("pgmux_app".to_owned(), 1), ("pgmux_md5".to_owned(), 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_database_user_or_password_gets_postgresql_codes_and_no_server_connection() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let oracle = common::direct(&fx.pg).await;
+    let err = connect_to(&fx, &APP_USER, "nope").await.expect_err("no such route");
+    assert_eq!(code(&err), "3D000");
+    let db = err.as_db_error().expect("a database error");
+    assert_eq!(db.message(), "no such database: nope");
+    assert_eq!(db.hint(), Some("this pgmux serves the databases \"app\" and \"reports\""));
+    let stranger = Role { user: "nobody_here", password: "whatever" };
+    let err = connect_to(&fx, &stranger, "app").await.expect_err("an unknown user");
+    assert_eq!(code(&err), "28P01", "as PostgreSQL does, an unknown user fails like a wrong password");
+    let wrong = Role { user: APP_USER.user, password: "not-it" };
+    let err = connect_to(&fx, &wrong, "reports").await.expect_err("a wrong password");
+    assert_eq!(code(&err), "28P01");
+    assert_eq!(backends(&oracle).await, 0, "no refused login opened a server connection");
+
+    // Under trust there is no exchange to hide behind: an unknown user is told so (28000).
+    let fx = common::start(&format!("pool_max = 4\nclient_auth = \"trust\"\n{ROUTES}")).await;
+    let err = connect_to(&fx, &stranger, "app").await.expect_err("an unknown user under trust");
+    assert_eq!(code(&err), "28000");
+    assert!(common::message(&err).contains("\"trust\" authentication failed"), "{}", common::message(&err));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_from_an_auth_file_log_in_with_md5_hashes_and_scram_verifiers() {
+    // Start once to read the verifier PostgreSQL stores for pgmux_app.
+    let fx = common::start("").await;
+    let oracle = common::direct(&fx.pg).await;
+    let verifier: String = oracle
+        .query_one("select rolpassword from pg_authid where rolname = $1", &[&APP_USER.user])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(verifier.starts_with("SCRAM-SHA-256$"), "the template stores SCRAM: {verifier}");
+    let md5_hash = pgmux_proto::auth::md5::stored_hash(MD5_USER.user, MD5_USER.password);
+    let dir = tempfile::tempdir().unwrap();
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, format!("\"pgmux_app\" \"{verifier}\"\n\"pgmux_md5\" \"{md5_hash}\"\n")).unwrap();
+    drop((oracle, fx));
+
+    // pgmux_app is checked against its verifier; its server login goes as pgmux_md5, with the md5 hash.
+    let extra = format!(
+        "pool_max = 4\nauth_file = {:?}\n[[databases]]\nname = \"app\"\ndbname = \"pgmux\"\nuser = \"pgmux_md5\"\n",
+        userlist.display().to_string()
+    );
+    for auth in ["scram-sha-256", "md5"] {
+        let fx = common::start(&format!("client_auth = \"{auth}\"\n{extra}")).await;
+        let c = connect_to(&fx, &APP_USER, "app").await.unwrap_or_else(|e| panic!("{auth}: {e}"));
+        assert_eq!(scalar(&c, "select current_user").await, "pgmux_md5");
+        // A password kept as an md5 hash answers md5 only, as in PostgreSQL.
+        match connect_to(&fx, &MD5_USER, "app").await {
+            Ok(md5) if auth == "md5" => assert_eq!(scalar(&md5, "select 1").await, "1"),
+            Err(e) if auth != "md5" => assert_eq!(code(&e), "28P01"),
+            other => panic!("{auth}, md5 user: {:?}", other.map(|_| "logged in")),
+        }
+        let wrong = Role { user: APP_USER.user, password: MD5_USER.password };
+        assert_eq!(code(&connect_to(&fx, &wrong, "app").await.expect_err("wrong")), "28P01", "{auth}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_budget_for_all_pools_an_idle_pool_gives_way_and_a_busy_one_does_not() {
+    let fx = common::start(&format!("pool_max = 2\nquery_wait_timeout = \"2s\"\n{ROUTES}")).await;
+    let oracle = common::direct(&fx.pg).await;
+    // A client of `reports` logs in (its pool's first login opens a connection, idle after).
+    let reports = connect_to(&fx, &APP_USER, "reports").await.unwrap();
+    // Two clients of `app` in transactions: the whole budget, one connection of it taken from `reports`'s
+    // idle pool.
+    let mut a = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let mut b = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let ta = a.transaction().await.unwrap();
+    let tb = b.transaction().await.unwrap();
+    ta.simple_query("select 1").await.unwrap();
+    tb.simple_query("select 1").await.unwrap();
+    assert_eq!(backends(&oracle).await, 2);
+    // Now `reports` waits: no connection in use is ever taken from another pool.
+    let err = reports.simple_query("select 1").await.expect_err("the budget is spent and in use");
+    assert_eq!(code(&err), "53300", "{}", common::message(&err));
+    assert!(common::message(&err).contains("all 2 server connections stayed busy"), "{}", common::message(&err));
+    // Once they are idle, one gives way to the other pool.
+    ta.commit().await.unwrap();
+    tb.commit().await.unwrap();
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5");
+    assert!(common::eventually(Duration::from_secs(5), || async { backends(&oracle).await <= 2 }).await);
+    let users: Vec<String> = oracle
+        .query(
+            "select usename::text from pg_stat_activity where backend_type = 'client backend' \
+             and usename in ('pgmux_app', 'pgmux_md5') and application_name is distinct from 'pgmux-probe' order by 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(users, ["pgmux_app", "pgmux_md5"], "one of app's idle connections was closed for reports");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_database_and_per_user_caps_hold_across_pools() {
+    // Both users' pools of `app` share max_db_connections = 1.
+    let fx =
+        common::start(&format!("pool_max = 4\nmax_db_connections = 1\nquery_wait_timeout = \"1s\"\n{ROUTES}")).await;
+    let md5 = connect_to(&fx, &MD5_USER, "app").await.unwrap();
+    let mut a = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let ta = a.transaction().await.unwrap();
+    ta.simple_query("select 1").await.unwrap();
+    assert_eq!(code(&md5.simple_query("select 1").await.expect_err("app's one connection is in use")), "53300");
+    ta.commit().await.unwrap();
+    assert_eq!(scalar(&md5, "select current_user").await, "pgmux_md5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_mode_keeps_a_server_per_client_and_lends_it_again_after() {
+    let fx = common::start(&format!("pool_max = 4\npool_mode = \"session\"\n{ROUTES}")).await;
+    let a = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let b = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..5 {
+        pids.insert(scalar(&a, "select pg_backend_pid()").await);
+        scalar(&b, "select pg_backend_pid()").await;
+    }
+    assert_eq!(pids.len(), 1, "a session-mode client keeps one server connection");
+    // Session state that would pin in transaction mode is simply the session's.
+    a.batch_execute("create temp table mine (x int); insert into mine values (1)").await.unwrap();
+    assert_eq!(scalar(&a, "select count(*) from mine").await, "1");
+    let a_pid = pids.into_iter().next().unwrap();
+    drop(a);
+    // Its connection goes back once it leaves (temporary objects gone with DISCARD, or the connection closed).
+    let c = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    assert!(
+        c.simple_query("select count(*) from mine").await.is_err(),
+        "the next client never sees the last one's temporary table"
+    );
+    let _ = a_pid;
+    let su = common::connect(fx.addr(), &SUPERUSER, |c| {
+        c.dbname("app");
+    })
+    .await;
+    assert!(su.is_err(), "postgres is not a user this pgmux knows");
+}
