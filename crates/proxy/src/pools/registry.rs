@@ -227,6 +227,7 @@ impl Pools {
     }
 
     /// Every pool with its name, the default one first.
+    #[allow(dead_code, reason = "the console's per-pool rows are next")]
     pub(crate) fn named(&self) -> Vec<(PoolKey, Arc<ServerPool>)> {
         let made = self.made.lock();
         let mut out: Vec<(PoolKey, Arc<ServerPool>)> =
