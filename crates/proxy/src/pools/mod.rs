@@ -128,6 +128,11 @@ impl ServerPool {
         pool
     }
 
+    /// Keeps `n` connections warm rather than min_pool_size.
+    pub(crate) fn keep_warm(&mut self, n: usize) {
+        self.min_pool_size = Some(n);
+    }
+
     /// How long its clients keep a server connection.
     #[inline]
     pub(crate) fn mode(&self) -> PoolMode {
