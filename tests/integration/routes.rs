@@ -302,3 +302,14 @@ async fn without_database_url_sizing_reads_the_database_as_a_route_s_own_user_or
         common::eventually(Duration::from_secs(10), || async { handle.admin().metrics().pool_budget > 0 }).await;
     assert!(sized, "sizing read the database's budget");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_user_logs_in_with_its_own_password() {
+    let fx = common::start(&format!("pool_max = 4\nadmin_users = \"pgmux_md5\"\n{ROUTES}")).await;
+    let console = connect_to(&fx, &MD5_USER, "pgbouncer").await.expect("the admin with its own password");
+    assert!(!console.simple_query("SHOW POOLS").await.unwrap().is_empty());
+    let wrong = Role { user: MD5_USER.user, password: APP_USER.password };
+    assert_eq!(code(&connect_to(&fx, &wrong, "pgbouncer").await.expect_err("another's password")), "28P01");
+    // A user pgmux knows but who is no admin fails as an unknown one does.
+    assert_eq!(code(&connect_to(&fx, &APP_USER, "pgbouncer").await.expect_err("not an admin")), "28P01");
+}
