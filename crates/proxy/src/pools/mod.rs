@@ -34,6 +34,7 @@ pub(crate) use checkout::{CheckoutError, Fitness, Resume, ServerGrant, ServerTic
 use limit::Limit;
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
+pub(crate) use probe::Answer;
 pub(crate) use registry::{Globals, PoolId, PoolSetup, Pools};
 
 use crate::config::credentials::Credentials;

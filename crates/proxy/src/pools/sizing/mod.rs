@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::credentials::BoxFuture;
 use crate::pools::budget::{Member, Plan, Reading, Report, RowError, plan};
-use crate::pools::{CheckoutError, ServerPool};
+use crate::pools::{Answer, CheckoutError, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::runtime::stop::{Level, Stop};
 use crate::server::ServerConn;
@@ -146,11 +146,14 @@ impl Gauge for ControlConnection {
             let timeout = pool.config().server_probe_timeout;
             let Some(conn) = self.conn.as_mut().filter(|_| !timeout.is_zero()) else { return };
             let asked = Instant::now();
-            if let Err(failure) = conn.ping(timeout).await {
-                if matches!(failure, ServerFailure::Timeout(_)) {
-                    pool.silent(conn.addr, asked, "the control connection's probe timed out");
+            let node = conn.addr;
+            match pool.ask_node(conn, timeout).await {
+                Answer::Answered => {}
+                Answer::Failed => self.lost(pool),
+                answer => {
+                    pool.heard(node, asked, &answer);
+                    self.lost(pool);
                 }
-                self.lost(pool);
             }
         })
     }
