@@ -14,7 +14,13 @@
 use crate::config::auth_file::UserBook;
 use crate::config::{Config, LoginInfo, PoolMode, RouteSpec, Secret, ServerAuth};
 
-use super::registry::PoolKey;
+/// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
+/// (`database_url`'s, or the secret's) has empty names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct PoolKey {
+    pub(crate) database: String,
+    pub(crate) user: String,
+}
 
 /// Where a client goes.
 #[derive(Debug, PartialEq, Eq)]
@@ -106,9 +112,30 @@ fn plan(
     }
 }
 
-/// Whom the control connection (sizing) logs in as when `database_url` names nobody: the first route that
-/// logs in as its own user with a password pgmux holds. `None` if no route does.
-pub(crate) fn control_login(config: &Config, book: &UserBook) -> Option<LoginInfo> {
+/// Sizing from the database needs a user to read it, and the configuration names none.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "max_connections_percent sizes the pools from the database, which needs a user to read it: set \
+     database_url, give a route its own user and password, or set pool_max and max_connections_percent = 0"
+)]
+pub struct NoControlUser;
+
+/// Whom the default pool (and with it sizing's control connection) logs in as: database_url's user, else
+/// the first route with its own user and password. Without either, only a configuration that does not size
+/// from the database can run.
+pub(crate) fn sizing_login(config: &Config, book: &UserBook) -> Result<LoginInfo, NoControlUser> {
+    if !config.database_url.login.host.is_empty() || config.databases.is_empty() {
+        return Ok(config.with_overrides(config.database_url.login.clone()));
+    }
+    match control_login(config, book) {
+        Some(login) => Ok(login),
+        None if config.max_connections_percent == 0 => Ok(config.with_overrides(config.database_url.login.clone())),
+        None => Err(NoControlUser),
+    }
+}
+
+/// The first route that logs in as its own user with a password pgmux holds. `None` if no route does.
+fn control_login(config: &Config, book: &UserBook) -> Option<LoginInfo> {
     config.databases.iter().filter(|r| r.name != "*").find_map(|spec| {
         let user = spec.user.as_deref()?;
         let plan = plan(config, book, spec, &spec.name, spec.dbname.clone().unwrap_or_else(|| spec.name.clone()), user);
