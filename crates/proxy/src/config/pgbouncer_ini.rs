@@ -435,6 +435,7 @@ where
     }
     b.listen()?;
     b.client_tls()?;
+    b.budget();
     let Builder { mut cfg, env, sources, origins, unsupported, routes, users, .. } = b;
     cfg.databases = routes;
     cfg.users = users;
@@ -605,6 +606,18 @@ impl Builder {
             self.set("listen", &listen, item)?;
         }
         Ok(())
+    }
+
+    /// PgBouncer has no cap on all server connections together; pgmux's budget (`pool_max`, with sizing
+    /// from the server off) takes `max_client_conn` unless the environment sets it: transaction and session
+    /// pooling alike use at most one server connection per client, so the cap binds only on pools kept warm
+    /// by `min_pool_size`, and then an idle pool gives way to a waiting one.
+    fn budget(&mut self) {
+        if self.env_sets("pool_max") {
+            return;
+        }
+        let clients = self.env.get("PGMUX_MAX_CLIENT_CONN").and_then(|v| v.trim().parse().ok());
+        self.cfg.pool_max = Some(clients.unwrap_or(self.cfg.max_client_conn).max(2));
     }
 
     /// `client_tls_sslmode` with its certificate and key: pgmux offers TLS to the clients that ask.

@@ -235,4 +235,8 @@ pub const PGBOUNCER_DEFAULTS: &[(&str, &str)] = &[
     ("server_check_delay", "30s"),
     ("max_prepared_statements", "200"),
     ("unix_socket_dir", "/tmp"),
+    // PgBouncer does not size its pools from the server's max_connections, and an ini names no login for
+    // the control connection that would read it (PGMUX_DATABASE_URL and PGMUX_MAX_CONNECTIONS_PERCENT turn
+    // it on). The budget of all pools is then pool_max: see `Builder::budget`.
+    ("max_connections_percent", "0"),
 ];

@@ -78,6 +78,7 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     assert_eq!(cfg.auth_file.as_deref(), Some(Path::new("userlist.txt")));
     assert_eq!(cfg.pool_mode, PoolMode::Transaction);
     assert_eq!((cfg.max_client_conn, cfg.default_pool_size), (10, Some(5)));
+    assert_eq!((cfg.pool_max, cfg.max_connections_percent), (Some(10), 0), "the budget: max_client_conn");
     assert_eq!(cfg.server_check_delay, Duration::from_secs(10));
     assert_eq!((cfg.server_lifetime, cfg.server_idle_timeout), (Duration::from_secs(120), Duration::from_secs(60)));
     assert!(!cfg.tcp_keepalive);
@@ -165,6 +166,8 @@ fn what_the_file_does_not_set_has_pgbouncers_default() {
     assert_eq!(cfg.default_pool_size, Some(20));
     assert_eq!(cfg.client_auth, ClientAuth::Md5);
     assert_eq!(cfg.max_client_conn, 100);
+    // No sizing from the server (no login for its control connection); the budget is max_client_conn.
+    assert_eq!((cfg.max_connections_percent, cfg.pool_max), (0, Some(100)));
     assert_eq!(cfg.query_wait_timeout, Duration::from_secs(120));
     assert_eq!(cfg.client_login_timeout, Duration::from_secs(60));
     assert_eq!(cfg.server_connect_timeout, Duration::from_secs(15));
@@ -247,7 +250,7 @@ fn the_environment_overrides_the_file() {
         &[("PGMUX_MAX_CLIENT_CONN", "9"), ("PGMUX_POOL_MODE", "session"), ("PGMUX_LISTEN", "127.0.0.1:7777")],
     )
     .unwrap();
-    assert_eq!(c.config.max_client_conn, 9);
+    assert_eq!((c.config.max_client_conn, c.config.pool_max), (9, Some(9)));
     assert_eq!(c.config.pool_mode, PoolMode::Session);
     assert_eq!(c.config.listen, "127.0.0.1:7777".parse().unwrap());
     // PGMUX_DATABASE_HOST names the server for entries without a host.
@@ -375,4 +378,15 @@ fn every_setting_is_one_pgmux_has_and_the_migration_guide_covers_it() {
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), SETTINGS.len(), "a setting is listed twice");
+}
+
+#[test]
+fn the_auth_files_users_are_the_users_pgmux_knows() {
+    let dir = tempfile::tempdir().unwrap();
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, "\"marko\" \"kama\"\n;\"commented\" \"x\"\n\"pgbouncer\" \"fake\"\n").unwrap();
+    let c = parse(&format!("{ONE_DB}[pgbouncer]\nauth_type = trust\nauth_file = {}\n", userlist.display())).unwrap();
+    let book = crate::config::auth_file::UserBook::load(&c.config).expect("the auth file reads");
+    assert!(book.get("pgbouncer").is_some() && book.get("marko").is_some());
+    assert!(book.get("commented").is_none());
 }
