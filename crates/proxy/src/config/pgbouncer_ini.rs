@@ -103,13 +103,6 @@ impl IniConfig {
             items.join("; ")
         ))
     }
-
-    /// Logs [`warning`](Self::warning), once.
-    pub fn warn(&self) {
-        if let Some(warning) = self.warning() {
-            tracing::warn!(unsupported = self.unsupported.len(), "{warning}");
-        }
-    }
 }
 
 /// Why PgBouncer's files cannot be read as pgmux's configuration: which file, which line, what.

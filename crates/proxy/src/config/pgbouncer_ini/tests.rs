@@ -181,6 +181,24 @@ fn what_the_file_does_not_set_has_pgbouncers_default() {
 }
 
 #[test]
+fn the_fallback_entry_and_quoted_names_are_routes_like_any_other() {
+    let c = parse(
+        "[databases]\n\"my db\" = host=db1 dbname=app\n* = host=db2 port=5433\nlocal =\n\
+         [users]\n\"o\"\"brien\" = pool_size=2\n",
+    )
+    .unwrap();
+    let routes: Vec<(&str, Option<&str>, Option<u16>)> =
+        c.config.databases.iter().map(|r| (r.name.as_str(), r.host.as_deref(), r.port)).collect();
+    // An entry without a host reaches 127.0.0.1 over TCP, and the warning says so.
+    assert_eq!(
+        routes,
+        [("my db", Some("db1"), None), ("*", Some("db2"), Some(5433)), ("local", Some("127.0.0.1"), None)]
+    );
+    assert_eq!(c.config.users[0].name, "o\"brien");
+    assert_eq!(settings_of(&c), ["database local: host", "listen_addr"]);
+}
+
+#[test]
 fn times_are_pgbouncers_seconds_and_milliseconds() {
     let c = parse(&format!(
         "{ONE_DB}[pgbouncer]\nlisten_addr = *\nlisten_port = 7000\nquery_wait_timeout = 0.5\n\
