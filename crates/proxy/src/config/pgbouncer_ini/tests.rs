@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::syntax::{Line, lex};
 use super::*;
 use crate::config::{ClientAuth, PoolMode};
 
