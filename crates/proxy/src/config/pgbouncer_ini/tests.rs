@@ -409,3 +409,18 @@ fn the_auth_files_users_are_the_users_pgmux_knows() {
     assert!(book.get("pgbouncer").is_some() && book.get("marko").is_some());
     assert!(book.get("commented").is_none());
 }
+
+#[test]
+fn every_setting_the_reader_rules_on_is_ruled_on() {
+    // A setting marked Rule that the builder forgot would panic here rather than in a user's start-up.
+    for (name, meaning) in SETTINGS {
+        if *meaning == Meaning::Rule {
+            // No host names for listen_addr: a test should not wait on DNS.
+            let values: &[&str] =
+                if *name == "listen_addr" { &["", "*", "127.0.0.1"] } else { &["", "1", "disable", "session"] };
+            for value in values {
+                let _ = parse(&format!("{ONE_DB}[pgbouncer]\n{name} = {value}\n"));
+            }
+        }
+    }
+}
