@@ -7,6 +7,7 @@ mod basics;
 mod failures;
 mod figures;
 mod params;
+mod pgbouncer_ini;
 mod pooling;
 mod protocol;
 mod resilience;

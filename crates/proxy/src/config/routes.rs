@@ -222,6 +222,9 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "load_balance_hosts",
     "auth_dbname",
     "auth_query",
+    "max_db_client_connections",
+    "query_wait_timeout",
+    "target_session_attrs",
 ];
 
 /// Keys of PgBouncer's `[users]` entries that pgmux does not have.
@@ -232,6 +235,7 @@ const USER_KEYS_NOT_SUPPORTED: &[&str] = &[
     "transaction_timeout",
     "client_idle_timeout",
     "max_user_client_connections",
+    "query_wait_timeout",
 ];
 
 impl RouteSpec {
