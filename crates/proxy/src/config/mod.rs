@@ -8,6 +8,7 @@
 pub mod auth_file;
 pub mod credentials;
 mod error;
+pub mod learned;
 mod live;
 mod role;
 pub mod routes;

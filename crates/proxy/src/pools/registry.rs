@@ -96,6 +96,9 @@ pub(crate) enum PoolsError {
     Full,
 }
 
+/// The `application_name` of the one-off logins that prove a passthrough password.
+const PASSWORD_CHECK_NAME: &str = "pgmux-password-check";
+
 /// Every pool of one pgmux, and what they share.
 #[derive(Debug)]
 pub(crate) struct Pools {
@@ -196,6 +199,22 @@ impl Pools {
         made.by_key.insert(plan.key.clone(), id);
         made.plans.insert(plan.key.clone(), setup.plan);
         Ok(id)
+    }
+
+    /// Logs in once with `login` and closes the connection again: proves a client's own password
+    /// (passthrough) before a pool is made for it, or before a pool learns a changed one. Outside every
+    /// pool's budget: it is one login, gone at once.
+    pub(crate) async fn try_login(&self, login: &crate::config::LoginInfo) -> Result<(), crate::server::ConnectError> {
+        let options = {
+            let config = self.globals.config.full();
+            crate::server::ConnectOptions {
+                need_role: false,
+                ..super::connect_options(&config, 0, Some(PASSWORD_CHECK_NAME))
+            }
+        };
+        let conn = crate::server::ServerConn::connect(login, &self.tls, options).await?;
+        self.globals.tasks.spawn(Box::new(conn).terminate());
+        Ok(())
     }
 
     /// After a reload: the pools of named databases whose route or user changed (or went) take no new

@@ -92,7 +92,7 @@ fn plan(
     let some = |n: usize| (n > 0).then_some(n);
     RoutePlan {
         key: PoolKey { database: database.to_owned(), user: server_user.clone() },
-        login: LoginInfo { host, port, user: server_user, password, dbname: server_db },
+        login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },
         auth,
         secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
         cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),

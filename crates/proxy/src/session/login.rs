@@ -13,12 +13,14 @@ use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
 use super::meter::Meter;
+use super::passthrough;
 use super::{ClientSlot, Session, shutting_down, timers};
 use crate::client::auth::Authenticator;
 use crate::client::cancel::Registration;
 use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, StaticCredentials};
+use crate::config::learned::LearnedCredentials;
 use crate::config::{PoolMode, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
@@ -30,6 +32,7 @@ use crate::protocol::params::{self, ClientParams, Param};
 use crate::protocol::router::Router;
 use crate::runtime::stop::{Level, Stop};
 use crate::server::guard::Blame;
+use pgmux_proto::auth::scram::ScramSecret;
 use pgmux_proto::frontend::StartupMessage;
 
 /// Ends a login without a session: tells the client why, if there is anything to tell.
@@ -70,7 +73,8 @@ pub(super) async fn login(
         tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
         return None;
     }
-    let (params, pool) = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
+    let private = super::passthrough::is_private(&conn, &peer);
+    let (params, pool) = match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
         Ok(admitted) => admitted,
         Err(denied) => return deny(&shared, conn, denied).await,
     };
@@ -135,13 +139,14 @@ async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<
 
 /// Everything between the start-up message and AuthenticationOk: room for one more client, a user, the
 /// right database, the password, and parameters a server accepts. Returns the client's parameters and the
-/// pool of its route.
+/// pool of its route. `count` is how many clients there are; `private`, whether the link is one a password
+/// may cross in clear text.
 async fn admit(
     shared: &Shared,
     stop: &Stop,
     conn: &mut Conn,
     startup: &StartupMessage,
-    count: usize,
+    (count, private): (usize, bool),
     deadline: Instant,
 ) -> Result<(ClientParams, PoolId), OpeningError> {
     let refused = OpeningError::Refused;
@@ -183,12 +188,19 @@ async fn admit(
             }
             PoolId::default()
         }
+        Routed::Route(plan) if plan.auth == ServerAuth::Passthrough => {
+            let make_pool = |plan| pool_of(shared, &auth, plan);
+            let login = passthrough::login(shared, &auth, conn, (user, *plan), private, make_pool);
+            tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())??
+        }
         Routed::Route(plan) => {
-            match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
+            let keys = match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
                 Err(_) => return Err(timed_out()),
                 Ok(result) => result?,
-            }
-            pool_of(shared, &auth, *plan).map_err(refused)?
+            };
+            let id = pool_of(shared, &auth, *plan).map_err(refused)?;
+            passthrough::keep_keys(shared, id, user, keys);
+            id
         }
     };
     let pool = shared.pools.get(id);
@@ -207,14 +219,14 @@ fn pool_of(shared: &Shared, auth: &Authenticator, plan: RoutePlan) -> Result<Poo
     if let Some(id) = shared.pools.find(&plan.key) {
         return Ok(id);
     }
+    let verifier = plan.login.password.as_ref().and_then(|p| ScramSecret::parse_verifier(p.expose()));
     let credentials: Arc<dyn Credentials> = match plan.auth {
-        ServerAuth::Password => Arc::new(StaticCredentials::new(plan.login.clone())),
-        ServerAuth::Passthrough => {
-            return Err(unable(format!(
-                "database \"{}\" logs in as the client (auth = passthrough), which this pgmux cannot do",
-                plan.key.database
-            )));
-        }
+        // A password known only as a SCRAM verifier: SCRAM passthrough, with the keys clients prove.
+        ServerAuth::Password => match verifier {
+            Some(verifier) => Arc::new(LearnedCredentials::scram_passthrough(plan.login.clone(), verifier)),
+            None => Arc::new(StaticCredentials::new(plan.login.clone())),
+        },
+        ServerAuth::Passthrough => Arc::new(LearnedCredentials::passthrough(plan.login.clone())),
         ServerAuth::Iam | ServerAuth::Secret => {
             let Some(source) = auth.pool_credentials() else {
                 return Err(unable(format!(
