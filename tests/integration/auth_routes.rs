@@ -331,3 +331,113 @@ async fn alternating_passthrough_logins_never_accept_the_other_users_password() 
         assert_eq!(raw_login(fx.addr(), me, "pt", theirs).await, Err("28P01".to_owned()), "login {i}: {me}, other's");
     }
 }
+
+/// Log lines pgmux writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every row of `sql` on the console, as text (an error's message if it fails).
+async fn console_text(addr: SocketAddr, sql: &str) -> String {
+    let console = common::connect(addr, &APP_USER, |c| {
+        c.dbname("pgbouncer");
+    })
+    .await
+    .expect("the console");
+    match console.simple_query(sql).await {
+        Ok(messages) => messages
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    Some((0..row.len()).map(|i| row.get(i).unwrap_or("")).collect::<Vec<_>>().join("|"))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => common::message(&e),
+    }
+}
+
+// One thread: pgmux's tasks run where the capturing subscriber is the default.
+#[tokio::test]
+async fn no_password_verifier_key_or_token_reaches_the_log_the_console_or_an_error() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let oracle = common::direct(&pg).await;
+    let verifier: String = oracle
+        .query_one("select rolpassword from pg_authid where rolname = $1", &[&APP_USER.user])
+        .await
+        .unwrap()
+        .get(0);
+    let dir = tempfile::tempdir().unwrap();
+    let file = userlist(&dir, &[(APP_USER.user, &verifier)]);
+    let proxy = pgmux(&pg, "127.0.0.1:0", &format!("auth_file = {file}\n{APP_ROUTE}{PASSTHROUGH_ROUTE}")).await;
+    let mut seen = Vec::new();
+    // SCRAM passthrough, passthrough, wrong passwords of each kind, a cold one.
+    let app = connect_as(proxy.addr, &APP_USER, "app").await.unwrap();
+    scalar(&app, "select 1").await;
+    let plain = connect_as(proxy.addr, &PLAIN_USER, "pt").await.unwrap();
+    scalar(&plain, "select 1").await;
+    for (role, db) in [
+        (Role { user: APP_USER.user, password: "wrong-guess-1" }, "app"),
+        (Role { user: PLAIN_USER.user, password: "wrong-guess-2" }, "pt"),
+        (Role { user: MD5_USER.user, password: "wrong-guess-3" }, "pt"),
+    ] {
+        seen.push(common::message(&connect_as(proxy.addr, &role, db).await.expect_err("wrong")));
+    }
+    for sql in ["SHOW USERS", "SHOW POOLS", "SHOW DATABASES", "SHOW CONFIG", "SHOW SERVERS", "SHOW CLIENTS"] {
+        seen.push(console_text(proxy.addr, sql).await);
+    }
+    seen.push(format!("{:?}", proxy.admin().metrics()));
+    drop((app, plain));
+    proxy.shutdown().await;
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("passthrough password proved"), "the capture saw pgmux's log: {log}");
+    let secret = ScramSecret::parse_verifier(&verifier).unwrap();
+    let keys = ScramKeys::from_password(APP_USER.password, &secret);
+    // The key parts of the verifier, and the client's key as base64 (the verifier form encodes it) and hex.
+    let key_text =
+        ScramSecret { iterations: 1, salt: vec![0], stored_key: keys.client_key, server_key: keys.client_key }
+            .to_verifier();
+    let client_key_b64 = key_text.rsplit(':').next().unwrap().to_owned();
+    let client_key_hex: String = keys.client_key.iter().map(|b| format!("{b:02x}")).collect();
+    let (_, verifier_keys) = verifier.rsplit_once('$').unwrap();
+    let (stored_key, server_key) = verifier_keys.split_once(':').unwrap();
+    let forbidden = [
+        APP_USER.password,
+        PLAIN_USER.password,
+        "wrong-guess-1",
+        "wrong-guess-2",
+        "wrong-guess-3",
+        &verifier,
+        stored_key,
+        server_key,
+        &client_key_b64,
+        &client_key_hex,
+    ];
+    seen.push(log);
+    for text in &seen {
+        for f in forbidden {
+            assert!(!text.contains(f), "a secret ({} characters) appears in:\n{text}", f.len());
+        }
+    }
+}
