@@ -441,3 +441,45 @@ async fn no_password_verifier_key_or_token_reaches_the_log_the_console_or_an_err
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_query_reads_an_unknown_users_verifier_through_a_security_definer_function() {
+    let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let oracle = common::direct(&pg).await;
+    // As PgBouncer recommends: a superuser-owned SECURITY DEFINER function that only auth_user may run.
+    oracle
+        .batch_execute(
+            "create role pgmux_auth login password 'auth-pw-7';
+             create role pgmux_dyn login password 'dyn-pw-8';
+             create schema pgmux_auth;
+             create function pgmux_auth.lookup(i_user text, out usename name, out passwd text)
+               returns setof record language sql security definer set search_path = pg_catalog
+               as $$ select usename, passwd from pg_shadow where usename = i_user $$;
+             revoke all on function pgmux_auth.lookup(text) from public;
+             grant usage on schema pgmux_auth to pgmux_auth;
+             grant execute on function pgmux_auth.lookup(text) to pgmux_auth;",
+        )
+        .await
+        .unwrap();
+    let auth_user = "[[users]]\nname = \"pgmux_auth\"\npassword = \"auth-pw-7\"\n";
+    let route = "[[databases]]\nname = \"app\"\ndbname = \"pgmux\"\nauth_user = \"pgmux_auth\"\n";
+    let extra = format!("auth_query = \"SELECT * FROM pgmux_auth.lookup($1)\"\n{route}{auth_user}");
+    let proxy = pgmux(&pg, "127.0.0.1:0", &extra).await;
+    let dyn_user = Role { user: "pgmux_dyn", password: "dyn-pw-8" };
+    // Checked against the verifier read from the server, logged in to the server with the client's key.
+    let c = connect_as(proxy.addr, &dyn_user, "app").await.expect("a user read with auth_query");
+    assert_eq!(scalar(&c, "select current_user").await, "pgmux_dyn");
+    let wrong = Role { user: "pgmux_dyn", password: "not-it" };
+    assert_eq!(code(&connect_as(proxy.addr, &wrong, "app").await.expect_err("wrong")), "28P01");
+    let nobody = Role { user: "pgmux_nobody", password: "x" };
+    assert_eq!(code(&connect_as(proxy.addr, &nobody, "app").await.expect_err("no such user")), "28P01");
+
+    // PgBouncer's default query reads pg_shadow, which auth_user may not (as on RDS and Aurora for every
+    // role): the client is told so, and what to use instead.
+    let proxy = pgmux(&pg, "127.0.0.1:0", &format!("{route}{auth_user}")).await;
+    let err = connect_as(proxy.addr, &dyn_user, "app").await.expect_err("pg_shadow is not readable");
+    assert_eq!(code(&err), "28000");
+    let db = err.as_db_error().unwrap();
+    assert!(db.message().contains("may not read passwords") && db.message().contains("Aurora"), "{}", db.message());
+    assert!(db.hint().is_some_and(|h| h.contains("passthrough")), "{:?}", db.hint());
+}

@@ -94,6 +94,18 @@ impl Authenticator {
         self.check(conn, user, expected).await
     }
 
+    /// Runs the exchange for `user`, a user pgmux does not know, against `stored`: what `auth_query` read
+    /// from the server (`None`: no such user, which fails as a wrong password does).
+    pub(crate) async fn authenticate_looked_up(
+        &self,
+        conn: &mut Conn,
+        user: &str,
+        stored: Option<&Secret>,
+    ) -> Result<Option<scram::ScramKeys>, OpeningError> {
+        let expected = if stored.is_some() { Expected::Known(stored) } else { Expected::Unknown };
+        self.check(conn, user, expected).await
+    }
+
     /// Asks the client for its password in clear text (passthrough: the caller has made sure the connection
     /// is private) and returns it, unchecked.
     pub(crate) async fn cleartext(&self, conn: &mut Conn, user: &str) -> Result<Secret, OpeningError> {

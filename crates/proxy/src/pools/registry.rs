@@ -205,16 +205,31 @@ impl Pools {
     /// (passthrough) before a pool is made for it, or before a pool learns a changed one. Outside every
     /// pool's budget: it is one login, gone at once.
     pub(crate) async fn try_login(&self, login: &crate::config::LoginInfo) -> Result<(), crate::server::ConnectError> {
+        let conn = self.connect_once(login, PASSWORD_CHECK_NAME).await?;
+        self.close_once(conn);
+        Ok(())
+    }
+
+    /// A server connection outside every pool, for one errand of pgmux's own (a password check, an
+    /// `auth_query`); hand it to [`close_once`](Self::close_once) when done.
+    pub(crate) async fn connect_once(
+        &self,
+        login: &crate::config::LoginInfo,
+        application_name: &'static str,
+    ) -> Result<crate::server::ServerConn, crate::server::ConnectError> {
         let options = {
             let config = self.globals.config.full();
             crate::server::ConnectOptions {
                 need_role: false,
-                ..super::connect_options(&config, 0, Some(PASSWORD_CHECK_NAME))
+                ..super::connect_options(&config, 0, Some(application_name))
             }
         };
-        let conn = crate::server::ServerConn::connect(login, &self.tls, options).await?;
+        crate::server::ServerConn::connect(login, &self.tls, options).await
+    }
+
+    /// Closes a connection of [`connect_once`](Self::connect_once) politely, in the background.
+    pub(crate) fn close_once(&self, conn: crate::server::ServerConn) {
         self.globals.tasks.spawn(Box::new(conn).terminate());
-        Ok(())
     }
 
     /// After a reload: the pools of named databases whose route or user changed (or went) take no new

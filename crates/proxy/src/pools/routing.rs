@@ -38,6 +38,8 @@ pub(crate) struct RoutePlan {
     pub(crate) mode: PoolMode,
     pub(crate) route_limit: Option<usize>,
     pub(crate) user_limit: Option<usize>,
+    /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
+    pub(crate) auth_user: Option<String>,
 }
 
 /// Why a client's database cannot be served.
@@ -103,6 +105,7 @@ fn plan(
             .and_then(|u| u.max_user_connections)
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
+        auth_user: spec.auth_user.clone().or_else(|| (!config.auth_user.is_empty()).then(|| config.auth_user.clone())),
     }
 }
 

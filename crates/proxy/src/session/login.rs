@@ -21,10 +21,11 @@ use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
-use crate::config::{PoolMode, ServerAuth};
+use crate::config::{LoginInfo, PoolMode, Secret, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
+use crate::pools::auth_query::Lookup;
 use crate::pools::routing::{self, RoutePlan, Routed};
 use crate::pools::{PoolId, PoolSetup, ServerPool};
 use crate::protocol::failure::ServerFailure;
@@ -189,16 +190,26 @@ async fn admit(
             PoolId::default()
         }
         Routed::Route(plan) if plan.auth == ServerAuth::Passthrough => {
-            let make_pool = |plan| pool_of(shared, &auth, plan);
+            let make_pool = |plan| pool_of(shared, &auth, plan, None);
             let login = passthrough::login(shared, &auth, conn, (user, *plan), private, make_pool);
             tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())??
+        }
+        Routed::Route(plan) if auth.book().get(user).is_none() && plan.auth_user.is_some() => {
+            let stored = looked_up(shared, &auth, &plan, user).await?;
+            let check = auth.authenticate_looked_up(conn, user, stored.as_ref());
+            let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
+            // The server login of the client's own user's pool uses what was read, if the route has nothing.
+            let server_password = stored.filter(|_| plan.login.user == user && plan.login.password.is_none());
+            let id = pool_of(shared, &auth, *plan, server_password).map_err(refused)?;
+            passthrough::keep_keys(shared, id, user, keys);
+            id
         }
         Routed::Route(plan) => {
             let keys = match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
                 Err(_) => return Err(timed_out()),
                 Ok(result) => result?,
             };
-            let id = pool_of(shared, &auth, *plan).map_err(refused)?;
+            let id = pool_of(shared, &auth, *plan, None).map_err(refused)?;
             passthrough::keep_keys(shared, id, user, keys);
             id
         }
@@ -213,18 +224,28 @@ async fn admit(
     }
 }
 
-/// The pool of a named database's plan, made the first time a client needs it.
-fn pool_of(shared: &Shared, auth: &Authenticator, plan: RoutePlan) -> Result<PoolId, ErrorMessage> {
+/// The pool of a named database's plan, made the first time a client needs it. `looked_up`: the server
+/// user's password as `auth_query` read it (kept out of the plan, which a reload compares with its own).
+fn pool_of(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: RoutePlan,
+    looked_up: Option<Secret>,
+) -> Result<PoolId, ErrorMessage> {
     let unable = |message: String| ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message);
     if let Some(id) = shared.pools.find(&plan.key) {
         return Ok(id);
     }
-    let verifier = plan.login.password.as_ref().and_then(|p| ScramSecret::parse_verifier(p.expose()));
+    let mut login = plan.login.clone();
+    if looked_up.is_some() {
+        login.password = looked_up;
+    }
+    let verifier = login.password.as_ref().and_then(|p| ScramSecret::parse_verifier(p.expose()));
     let credentials: Arc<dyn Credentials> = match plan.auth {
         // A password known only as a SCRAM verifier: SCRAM passthrough, with the keys clients prove.
         ServerAuth::Password => match verifier {
-            Some(verifier) => Arc::new(LearnedCredentials::scram_passthrough(plan.login.clone(), verifier)),
-            None => Arc::new(StaticCredentials::new(plan.login.clone())),
+            Some(verifier) => Arc::new(LearnedCredentials::scram_passthrough(login, verifier)),
+            None => Arc::new(StaticCredentials::new(login)),
         },
         ServerAuth::Passthrough => Arc::new(LearnedCredentials::passthrough(plan.login.clone())),
         ServerAuth::Iam | ServerAuth::Secret => {
@@ -239,6 +260,35 @@ fn pool_of(shared: &Shared, auth: &Authenticator, plan: RoutePlan) -> Result<Poo
     };
     let setup = PoolSetup { plan, credentials };
     shared.pools.pool_for(setup).map_err(|e| ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))
+}
+
+/// The stored password of `user`, whom pgmux does not know, read with `auth_query` as the plan's auth_user
+/// (who logs in with its own password from the book); `None` if the server has no such user.
+async fn looked_up(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: &RoutePlan,
+    user: &str,
+) -> Result<Option<Secret>, OpeningError> {
+    let auth_user = plan.auth_user.clone().unwrap_or_default();
+    let password = auth.book().get(&auth_user).and_then(|k| k.password.clone());
+    let login = LoginInfo { user: auth_user, password, ..plan.login.clone() };
+    let query = shared.config().auth_query.clone();
+    match shared.pools.look_up_user(&login, &query, user).await {
+        Ok(Lookup::Found(stored)) => Ok(Some(stored)),
+        Ok(Lookup::NoSuchUser) => Ok(None),
+        Err(e) => {
+            tracing::warn!(user, error = %e, "auth_query failed");
+            let hint = e.hint();
+            Err(OpeningError::Refused(
+                ErrorMessage::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    format!("pgmux cannot check the password of user \"{user}\": {e}"),
+                )
+                .with_hint(hint),
+            ))
+        }
+    }
 }
 
 /// `"a", "b" and "c"`.
