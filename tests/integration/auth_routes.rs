@@ -248,20 +248,55 @@ fn non_loopback_address() -> Option<std::net::IpAddr> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passthrough_refuses_a_cleartext_password_over_a_network() {
+async fn passthrough_takes_a_password_over_tls_or_the_unix_socket_and_refuses_it_in_clear_over_a_network() {
     let Some(ip) = non_loopback_address() else {
         eprintln!("skipped: this machine has no address but loopback");
         return;
     };
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
+    let path = |f: &str| format!("{:?}", dir.path().join(f).display().to_string());
+    let extra = format!(
+        "unix_socket_dir = {:?}\ntls_cert = {}\ntls_key = {}\n{PASSTHROUGH_ROUTE}",
+        dir.path().display().to_string(),
+        path("cert.pem"),
+        path("key.pem")
+    );
     let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
-    let proxy = pgmux(&pg, &format!("{ip}:0"), PASSTHROUGH_ROUTE).await;
+    let proxy = pgmux(&pg, &format!("{ip}:0"), &extra).await;
+    // In clear text over the network: refused before any password is asked for.
     let err = connect_as(proxy.addr, &PLAIN_USER, "pt").await.expect_err("cleartext over a network");
     assert_eq!(code(&err), "28000");
-    assert!(
-        common::message(&err).contains("only over TLS, the Unix socket or a loopback address"),
-        "{}",
-        common::message(&err)
-    );
+    let message = common::message(&err);
+    assert!(message.contains("only over TLS, the Unix socket or a loopback address"), "{message}");
+    // Over TLS, from the same address: accepted.
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-At", "-c", "select current_user"])
+        .env("PGHOST", ip.to_string())
+        .env("PGPORT", proxy.addr.port().to_string())
+        .env("PGUSER", PLAIN_USER.user)
+        .env("PGPASSWORD", PLAIN_USER.password)
+        .env("PGDATABASE", "pt")
+        .env("PGSSLMODE", "require")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "psql over TLS: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pgmux_plain");
+    // Over the Unix socket: accepted.
+    let (client, conn) = tokio_postgres::Config::new()
+        .host_path(dir.path())
+        .port(proxy.addr.port())
+        .user(PLAIN_USER.user)
+        .password(PLAIN_USER.password)
+        .dbname("pt")
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("passthrough over the Unix socket");
+    tokio::spawn(conn);
+    assert_eq!(scalar(&client, "select current_user").await, "pgmux_plain");
 }
 
 /// Both users, alternating, 1,000 times: each gets in with its own password as itself, never with the
