@@ -1,7 +1,9 @@
 //! Checking who a client is: `trust`, `md5` or `scram-sha-256`. With only `database_url`, clients log in as
 //! the user pgmux logs in as, with `client_password` or the URL's password. With named databases, any user
 //! pgmux knows ([`UserBook`]: `[[users]]`, the `auth_file`, database_url's user) logs in with its own
-//! password, stored in plaintext, as an md5 hash or as a SCRAM verifier.
+//! password, stored in plaintext, as an md5 hash or as a SCRAM verifier; a SCRAM login against a verifier
+//! hands back the client's proved key (SCRAM passthrough). Passthrough asks for the password in clear text
+//! (`cleartext`), and `auth_query` brings the stored password of a user the book lacks.
 //!
 //! Under md5 and scram-sha-256 an unknown user goes through the whole exchange and fails as a wrong password
 //! does (28P01), as PostgreSQL's own users do, so that the error says nothing about which names exist; under

@@ -6,8 +6,10 @@
 //!   being the name the client gave). Its pool is keyed by the route and the server user: the route's own
 //!   user if it names one, else the client's.
 //! - The pool logs in with the route's password (for its own user), else the server user's from `[[users]]`
-//!   or the auth file (plaintext, or an md5 hash for md5 servers), else by IAM or a secret when the route or
-//!   the user says so (the binary supplies those).
+//!   or the auth file (plaintext, an md5 hash for md5 servers, or a SCRAM verifier: SCRAM passthrough with a
+//!   client's proved key), else by IAM or a secret when the route or the user says so (the binary supplies
+//!   those), or with the client's own password (passthrough). A user the book lacks may be looked up with
+//!   `auth_query` as the route's `auth_user`.
 //! - Sizes: the route's `pool_size`, else the user's, else `default_pool_size`; the route's and the user's
 //!   limits across pools; the route's or the user's `pool_mode`, else the global one.
 

@@ -264,7 +264,7 @@ impl ServerConn {
             login.password.as_ref().map(Secret::expose).ok_or_else(|| ConnectError::NoPassword { addr: addr.clone() })
         };
         // A password from an auth file may be stored as an md5 hash (which answers md5) or a SCRAM verifier
-        // (which answers nothing: a client proof needs the password).
+        // (which answers nothing by itself: SCRAM passthrough brings a client's proved key instead).
         let plaintext = |what: &'static str| {
             let password = password()?;
             let stored = match password {
