@@ -5,6 +5,7 @@ mod aws_login;
 mod config_file;
 mod emf;
 mod lambda;
+mod pool_login;
 mod reload;
 
 use std::path::PathBuf;
@@ -227,7 +228,11 @@ fn server_access(cfg: &Config) -> Result<ServerAccess, AccessError> {
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::config::credentials::Credentials>);
     // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
     let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
-    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials: None })
+    // Pools of named databases with auth = iam or secret; their AWS parts are made when one first logs in.
+    let pool_credentials =
+        Some(Arc::new(pool_login::AwsPoolLogins::from_env())
+            as Arc<dyn pgmux_proxy::config::credentials::PoolCredentials>);
+    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials })
 }
 
 /// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.

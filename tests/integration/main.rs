@@ -3,6 +3,7 @@
 
 use pgmux_testkit::fixture as common;
 
+mod auth_routes;
 mod basics;
 mod failures;
 mod figures;

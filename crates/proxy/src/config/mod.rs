@@ -8,6 +8,7 @@
 pub mod auth_file;
 pub mod credentials;
 mod error;
+pub mod learned;
 mod live;
 pub mod pgbouncer_ini;
 mod role;
@@ -161,6 +162,14 @@ config_keys! {
     /// password in plaintext, as `md5` + hex, or as a SCRAM-SHA-256 verifier): whom clients may log in as,
     /// and, for plaintext and md5, how pgmux logs in to the server as them.
     auth_file: Option<PathBuf> = "";
+    /// PgBouncer's `auth_user`: for a user pgmux does not know, a role whose login (its password from
+    /// `[[users]]` or `auth_file`) runs `auth_query` on the route's server to read that user's password or
+    /// verifier. A route's own `auth_user` comes first. Unset: unknown users are refused. Not on RDS or
+    /// Aurora, where no role may read `pg_authid` (see docs/authentication.md).
+    auth_user: String = "";
+    /// The statement `auth_user` runs; `$1` is the user's name (as a quoted literal). It returns the name
+    /// and the password (plaintext, md5 hash or SCRAM verifier), or no row for no such user.
+    auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
     client_auth: ClientAuth = "scram-sha-256";
     /// Most client connections at once; the next one gets SQLSTATE 53300.

@@ -6,8 +6,10 @@
 //!   being the name the client gave). Its pool is keyed by the route and the server user: the route's own
 //!   user if it names one, else the client's.
 //! - The pool logs in with the route's password (for its own user), else the server user's from `[[users]]`
-//!   or the auth file (plaintext, or an md5 hash for md5 servers), else by IAM or a secret when the route or
-//!   the user says so (the binary supplies those).
+//!   or the auth file (plaintext, an md5 hash for md5 servers, or a SCRAM verifier: SCRAM passthrough with a
+//!   client's proved key), else by IAM or a secret when the route or the user says so (the binary supplies
+//!   those), or with the client's own password (passthrough). A user the book lacks may be looked up with
+//!   `auth_query` as the route's `auth_user`.
 //! - Sizes: the route's `pool_size`, else the user's, else `default_pool_size`; the route's and the user's
 //!   limits across pools; the route's or the user's `pool_mode`, else the global one.
 
@@ -44,6 +46,8 @@ pub(crate) struct RoutePlan {
     pub(crate) mode: PoolMode,
     pub(crate) route_limit: Option<usize>,
     pub(crate) user_limit: Option<usize>,
+    /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
+    pub(crate) auth_user: Option<String>,
 }
 
 /// Why a client's database cannot be served.
@@ -98,7 +102,7 @@ fn plan(
     let some = |n: usize| (n > 0).then_some(n);
     RoutePlan {
         key: PoolKey { database: database.to_owned(), user: server_user.clone() },
-        login: LoginInfo { host, port, user: server_user, password, dbname: server_db },
+        login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },
         auth,
         secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
         cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),
@@ -109,6 +113,7 @@ fn plan(
             .and_then(|u| u.max_user_connections)
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
+        auth_user: spec.auth_user.clone().or_else(|| (!config.auth_user.is_empty()).then(|| config.auth_user.clone())),
     }
 }
 
