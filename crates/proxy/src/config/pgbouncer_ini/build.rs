@@ -306,10 +306,6 @@ impl Builder {
         for key in keys {
             self.push(owner.clone(), format!("database {name}: {key}"), Some(&item.at), None);
         }
-        if route.auth_user.is_some() {
-            let note = "auth_user and auth_query are not supported: list the users in auth_file or [users]";
-            self.push(owner.clone(), format!("database {name}: auth_user"), Some(&item.at), Some(note));
-        }
         match route.host.clone().as_deref() {
             None | Some("") if self.env_sets("database_host") => route.host = None,
             None | Some("") => {
