@@ -11,6 +11,7 @@ mod params;
 mod pgbouncer_ini;
 mod pooling;
 mod protocol;
+mod readers;
 mod resilience;
 mod routes;
 mod settings;

@@ -17,6 +17,7 @@ mod checkout;
 mod limit;
 mod nodes;
 mod probe;
+pub(crate) mod readers;
 mod registry;
 pub(crate) mod routing;
 pub(crate) mod sizing;
@@ -39,7 +40,7 @@ pub(crate) use probe::Answer;
 pub(crate) use registry::{Globals, PoolId, PoolSetup, Pools};
 
 use crate::config::credentials::Credentials;
-use crate::config::{Config, PoolMode};
+use crate::config::{Config, PoolMode, TargetSessionAttrs};
 use crate::net::tls::ServerTls;
 use crate::observe::{ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
@@ -78,6 +79,12 @@ pub(crate) struct ServerPool {
     cap: Option<usize>,
     /// Connections kept warm, if its database or user says (else min_pool_size).
     min_pool_size: Option<usize>,
+    /// Which nodes it may use, if not target_session_attrs: a reader route's instance pools want standbys.
+    target: Option<TargetSessionAttrs>,
+    /// A reader route's instances, on the route's own (writer's) pool: set once, read without a lock.
+    readers: std::sync::OnceLock<Arc<readers::ReaderSet>>,
+    /// A reader instance's pool that a client could not reach: out of the rotation until its next good poll.
+    unreachable: std::sync::atomic::AtomicBool,
 }
 
 impl ServerPool {
@@ -107,6 +114,9 @@ impl ServerPool {
             mode: config.pool_mode,
             cap: None,
             min_pool_size: None,
+            target: None,
+            readers: std::sync::OnceLock::new(),
+            unreachable: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -127,7 +137,33 @@ impl ServerPool {
         pool.mode = plan.mode;
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
+        pool.target = plan.target;
         pool
+    }
+
+    /// A reader route's instances, if this is such a route's pool.
+    #[inline]
+    pub(crate) fn readers(&self) -> Option<&Arc<readers::ReaderSet>> {
+        self.readers.get()
+    }
+
+    /// Whether this is one reader instance's pool (of a reader route).
+    pub(crate) fn is_reader_instance(&self) -> bool {
+        self.target == Some(TargetSessionAttrs::Standby)
+    }
+
+    /// A reader instance's pool is (or is no longer) known to be unreachable.
+    pub(crate) fn set_unreachable(&self, unreachable: bool) {
+        self.unreachable.store(unreachable, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_unreachable(&self) -> bool {
+        self.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// Which nodes it may lend: its own target (a reader's), else target_session_attrs.
+    pub(crate) fn target(&self) -> TargetSessionAttrs {
+        self.target.unwrap_or_else(|| self.config().target_session_attrs)
     }
 
     /// Keeps `n` connections warm rather than min_pool_size.
@@ -354,7 +390,12 @@ impl ServerPool {
         application_name: Option<&str>,
     ) -> Result<ServerConn, CheckoutError> {
         let config = self.globals.config.full();
-        let options = ConnectOptions { max_statements, ..connect_options(&config, id, application_name) };
+        let wanted = self.target.unwrap_or(config.target_session_attrs);
+        let options = ConnectOptions {
+            max_statements,
+            need_role: wanted.cares(),
+            ..connect_options(&config, id, application_name)
+        };
         let (credentials, tls) = (self.credentials(), self.server_tls());
         let login = credentials.login().await?;
         let mut conn = match ServerConn::connect(&login, &tls, options).await {
@@ -365,7 +406,6 @@ impl ServerPool {
             }
             other => other?,
         };
-        let wanted = config.target_session_attrs;
         if let Some(role) = conn.role.filter(|role| wanted.cares() && !wanted.accepts(*role)) {
             self.distrust(conn.addr, Distrust::Stale, "its role does not fit target_session_attrs");
             self.globals.tasks.spawn(Box::new(conn).terminate());
@@ -438,14 +478,14 @@ impl ServerPool {
 
     /// Whether `role` fits `target_session_attrs` (an unknown role fits: the server did not say).
     pub(crate) fn fits(&self, role: Option<crate::config::NodeRole>) -> bool {
-        let wanted = self.config().target_session_attrs;
+        let wanted = self.target();
         role.is_none_or(|role| !wanted.cares() || wanted.accepts(role))
     }
 
     /// Whether only a writer will do (`target_session_attrs = read-write`): a write refused as read-only
     /// then means the node is wrong, and the transaction may run again on another.
     pub(crate) fn wants_writer(&self) -> bool {
-        self.config().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite
+        self.target() == TargetSessionAttrs::ReadWrite
     }
 
     /// A connection showed its node's role anew (a promotion, a demotion): a node whose role no longer fits

@@ -14,6 +14,7 @@ use pgmux_pool::SharedLimit;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
+use super::readers::{self, ReaderSet};
 use super::routing::{self, PoolKey, RoutePlan, Routed};
 use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
@@ -67,7 +68,7 @@ impl Globals {
 }
 
 /// A pool's place in the registry: what a session keeps of its route (two bytes, in what would be padding).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct PoolId(u16);
 
 /// Most pools one pgmux holds: routes times the users who log in there. A login that would make one more
@@ -159,6 +160,24 @@ impl Pools {
     /// The default pool: `database_url`'s (or the secret's), the one sizing's control connection uses.
     pub(crate) fn first(&self) -> &Arc<ServerPool> {
         self.get(PoolId(0))
+    }
+
+    /// The reader set of the route whose writer pool is `writer`, if it is a reader route.
+    pub(crate) fn readers_of(&self, writer: PoolId) -> Option<Arc<ReaderSet>> {
+        self.get(writer).readers().cloned()
+    }
+
+    /// Registers a reader route's set on its writer's pool (once: a set already there wins) and starts
+    /// polling its instances.
+    pub(crate) fn add_readers(&self, set: ReaderSet) -> Arc<ReaderSet> {
+        let writer = self.get(set.writer);
+        let set = Arc::new(set);
+        if writer.readers.set(Arc::clone(&set)).is_err() {
+            return Arc::clone(writer.readers().unwrap_or(&set));
+        }
+        let pools: Vec<Arc<ServerPool>> = set.members.iter().map(|m| Arc::clone(self.get(m.id))).collect();
+        self.globals.tasks.spawn(readers::watch(Arc::clone(&set), pools));
+        set
     }
 
     /// The pool named `key`, if it has been made.
