@@ -4,6 +4,7 @@
 use pgmux_testkit::fixture as common;
 
 mod basics;
+mod console_routes;
 mod failures;
 mod figures;
 mod params;
