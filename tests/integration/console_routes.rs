@@ -161,3 +161,40 @@ async fn with_only_database_url_the_one_pool_is_shown_as_before() {
     assert_eq!(pick(&stats, &["database"]), strings(&[&["pgmux"], &["pgbouncer"]]));
     client.batch_execute("commit").await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_reconnect_with_a_database_act_on_that_route_alone() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let app = connect_to(&fx, "app").await;
+    assert_eq!(scalar(&app, "select current_user").await, "pgmux_app");
+    // `reports` is in session mode: its client keeps its server connection (a PAUSE of it would wait for
+    // the client to leave, as PgBouncer's does).
+    let reports = connect_to(&fx, "reports").await;
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5");
+    let console = connect_to(&fx, "pgbouncer").await;
+
+    console.simple_query("PAUSE app").await.expect("PAUSE app");
+    let paused = pick(&show(&console, "DATABASES").await, &["name", "paused"]);
+    assert_eq!(
+        paused,
+        strings(&[&["pgmux", "0"], &["app", "1"], &["reports", "0"], &["pgbouncer", "0"]]),
+        "only the route named is paused"
+    );
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5", "the other route still serves");
+    let err = console.simple_query("PAUSE app").await.expect_err("paused already");
+    assert_eq!(err.code().map(|c| c.code()), Some("55000"), "{err}");
+    console.simple_query("RESUME app").await.expect("RESUME app");
+    assert!(pick(&show(&console, "DATABASES").await, &["paused"]).iter().all(|r| r[0] == "0"));
+    assert_eq!(scalar(&app, "select current_user").await, "pgmux_app", "served again after RESUME");
+
+    let err = console.simple_query("PAUSE nope").await.expect_err("no such route");
+    assert_eq!(err.code().map(|c| c.code()), Some("3D000"), "{err}");
+    let hint = err.as_db_error().and_then(|e| e.hint()).unwrap_or_default().to_owned();
+    assert_eq!(hint, "this pgmux serves the databases \"pgmux\", \"app\", \"reports\"");
+
+    // RECONNECT of one route marks its connections (the session client's, still lent), not the other's.
+    console.simple_query("RECONNECT reports").await.expect("RECONNECT reports");
+    let servers = pick(&show(&console, "SERVERS").await, &["database", "close_needed"]);
+    let marked: Vec<&str> = servers.iter().filter(|r| r[1] == "1").map(|r| r[0].as_str()).collect();
+    assert_eq!(marked, ["reports"], "{servers:?}");
+}
