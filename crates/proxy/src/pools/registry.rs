@@ -14,6 +14,7 @@ use pgmux_pool::SharedLimit;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
+pub(crate) use super::routing::PoolKey;
 use super::routing::{self, RoutePlan, Routed};
 use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
@@ -87,14 +88,6 @@ impl PoolId {
 /// Most pools one pgmux holds: routes times the users who log in there. A login that would make one more
 /// is refused (53300), so that logins cannot grow the registry without bound.
 pub(crate) const MAX_POOLS: usize = 4096;
-
-/// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
-/// (`database_url`'s, or the secret's) has empty names.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct PoolKey {
-    pub(crate) database: String,
-    pub(crate) user: String,
-}
 
 /// What a new pool is made of: its route's plan, and where its logins come from.
 #[derive(Debug)]

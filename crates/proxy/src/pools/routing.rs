@@ -14,7 +14,13 @@
 use crate::config::auth_file::UserBook;
 use crate::config::{Config, LoginInfo, PoolMode, RouteSpec, Secret, ServerAuth};
 
-use super::registry::PoolKey;
+/// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
+/// (`database_url`'s, or the secret's) has empty names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct PoolKey {
+    pub(crate) database: String,
+    pub(crate) user: String,
+}
 
 /// Where a client goes.
 #[derive(Debug, PartialEq, Eq)]
