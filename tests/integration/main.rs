@@ -5,6 +5,7 @@ use pgmux_testkit::fixture as common;
 
 mod auth_routes;
 mod basics;
+mod console_routes;
 mod failures;
 mod figures;
 mod params;

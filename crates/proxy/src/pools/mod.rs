@@ -37,7 +37,7 @@ use limit::Limit;
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
 pub(crate) use probe::Answer;
-pub(crate) use registry::{Globals, PoolId, PoolSetup, Pools};
+pub(crate) use registry::{Globals, PoolId, PoolKey, PoolSetup, Pools};
 
 use crate::config::credentials::Credentials;
 use crate::config::{Config, PoolMode, TargetSessionAttrs};
@@ -49,8 +49,8 @@ use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 /// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.
 pub(crate) type ServerLease = Lease<Box<ServerConn>>;
 
-/// The server connections of one pool (today pgmux's only one), and how they are lent. What every pool
-/// shares (the configuration in force, the observer, the budget) is in [`Globals`], beside the pools.
+/// The server connections of one pool (one per route and server user), and how they are lent. What every
+/// pool shares (the configuration in force, the observer, the budget) is in [`Globals`], beside the pools.
 #[derive(Debug)]
 pub(crate) struct ServerPool {
     globals: Arc<Globals>,
@@ -85,6 +85,10 @@ pub(crate) struct ServerPool {
     readers: std::sync::OnceLock<Arc<readers::ReaderSet>>,
     /// A reader instance's pool that a client could not reach: out of the rotation until its next good poll.
     unreachable: std::sync::atomic::AtomicBool,
+    /// Its place in the registry, which its server connections' console entries carry.
+    id: PoolId,
+    /// Its name: the route and server user (empty for the default pool), for the console's rows.
+    key: registry::PoolKey,
 }
 
 impl ServerPool {
@@ -117,6 +121,8 @@ impl ServerPool {
             target: None,
             readers: std::sync::OnceLock::new(),
             unreachable: std::sync::atomic::AtomicBool::new(false),
+            id: PoolId::default(),
+            key: registry::PoolKey::default(),
         }
     }
 
@@ -124,6 +130,7 @@ impl ServerPool {
     /// under `limits` it shares with other pools (the budget, its database's, its user's).
     pub(crate) fn for_route(
         globals: Arc<Globals>,
+        id: PoolId,
         setup: &registry::PoolSetup,
         tls: ServerTls,
         limits: Vec<Arc<pgmux_pool::SharedLimit>>,
@@ -137,8 +144,21 @@ impl ServerPool {
         pool.mode = plan.mode;
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
+        pool.id = id;
+        pool.key = plan.key.clone();
         pool.target = plan.target;
         pool
+    }
+
+    /// Its place in the registry.
+    #[inline]
+    pub(crate) fn id(&self) -> PoolId {
+        self.id
+    }
+
+    /// Its route and server user; empty names for the default pool.
+    pub(crate) fn key(&self) -> &registry::PoolKey {
+        &self.key
     }
 
     /// A reader route's instances, if this is such a route's pool.
@@ -370,6 +390,7 @@ impl ServerPool {
             connected_unix: unix_now(),
             tls,
             statements: Arc::clone(conn.statements.stats()),
+            pool: self.id.index(),
         }));
         // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
         // values are. Without them every link would reset every reported parameter, a round trip each.

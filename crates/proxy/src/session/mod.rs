@@ -202,6 +202,8 @@ async fn live(login: Pin<Box<impl Future<Output = Option<Session>>>>) {
     let Some(mut session) = login.await else {
         return;
     };
+    // The console lists the client under its route's pool from here on (login chose it).
+    session.meter.seen.set_pool(session.pool.index());
     let end = session.run().await;
     Box::pin(session.finish(end)).await;
 }
