@@ -22,11 +22,15 @@ async fn cluster(readers: usize) -> AuroraStandIn {
 
 /// pgmux with `app` on the writer and `app_ro` over the readers, polled every 100 ms.
 async fn pgmux(cluster: &AuroraStandIn, fallback: &str) -> ListenerHandle {
+    pgmux_with(cluster, fallback, "").await
+}
+
+async fn pgmux_with(cluster: &AuroraStandIn, fallback: &str, extra: &str) -> ListenerHandle {
     let writer = cluster.endpoint(cluster.writer());
     let readers: Vec<String> = cluster.readers().iter().map(|r| cluster.endpoint(r).to_string()).collect();
     let text = format!(
         "listen = \"127.0.0.1:0\"\nclient_auth = \"trust\"\nmax_connections_percent = 0\npool_max = 12\n\
-         topology_interval = \"100ms\"\nmax_replica_lag = \"1s\"\nreader_fallback = \"{fallback}\"\n\
+         topology_interval = \"100ms\"\nmax_replica_lag = \"1s\"\nreader_fallback = \"{fallback}\"\n{extra}\n\
          [[databases]]\nname = \"app\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\n\
          [[databases]]\nname = \"app_ro\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\nreaders = \"{}\"\n\
          [[users]]\nname = \"{user}\"\npassword = \"{password}\"\n",
@@ -166,4 +170,28 @@ async fn with_every_reader_down_reads_go_to_the_writer_or_fail_at_once_as_reader
     assert!(common::message(&b.simple_query("select 1").await.unwrap_err()).contains("no reader"));
     to_writer.shutdown().await;
     refusing.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topology_polls_stop_while_no_reader_is_used_so_the_cluster_may_sleep() {
+    let cluster = cluster(1).await;
+    let handle = pgmux_with(&cluster, "writer", "server_idle_timeout = \"1s\"").await;
+    let ro = connect(&handle, "app_ro").await;
+    settles(&ro, "on the reader", |_, reader| reader).await;
+    let oracle = common::direct(cluster.server("reader-1")).await;
+    let polls = || async {
+        let row = oracle
+            .query_one("select count(*) from pg_stat_activity where application_name = 'pgmux-topology'", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    assert_eq!(polls().await, 1, "the reader is polled while it is used");
+    // Idle: the pool's connection closes after 1 s, the poll's a second later.
+    let stopped = common::eventually(Duration::from_secs(10), || async { polls().await == 0 }).await;
+    assert!(stopped, "the topology connection closed once the route was idle");
+    // The next read is served, and the polls resume.
+    assert!(where_read(&ro).await.1);
+    assert!(common::eventually(Duration::from_secs(5), || async { polls().await == 1 }).await, "polls resumed");
+    handle.shutdown().await;
 }

@@ -8,7 +8,8 @@
 //! no new transactions from the next poll on; one that was taken out comes back after two good polls in a
 //! row, so that a lag hovering at the limit does not flap. With no healthy reader, `reader_fallback` says
 //! where a transaction goes: the writer (counted), a reader anyway (waiting as for any connection), or
-//! nowhere (08006 at once). pgmux never reads a statement to route it: a write on a reader gets the server's
+//! nowhere (08006 at once). Like sizing's control connection, the polls stop while no reader has held a
+//! connection for `server_idle_timeout`, so that the cluster may sleep. pgmux never reads a statement to route it: a write on a reader gets the server's
 //! own 25006, and the connection stays usable.
 
 use std::sync::Arc;
@@ -152,12 +153,34 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Vec<Arc<ServerPool>>) {
     let Some(first) = pools.first() else { return };
     let stop = first.globals().stop.clone();
     let mut conns: Vec<Option<Box<ServerConn>>> = pools.iter().map(|_| None).collect();
+    let mut quiet_since: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        let (interval, max_lag, timeout) = {
+        let (interval, max_lag, timeout, idle) = {
             let config = first.config();
-            (config.topology_interval, config.max_replica_lag, config.server_connect_timeout)
+            (
+                config.topology_interval,
+                config.max_replica_lag,
+                config.server_connect_timeout,
+                config.server_idle_timeout,
+            )
         };
+        // No reader has held a connection for server_idle_timeout: the polls stop and their connections
+        // close, so that the cluster may sleep; the last verdicts stand until a reader is used again.
+        let busy = pools.iter().any(|pool| pool.status().size > 0);
+        let since = if busy { None } else { Some(*quiet_since.get_or_insert(started)) };
+        quiet_since = since;
+        if since.is_some_and(|since| !idle.is_zero() && since.elapsed() >= idle) {
+            for (pool, conn) in pools.iter().zip(conns.iter_mut()) {
+                if let Some(c) = conn.take() {
+                    pool.retire(c);
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(started + interval) => continue,
+                _ = stop.reached(Level::Graceful) => return,
+            }
+        }
         let max_lag_ms = u64::try_from(max_lag.as_millis()).unwrap_or(u64::MAX);
         for ((member, pool), conn) in set.members.iter().zip(&pools).zip(conns.iter_mut()) {
             let reading = tokio::select! {
