@@ -8,6 +8,7 @@ mod env;
 mod load;
 mod oracle;
 mod report;
+mod routes;
 mod s13;
 mod socket;
 mod sqlx_pg;
@@ -60,6 +61,7 @@ async fn suite(env: Arc<Env>) {
             sqlx_pg::run(&env, &oracle, &mut report).await;
             report.scenario("tokio-postgres", "S16", socket::tokio_postgres(&env)).await;
             report.scenario("sqlx", "S16", socket::sqlx(&env)).await;
+            report.scenario("tokio-postgres", "S17", routes::tokio_postgres(&env)).await;
             drop(oracle);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), connection).await;
         }
