@@ -229,9 +229,14 @@ fn set_by_pgbouncer_s_names_and_units_reads_back_the_same_in_show_config() {
             admin.simple_query(set).await.unwrap_or_else(|e| panic!("{set}: {e}"));
             assert_eq!(config_value(&admin, key).await, shown, "{set}");
         }
-        assert_eq!(config_value(&admin, "pool_max").await, "3", "default_pool_size is pool_max");
         assert_eq!(config_value(&admin, "tcp_user_timeout").await, "2500", "milliseconds, as PgBouncer's");
-        let err = admin.simple_query("SET pool_mode = session").await.expect_err("pool_mode is fixed");
+        // pool_mode is a setting of pgmux's now (named databases' pools); statement mode is refused.
+        admin.simple_query("SET pool_mode = session").await.expect("pool_mode may change");
+        assert_eq!(config_value(&admin, "pool_mode").await, "session");
+        let err = admin.simple_query("SET pool_mode = statement").await.expect_err("statement mode");
+        assert_eq!(err.code().map(|c| c.code()), Some("22023"), "{err}");
+        // What no pgmux setting changes is still refused, with 55P02.
+        let err = admin.simple_query("SET stats_period = 30").await.expect_err("stats_period is fixed");
         assert_eq!(err.code().map(|c| c.code()), Some("55P02"), "{err}");
     });
 }
