@@ -138,7 +138,9 @@ fi
 test_paths=()
 # Absolute: utils.py chdirs into test/ on import, and xdist's workers would find no test/test_*.py from there.
 for f in "${files[@]}"; do test_paths+=("$WORK/test/$f"); done
-# Two workers: each starts a PostgreSQL of its own; the machine has two cores.
+# Two workers: each starts a PostgreSQL of its own; the machine has two cores. --tb=native: pytest's own
+# traceback style parses the test's source, and CPython 3.11.2 (Debian 12) raises "AST constructor recursion
+# depth mismatch" when pytest-timeout's signal lands during that parse, which takes the whole xdist worker down.
 WORKERS=${CONFORMANCE_WORKERS:-2}
 echo "conformance: ${#files[@]} file(s) of $SUITE against $PGMUX_BIN, $WORKERS workers, in $WORK" >&2
 set +e
@@ -146,7 +148,7 @@ set +e
   LANG=C.UTF-8 PGMUX_BIN="$WORK/pgmux" CONFORMANCE_INI_MODE="${CONFORMANCE_INI_MODE:-auto}" \
   ${CI:+CI="$CI"} \
   timeout --kill-after=30 "$TIMEOUT" "${as_postgres[@]}" "$VENV/bin/python" -m pytest -n "$WORKERS" \
-  -p no:cacheprovider -o console_output_style=classic -q -rA --junitxml="$JUNIT" \
+  -p no:cacheprovider -o console_output_style=classic -q -rA --tb=native --junitxml="$JUNIT" \
   "${test_paths[@]}" "${extra[@]}" >"$OUT_DIR/pytest.log" 2>&1)
 rc=$?
 set -e
