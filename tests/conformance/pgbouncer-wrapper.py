@@ -10,8 +10,8 @@ where it is done; nothing of the suite is edited.
 This process stays pgmux's parent (rather than exec'ing it), because pgmux must not read test.ini as it is:
   * test.ini sets `pool_mode = statement`, which pgmux refuses by design (it never ends a client's
     transaction for it; multi-statement transactions would break). pgmux reads a view of test.ini with that
-    one setting changed to `transaction`. The view is rewritten whenever the suite edits test.ini (polled every
-    10 ms) and before a SIGHUP is passed on, so RELOAD and SIGHUP see the suite's edits.
+    one setting changed to `transaction`: a named pipe this process answers each time pgmux opens it (start-up,
+    SIGHUP, RELOAD) with test.ini as it is then, so reloads see the suite's edits (class View).
   * Until pgmux reads pgbouncer.ini itself (issue 30, item 4; `pgmux --config pgbouncer.ini`), the view is a
     TEMPORARY translation into pgmux's TOML (`translate_to_toml`). Which one is used: CONFORMANCE_INI_MODE =
     `native` or `toml`; by default `native` when `pgmux --help` mentions pgbouncer.ini.
@@ -27,6 +27,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -124,11 +125,32 @@ def native_view(text):
         if s.startswith("[") and s.endswith("]"):
             section = s[1:-1].strip().lower()
         elif section == "pgbouncer" and re.match(r"(?i)^pool_mode\s*=\s*statement\s*$", s):
-            line = "pool_mode = transaction  ; statement in the suite: refused by pgmux by design"
+            # (A comment on a line of its own: in pgbouncer.ini a `;` after a value is part of the value.)
+            out.append("; statement in the suite's test.ini: refused by pgmux by design (pgbouncer-wrapper.py)")
+            line = "pool_mode = transaction"
         elif section in ("databases", "users"):
             line = re.sub(r"(?i)\bpool_mode\s*=\s*statement\b", "pool_mode=transaction", line)
         out.append(line)
+    if not any(s == "pgbouncer" and k.lower() == "admin_users" for s, k, _ in read_ini_text(text)):
+        # PgBouncer lets the OS user it runs as in as `pgbouncer` over its Unix socket (peer credentials), and
+        # the suite opens the console that way; pgmux admits admin_users only (a gap: docs/compatibility.md).
+        out += ["[pgbouncer]", "; added by tests/conformance/pgbouncer-wrapper.py", "admin_users = pgbouncer"]
     return "\n".join(out) + "\n"
+
+
+def read_ini_text(text):
+    """(section, key, value) of the lines of one file, %include not followed (enough to see a key is set)."""
+    section, out = "", []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in ";#" or line.startswith("%"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip().lower()
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            out.append((section, k.strip(), v.strip()))
+    return out
 
 
 def toml_str(v):
@@ -245,33 +267,47 @@ def pgmux_reads_ini():
 
 
 class View:
+    """The file pgmux is given: a named pipe that this process answers every time pgmux opens it, with test.ini
+    as it is at that moment, rendered for pgmux. The suite edits test.ini and sends RELOAD on the console in the
+    next breath; a copy refreshed by polling could be read before it caught up, the pipe cannot."""
+
     def __init__(self, ini, native, log):
         self.ini, self.native, self.log = Path(ini), native, log
         self.path = self.ini.with_name(self.ini.name + (".pgmux.ini" if native else ".pgmux.toml"))
-        self.stamp = None
+        self.warned = None
 
-    def stat(self):
-        try:
-            st = self.ini.stat()
-            return (st.st_mtime_ns, st.st_size, st.st_ino)
-        except FileNotFoundError:
-            return None
-
-    def refresh(self, force=False):
-        stamp = self.stat()
-        if stamp is None or (stamp == self.stamp and not force):
-            return
-        self.stamp = stamp
+    def render(self):
         if self.native:
-            text = native_view(self.ini.read_text())
-        else:
-            text, unsupported, skipped = translate_to_toml(read_ini(self.ini))
-            if unsupported or skipped:
-                print(f"pgbouncer-wrapper: WARNING settings of {self.ini.name} the temporary translation has no "
-                      f"pgmux equivalent for: {', '.join(unsupported + skipped)}", file=self.log, flush=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.path)
+            return native_view(self.ini.read_text())
+        text, unsupported, skipped = translate_to_toml(read_ini(self.ini))
+        missing = unsupported + skipped
+        if missing and missing != self.warned:
+            self.warned = missing
+            print(f"pgbouncer-wrapper: WARNING settings of {self.ini.name} the temporary translation has no "
+                  f"pgmux equivalent for: {', '.join(missing)}", file=self.log, flush=True)
+        return text
+
+    def serve(self):
+        """Forever: wait for pgmux to open the pipe, write the rendering, close. Runs in a thread."""
+        while True:
+            with open(self.path, "w") as f:  # blocks until pgmux opens the pipe for reading
+                # Rendered now, not before the open: test.ini as it is when pgmux reads it.
+                try:
+                    text = self.render()
+                except Exception as e:  # an unreadable test.ini: pgmux gets nothing it could take for a config
+                    text = f"# pgbouncer-wrapper could not read {self.ini}: {e}\n"
+                f.write(text)
+            # pgmux reads to the end and closes; opening again before it has closed would write into the
+            # same reader.
+            time.sleep(0.05)
+
+    def start(self):
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.mkfifo(self.path, 0o600)
+        threading.Thread(target=self.serve, daemon=True).start()
 
 
 def main():
@@ -298,7 +334,7 @@ def main():
     log_path = cfg.get("logfile") or None
     log = open(log_path, "a", buffering=1) if log_path else sys.stderr
     view = View(ini, pgmux_reads_ini(), log)
-    view.refresh(force=True)
+    view.start()
 
     child = subprocess.Popen([PGMUX, "--config", str(view.path)], stdout=log, stderr=log, close_fds=True)
     pidfile = cfg.get("pidfile")
@@ -306,8 +342,6 @@ def main():
         Path(pidfile).write_text(f"{child.pid}\n")
 
     def forward(signum, _frame):
-        if signum == signal.SIGHUP:
-            view.refresh(force=True)
         if signum == signal.SIGQUIT:
             signum = signal.SIGKILL  # immediate shutdown (see above)
         try:
@@ -322,8 +356,7 @@ def main():
         code = child.poll()
         if code is not None:
             break
-        view.refresh()
-        time.sleep(0.01)
+        time.sleep(0.05)
     if pidfile:
         try:
             os.unlink(pidfile)
