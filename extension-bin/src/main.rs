@@ -129,7 +129,7 @@ impl From<SetupError> for StartError {
     fn from(e: SetupError) -> Self {
         let kind = match e {
             SetupError::Bind { .. } | SetupError::BindUnix { .. } => "Extension.ListenFailed",
-            SetupError::Tls(_) | SetupError::AuthFile(_) => "Extension.ConfigInvalid",
+            SetupError::Tls(_) | SetupError::AuthFile(_) | SetupError::NoControlUser => "Extension.ConfigInvalid",
             SetupError::Check(_) => "Extension.DatabaseUnreachable",
         };
         StartError::new(kind, e.to_string())

@@ -484,3 +484,52 @@ async fn a_large_bind_streams_through_to_servers_with_and_without_the_statement(
     let n: i32 = a.query_one("select length($1::text)", &[&big]).await.unwrap().get(0);
     assert_eq!(n, 3 << 20, "the unnamed statement too");
 }
+
+/// A source that hands a reload the configuration the test wrote last.
+#[derive(Debug)]
+struct NextConfig(std::sync::Mutex<Option<pgmux_proxy::Config>>);
+
+impl pgmux_proxy::ConfigSource for NextConfig {
+    fn load(&self) -> Result<(pgmux_proxy::Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
+        let config = self.0.lock().unwrap().clone().expect("a configuration to load");
+        Ok((config, pgmux_proxy::ServerAccess::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_whose_name_now_points_at_a_writer_elsewhere_is_given_up_before_its_timeout() {
+    // A is the writer the clients are on; B another writer. The "name" moves to B by a reload (on Aurora,
+    // the cluster endpoint's DNS flips to the new writer), then A stops answering: a black-holed old writer.
+    // server_probe_timeout is long (10 s), so that only the new writer's login can explain a quick verdict.
+    let extra = "pool_max = 2\nmax_connections_percent = 0\nserver_probe_timeout = \"10s\"";
+    let fx = common::start(extra).await;
+    let b = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let source = std::sync::Arc::new(NextConfig(std::sync::Mutex::new(None)));
+    let listener = pgmux_proxy::Listener::bind(common::config(&fx.pg, extra)).await.unwrap();
+    listener.set_config_source(source.clone());
+    let (admin, addr) = (listener.admin(), listener.local_addr().unwrap());
+    let running = tokio::spawn(listener.run());
+    let c = common::connect(addr, &pgmux_testkit::APP_USER, |_| {}).await.unwrap();
+    assert_eq!(scalar(&c, "select 1").await, "1");
+    // The client's long query runs on A; then the name moves, then A stops answering.
+    let started = Instant::now();
+    let hung = tokio::spawn(async move {
+        let answer = c.simple_query("select pg_sleep(30)").await;
+        (c, answer)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut next = common::config(&b, extra);
+    next.listen = addr;
+    *source.0.lock().unwrap() = Some(next);
+    admin.reload().expect("the name moves to B");
+    signal_server(&fx.pg, "STOP");
+    let (c, answer) = tokio::time::timeout(Duration::from_secs(40), hung).await.expect("given up").unwrap();
+    let waited = started.elapsed();
+    signal_server(&fx.pg, "CONT");
+    let err = answer.expect_err("its node was given up");
+    assert_eq!(common::code(&err), "08006", "{}", common::message(&err));
+    // A quiet second, a quarter of the timeout, a login to B: well inside the 10 s the timeout alone takes.
+    assert!(waited < Duration::from_secs(8), "given up after {waited:?}");
+    assert_eq!(scalar(&c, "select inet_server_port()::text").await, b.port().to_string(), "the next runs on B");
+    running.abort();
+}

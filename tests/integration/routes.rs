@@ -221,3 +221,95 @@ async fn session_mode_keeps_a_server_per_client_and_lends_it_again_after() {
     .await;
     assert!(su.is_err(), "postgres is not a user this pgmux knows");
 }
+
+/// A source that hands a reload the configuration the test wrote last.
+#[derive(Debug)]
+struct Swap(std::sync::Mutex<Option<pgmux_proxy::Config>>);
+
+impl pgmux_proxy::ConfigSource for Swap {
+    fn load(&self) -> Result<(pgmux_proxy::Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
+        let config = self.0.lock().unwrap().clone().expect("a configuration to load");
+        Ok((config, pgmux_proxy::ServerAccess::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_change_live_and_a_removed_route_drains() {
+    let mut fx = common::start("").await;
+    let source = std::sync::Arc::new(Swap(std::sync::Mutex::new(None)));
+    let listener =
+        pgmux_proxy::Listener::bind(common::config(&fx.pg, &format!("pool_max = 4\n{ROUTES}"))).await.unwrap();
+    listener.set_config_source(source.clone());
+    let admin = listener.admin();
+    let addr = listener.local_addr().unwrap();
+    let running = tokio::spawn(listener.run());
+    let connect = |database: &'static str| {
+        common::connect(addr, &APP_USER, move |c| {
+            c.dbname(database);
+        })
+    };
+    let reports = connect("reports").await.unwrap();
+    let app = connect("app").await.unwrap();
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5");
+
+    // `reports` goes, `archive` comes; `app` stays as it was.
+    let without_reports = ROUTES.replace("name = \"reports\"", "name = \"archive\"");
+    let mut next = common::config(&fx.pg, &format!("pool_max = 4\n{without_reports}"));
+    next.listen = addr;
+    *source.0.lock().unwrap() = Some(next);
+    admin.reload().expect("the new routes load");
+
+    let err = connect("reports").await.expect_err("reports is gone");
+    assert_eq!(code(&err), "3D000");
+    assert!(err.as_db_error().unwrap().hint().unwrap().contains("\"archive\""));
+    let archive = connect("archive").await.expect("the new route");
+    assert_eq!(scalar(&archive, "select current_user").await, "pgmux_md5");
+    // The clients already there go on: a removed route drains rather than cutting them off.
+    for _ in 0..3 {
+        assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5");
+        assert_eq!(scalar(&app, "select current_user").await, "pgmux_app");
+    }
+    running.abort();
+    fx.proxy.take();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_database_url_sizing_reads_the_database_as_a_route_s_own_user_or_says_what_is_missing() {
+    let fx = common::start("").await;
+    let port = fx.pg.port();
+    let routes = format!(
+        "listen = \"127.0.0.1:0\"\nmax_connections_percent = 50\n[[databases]]\nname = \"app\"\nhost = \"127.0.0.1\"\n\
+         port = {port}\ndbname = \"pgmux\"\n"
+    );
+    let users = "[[users]]\nname = \"pgmux_app\"\npassword = \"app-pw-1\"\n";
+    // No route logs in as a user of its own: nobody to read max_connections as.
+    let config = pgmux_proxy::Config::from_toml_str(&format!("{routes}{users}")).unwrap();
+    let err = pgmux_proxy::Listener::start(config).await.expect_err("sizing has no user");
+    assert!(matches!(err, pgmux_proxy::SetupError::NoControlUser), "{err}");
+    assert!(err.to_string().contains("max_connections_percent = 0"), "{err}");
+    // A route with its own user and password carries sizing's control connection.
+    let config =
+        pgmux_proxy::Config::from_toml_str(&format!("{routes}user = \"pgmux_app\"\npassword = \"app-pw-1\"\n{users}"))
+            .unwrap();
+    let handle = pgmux_proxy::Listener::start(config).await.expect("starts");
+    let c = common::connect(handle.addr, &APP_USER, |c| {
+        c.dbname("app");
+    })
+    .await
+    .unwrap();
+    assert_eq!(scalar(&c, "select current_user").await, "pgmux_app");
+    let sized =
+        common::eventually(Duration::from_secs(10), || async { handle.admin().metrics().pool_budget > 0 }).await;
+    assert!(sized, "sizing read the database's budget");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_user_logs_in_with_its_own_password() {
+    let fx = common::start(&format!("pool_max = 4\nadmin_users = \"pgmux_md5\"\n{ROUTES}")).await;
+    let console = connect_to(&fx, &MD5_USER, "pgbouncer").await.expect("the admin with its own password");
+    assert!(!console.simple_query("SHOW POOLS").await.unwrap().is_empty());
+    let wrong = Role { user: MD5_USER.user, password: APP_USER.password };
+    assert_eq!(code(&connect_to(&fx, &wrong, "pgbouncer").await.expect_err("another's password")), "28P01");
+    // A user pgmux knows but who is no admin fails as an unknown one does.
+    assert_eq!(code(&connect_to(&fx, &APP_USER, "pgbouncer").await.expect_err("not an admin")), "28P01");
+}

@@ -360,3 +360,39 @@ async fn nothing_reaches_the_database_before_the_gate_opens() {
     running.await.expect("pgmux stopped");
     pg.stop();
 }
+
+/// Every connection of pgmux's user (control connection and probes included), as the database sees them.
+async fn all_of_pgmux(oracle: &Client) -> i64 {
+    common::try_pgmux_connections(oracle).await.expect("count pgmux's connections")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pgmux_holds_nothing_so_the_database_may_sleep_and_a_client_waits_out_its_resumption() {
+    let mut pg = start_pg(100).await;
+    let handle = Listener::start(sizing_config(&pg, "server_idle_timeout = \"1s\"\nquery_wait_timeout = \"30s\""))
+        .await
+        .expect("start pgmux");
+    let addr = handle.addr;
+    let client = common::connect(addr, &APP_USER, |_| {}).await.unwrap();
+    assert_eq!(common::scalar(&client, "select 1").await, "1");
+    {
+        let oracle = common::direct(&pg).await;
+        assert!(all_of_pgmux(&oracle).await >= 2, "a pool connection and the control connection while busy");
+        // Quiet for server_idle_timeout: the pool's connections close, then the control connection.
+        let slept = common::eventually(Duration::from_secs(10), || async { all_of_pgmux(&oracle).await == 0 }).await;
+        assert!(slept, "pgmux still holds {} connections", all_of_pgmux(&oracle).await);
+    }
+    // The database stops (an Aurora pause); a query arrives, and the database comes back a while later.
+    let stop = std::time::Instant::now();
+    tokio::task::block_in_place(|| pg.stop_fast());
+    let asked = tokio::spawn(async move { client.simple_query("select 42").await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let opts = PgOptions::default();
+    tokio::task::block_in_place(|| pg.restart_with(&opts));
+    let answered = asked.await.unwrap();
+    assert!(answered.is_ok(), "the query waited out the resumption: {answered:?}");
+    assert!(stop.elapsed() >= Duration::from_secs(8));
+    let oracle = common::direct(&pg).await;
+    assert!(all_of_pgmux(&oracle).await >= 1, "sizing and the pool came back with the demand");
+    handle.shutdown().await;
+}

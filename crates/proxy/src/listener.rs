@@ -17,18 +17,18 @@ use tokio_util::task::TaskTracker;
 use crate::client::auth::Authenticator;
 use crate::client::shared::Shared;
 use crate::client::unix_socket::{self, UnixSocket};
-use crate::config::Config;
 use crate::config::auth_file::{AuthFileError, UserBook};
 use crate::config::credentials::{ServerAccess, StaticCredentials};
 use crate::config::source::ConfigSource;
+use crate::config::{Config, LoginInfo};
 use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
 use crate::ops::metrics_http;
 use crate::ops::reload::ReloadError;
-use crate::pools::Pools;
 use crate::pools::budget::Report;
 use crate::pools::sizing;
+use crate::pools::{Pools, ServerPool, routing};
 use crate::runtime::stop::{Level, Stop};
 use crate::session;
 
@@ -69,6 +69,12 @@ pub enum SetupError {
     /// The auth file cannot be read or is not a userlist.
     #[error(transparent)]
     AuthFile(#[from] AuthFileError),
+    /// Sizing from the database needs a user to read it, and the configuration names none.
+    #[error(
+        "max_connections_percent sizes the pools from the database, which needs a user to read it: set \
+         database_url, give a route its own user and password, or set pool_max and max_connections_percent = 0"
+    )]
+    NoControlUser,
     /// `pgmux check` could not read the database.
     #[error("{0}")]
     Check(String),
@@ -168,8 +174,11 @@ impl Listener {
     /// Everything but the listener.
     fn prepare(config: Config, access: ServerAccess, stop: &Stop) -> Result<(Arc<Shared>, SocketAddr), SetupError> {
         let (server_tls, client_tls) = tls::from_config(&config, access.extra_root_certs)?;
-        let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(&config)));
         let book = UserBook::load(&config)?;
+        let credentials = match access.credentials {
+            Some(credentials) => credentials,
+            None => Arc::new(StaticCredentials::new(control_login(&config, &book)?)),
+        };
         let auth = Authenticator::new(&config, book, access.pool_credentials);
         let listen = config.listen;
         let config = Arc::new(config);
@@ -308,6 +317,20 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     while set.join_next().await.is_some() {}
 }
 
+/// Whom the default pool (and with it sizing's control connection) logs in as: database_url's user, else
+/// the first route with its own user and password. Without either, only a configuration that does not size
+/// from the database can run.
+pub(crate) fn control_login(config: &Config, book: &UserBook) -> Result<LoginInfo, SetupError> {
+    if !config.database_url.login.host.is_empty() || config.databases.is_empty() {
+        return Ok(config.with_overrides(config.database_url.login.clone()));
+    }
+    match routing::control_login(config, book) {
+        Some(login) => Ok(login),
+        None if config.max_connections_percent == 0 => Ok(config.with_overrides(config.database_url.login.clone())),
+        None => Err(SetupError::NoControlUser),
+    }
+}
+
 /// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown; keeps
 /// the metrics' time windows going.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
@@ -319,8 +342,10 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
             _ = tick.tick() => {}
         }
         shared.pools.all().iter().for_each(|pool| pool.evict_idle());
-        // A lowered budget takes back idle connections from whichever pools hold them.
+        // A lowered budget takes back idle connections from whichever pools hold them; the pools of named
+        // databases keep their min_pool_size warm (sizing's loop warms the default pool).
         shared.pools.keep_to_budget();
+        shared.pools.all().iter().skip(1).for_each(ServerPool::warm);
         shared.observer().tick();
         for pool in shared.pools.all() {
             tokio::select! {

@@ -80,6 +80,23 @@ impl Authenticator {
         self.check(conn, user, expected).await
     }
 
+    /// Runs the exchange for a console user: one the configuration allows (`allowed`) is checked against its
+    /// own password if pgmux knows the user, else against the default pool's; anyone else fails as an
+    /// unknown user does, telling nothing more.
+    pub(crate) async fn authenticate_console(
+        &self,
+        conn: &mut Conn,
+        user: &str,
+        allowed: bool,
+    ) -> Result<(), OpeningError> {
+        let expected = match (allowed, self.book.get(user)) {
+            (false, _) => Expected::Unknown,
+            (true, Some(known)) => Expected::Known(known.password.as_ref()),
+            (true, None) => Expected::Known(self.password.as_ref()),
+        };
+        self.check(conn, user, expected).await
+    }
+
     /// Runs the exchange for `user` of a named database, against the book.
     pub(crate) async fn authenticate_known(&self, conn: &mut Conn, user: &str) -> Result<(), OpeningError> {
         let expected = match self.book.get(user) {

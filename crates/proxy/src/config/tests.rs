@@ -237,3 +237,28 @@ fn one_value_can_change_and_is_checked_like_the_file() {
     let moved = cfg.with_value("database_host", "db2.example.com").unwrap();
     assert!(cfg.login_differs(&moved), "a new host is a new login");
 }
+
+#[test]
+fn databases_and_users_come_from_the_environment_as_lambda_passes_them() {
+    let cfg = Config::from_parts(
+        Profile::Sidecar,
+        "",
+        env(&[
+            ("PGMUX_DATABASES", "app = host=db.example dbname=app pool_size=5; reports = host=ro.example dbname=app user=rep password='p w'"),
+            ("PGMUX_USERS", "app_rw = password=s3cret max_user_connections=7"),
+        ]),
+    )
+    .unwrap();
+    let names: Vec<&str> = cfg.databases.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["app", "reports"]);
+    assert_eq!(cfg.databases[0].pool_max, Some(5));
+    assert_eq!(cfg.databases[1].user.as_deref(), Some("rep"));
+    assert_eq!(cfg.databases[1].password.as_ref().map(Secret::expose), Some("p w"));
+    assert_eq!(cfg.users[0].max_user_connections, Some(7));
+    // Nothing of a password reaches the printed configuration.
+    assert!(!cfg.to_string().contains("s3cret") && !cfg.to_string().contains("p w"), "{cfg}");
+    // A key no route has is refused, naming the variable, the entry and the key.
+    let err =
+        Config::from_parts(Profile::Sidecar, "", env(&[("PGMUX_DATABASES", "app = hots=db.example")])).unwrap_err();
+    assert!(err.to_string().contains("hots"), "{err}");
+}

@@ -48,6 +48,9 @@ pub enum ReloadError {
     /// A TLS file named by the new configuration cannot be read or used.
     #[error("invalid TLS setting {0}")]
     Tls(#[from] TlsSetupError),
+    /// Sizing would have no user to read the database as.
+    #[error("{0}")]
+    Control(String),
     /// The auth file named by the new configuration cannot be read or is not a userlist.
     #[error(transparent)]
     AuthFile(#[from] AuthFileError),
@@ -63,6 +66,7 @@ impl ReloadError {
             ReloadError::NeedsRestart { key } | ReloadError::ChangesLogin { key } => Some(key),
             ReloadError::Tls(TlsSetupError::File { key, .. } | TlsSetupError::Rustls { key, .. }) => Some(key),
             ReloadError::AuthFile(_) => Some("auth_file"),
+            ReloadError::Control(_) => Some("max_connections_percent"),
         }
     }
 }
@@ -143,20 +147,18 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
     let reconnect = old.login_differs(&new);
     let login_key = changed.iter().copied().find(|k| LOGIN_KEYS.contains(k));
     let full = access.is_some();
+    // Who may log in, and with what: read on a full reload and when SET changes how clients log in.
+    let book =
+        if full || changed.iter().any(|k| CLIENT_AUTH_KEYS.contains(k)) { Some(UserBook::load(&new)?) } else { None };
     let (rebuilt, pool_credentials) = match (access, login_key) {
         (Some(access), _) => {
-            let (rebuilt, pool_credentials) = rebuild(&new, access)?;
+            let (rebuilt, pool_credentials) = rebuild(&new, book.as_ref().unwrap_or(&UserBook::default()), access)?;
             (Some(rebuilt), pool_credentials)
         }
         (None, Some(key)) => return Err(ReloadError::ChangesLogin { key }),
         (None, None) => (None, shared.auth().pool_credentials().cloned()),
     };
-    // Who may log in, and with what: rebuilt on a full reload and when SET changes how clients log in.
-    let auth = if full || changed.iter().any(|k| CLIENT_AUTH_KEYS.contains(k)) {
-        Some(Authenticator::new(&new, UserBook::load(&new)?, pool_credentials))
-    } else {
-        None
-    };
+    let auth = book.map(|book| Authenticator::new(&new, book, pool_credentials));
     shared.pools.live_config().replace(Arc::new(new));
     if let Some((credentials, server_tls, client_tls)) = rebuilt {
         // The default pool takes the new credentials; named databases' pools whose route changed drain.
@@ -211,10 +213,16 @@ type Rebuilt = (Arc<dyn Credentials>, tls::ServerTls, Option<tokio_rustls::TlsAc
 
 fn rebuild(
     config: &Config,
+    book: &UserBook,
     access: ServerAccess,
-) -> Result<(Rebuilt, Option<Arc<dyn PoolCredentials>>), TlsSetupError> {
+) -> Result<(Rebuilt, Option<Arc<dyn PoolCredentials>>), ReloadError> {
     let (server_tls, client_tls) = tls::from_config(config, access.extra_root_certs)?;
-    let credentials = access.credentials.unwrap_or_else(|| Arc::new(StaticCredentials::from_config(config)));
+    let credentials = match access.credentials {
+        Some(credentials) => credentials,
+        None => Arc::new(StaticCredentials::new(
+            crate::listener::control_login(config, book).map_err(|e| ReloadError::Control(e.to_string()))?,
+        )),
+    };
     Ok(((credentials, server_tls, client_tls), access.pool_credentials))
 }
 

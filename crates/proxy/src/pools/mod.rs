@@ -34,6 +34,7 @@ pub(crate) use checkout::{CheckoutError, Fitness, Resume, ServerGrant, ServerTic
 use limit::Limit;
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
+pub(crate) use probe::Answer;
 pub(crate) use registry::{Globals, PoolId, PoolSetup, Pools};
 
 use crate::config::credentials::Credentials;
@@ -126,6 +127,11 @@ impl ServerPool {
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
         pool
+    }
+
+    /// Keeps `n` connections warm rather than min_pool_size.
+    pub(crate) fn keep_warm(&mut self, n: usize) {
+        self.min_pool_size = Some(n);
     }
 
     /// How long its clients keep a server connection.

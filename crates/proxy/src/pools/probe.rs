@@ -14,6 +14,13 @@
 //! A node that does not answer in time, or does not finish a login in time, is declared dead: its sessions
 //! give up their connections (their clients get one error), and new connections go wherever the host name
 //! points now. A node that answers a login again is trusted again.
+//!
+//! A failover can say so sooner than the timeout. When only a writer will do (`target_session_attrs =
+//! read-write`) and a node has not answered for a quarter of `server_probe_timeout`, the probe logs in
+//! wherever the host name points now. If that is another address and a writer, the cluster has moved on
+//! (Aurora flips its writer name to the new writer, and one name has one writer): the silent node is declared
+//! dead at once rather than when its timeout runs out. Neither sign alone would do: a loaded node answers
+//! late, and a name may list two writers for a moment.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -95,10 +102,12 @@ impl Probes {
 
 /// What one round trip to a node showed.
 #[derive(Debug, PartialEq, Eq)]
-enum Answer {
+pub(crate) enum Answer {
     Answered,
     /// Nothing within `server_probe_timeout`.
     Silent,
+    /// Nothing yet, and the host name now points at a writer elsewhere: the cluster failed over.
+    Moved,
     /// It failed otherwise (refused, reset, an error): not a hang; the sessions on it see it themselves.
     Failed,
 }
@@ -133,7 +142,7 @@ impl ServerPool {
             }
             let asked = Instant::now();
             let answer = match self.pool.take_idle(|conn| conn.addr == node) {
-                Some(mut lease) => match ask(&mut lease, timeout).await {
+                Some(mut lease) => match self.ask_node(&mut lease, timeout).await {
                     Answer::Answered => Answer::Answered,
                     failed => {
                         self.retire(lease.discard());
@@ -150,28 +159,30 @@ impl ServerPool {
                 None if quiet => self.ask_apart(node, timeout).await,
                 None => continue,
             };
-            if answer == Answer::Silent {
-                self.silent(node, asked, "it did not answer within server_probe_timeout");
-            }
+            self.heard(node, asked, &answer);
         }
     }
 
     /// A round trip to `node` on a probe connection of its own, opened (by address) if none is kept.
     async fn ask_apart(&self, node: SocketAddr, timeout: Duration) -> Answer {
         tracing::debug!(%node, "no connection came back for a second: asking the node on a probe connection");
-        let mut conn = match self.probes.take(node) {
-            Some(conn) => conn,
-            None => match self.open_probe(node, timeout).await {
-                Ok(conn) => conn,
-                Err(answer) => return answer,
-            },
+        let round_trip = async {
+            let mut conn = match self.probes.take(node) {
+                Some(conn) => conn,
+                None => match self.open_probe(node, timeout).await {
+                    Ok(conn) => conn,
+                    Err(answer) => return answer,
+                },
+            };
+            let answer = ask(&mut conn, timeout).await;
+            match answer {
+                Answer::Answered => self.probes.keep(conn),
+                _ => self.retire(conn),
+            }
+            answer
         };
-        let answer = ask(&mut conn, timeout).await;
-        match answer {
-            Answer::Answered => self.probes.keep(conn),
-            _ => self.retire(conn),
-        }
-        answer
+        // A login that hangs is watched as a round trip that hangs is.
+        self.watched(node, timeout, round_trip).await
     }
 
     /// Opens a probe connection to `node` itself (not wherever the host name points now), within `timeout`;
@@ -194,6 +205,67 @@ impl ServerPool {
             Err(e) => {
                 tracing::debug!(%node, error = %e, "the liveness probe could not log in");
                 Err(Answer::Failed)
+            }
+        }
+    }
+
+    /// What a probe's answer (asked at `asked`) says of `node`: a silent or moved node is declared dead.
+    pub(crate) fn heard(&self, node: SocketAddr, asked: Instant, answer: &Answer) {
+        match answer {
+            Answer::Silent => self.silent(node, asked, "it did not answer within server_probe_timeout"),
+            Answer::Moved => self.silent(
+                node,
+                asked,
+                "it did not answer, and the host name now points at a writer elsewhere (a failover)",
+            ),
+            Answer::Answered | Answer::Failed => {}
+        }
+    }
+
+    /// A round trip on `conn` within `timeout`; past a quarter of it, when only a writer will do, the probe
+    /// also looks for a writer where the host name points now (see the module's comment).
+    pub(crate) async fn ask_node(&self, conn: &mut ServerConn, timeout: Duration) -> Answer {
+        let node = conn.addr;
+        self.watched(node, timeout, ask(conn, timeout)).await
+    }
+
+    /// `answer` from `node`, or [`Answer::Moved`] if, once it is a quarter of `timeout` late, the host name
+    /// turns out to point at a writer elsewhere.
+    async fn watched(&self, node: SocketAddr, timeout: Duration, answer: impl Future<Output = Answer>) -> Answer {
+        tokio::pin!(answer);
+        if !self.wants_writer() {
+            return answer.await;
+        }
+        let early = timeout / 4;
+        tokio::select! {
+            answer = &mut answer => return answer,
+            () = tokio::time::sleep(early) => {}
+        }
+        let scout = self.writer_elsewhere(node, timeout.saturating_sub(early));
+        tokio::pin!(scout);
+        tokio::select! {
+            answer = &mut answer => answer,
+            moved = &mut scout => if moved { Answer::Moved } else { answer.await },
+        }
+    }
+
+    /// Whether a login where the host name points now lands on another address, and a writer.
+    async fn writer_elsewhere(&self, node: SocketAddr, timeout: Duration) -> bool {
+        let Ok(login) = self.credentials().login().await else { return false };
+        let config = self.globals.config.full();
+        let options = ConnectOptions { timeout, need_role: true, ..connect_options(&config, 0, Some(PROBE_NAME)) };
+        match ServerConn::connect(&login, &self.server_tls(), options).await {
+            Ok(conn) => {
+                let moved = conn.addr != node && conn.role == Some(crate::config::NodeRole::ReadWrite);
+                if moved {
+                    tracing::warn!(%node, new = %conn.addr, "the host name now points at a writer elsewhere");
+                }
+                self.retire(Box::new(conn));
+                moved
+            }
+            Err(e) => {
+                tracing::debug!(%node, error = %e, "looking for a writer elsewhere: no login");
+                false
             }
         }
     }

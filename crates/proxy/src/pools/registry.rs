@@ -139,7 +139,12 @@ impl Pools {
             stop,
             tasks,
         });
-        let first = Arc::new(ServerPool::new(Arc::clone(&globals), credentials, tls.clone()));
+        let mut first = ServerPool::new(Arc::clone(&globals), credentials, tls.clone());
+        if !globals.config.full().databases.is_empty() {
+            // With named databases no client uses the default pool: it only carries sizing's identity.
+            first.keep_warm(0);
+        }
+        let first = Arc::new(first);
         let slots: Box<[OnceLock<Arc<ServerPool>>]> = (0..MAX_POOLS).map(|_| OnceLock::new()).collect();
         let _ = slots[0].set(first);
         let mut made = Made::default();

@@ -96,7 +96,7 @@ fn plan(
         auth,
         secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
         cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),
-        min_pool_size: spec.min_pool_size.unwrap_or(0),
+        min_pool_size: spec.min_pool_size.unwrap_or(config.min_pool_size),
         mode: spec.pool_mode.or(user_spec.and_then(|u| u.pool_mode)).unwrap_or(config.pool_mode),
         route_limit: spec.max_db_connections.or(some(config.max_db_connections)).filter(|n| *n > 0),
         user_limit: user_spec
@@ -104,6 +104,16 @@ fn plan(
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
     }
+}
+
+/// Whom the control connection (sizing) logs in as when `database_url` names nobody: the first route that
+/// logs in as its own user with a password pgmux holds. `None` if no route does.
+pub(crate) fn control_login(config: &Config, book: &UserBook) -> Option<LoginInfo> {
+    config.databases.iter().filter(|r| r.name != "*").find_map(|spec| {
+        let user = spec.user.as_deref()?;
+        let plan = plan(config, book, spec, &spec.name, spec.dbname.clone().unwrap_or_else(|| spec.name.clone()), user);
+        (plan.auth == ServerAuth::Password && plan.login.password.is_some()).then_some(plan.login)
+    })
 }
 
 #[cfg(test)]

@@ -217,7 +217,7 @@ impl Session {
             }
             None => (false, false),
         };
-        let pinned = self.held().is_some();
+        let pinned = self.router.pin().is_some() | self.session_mode;
         // Unlinking the cancel key first is safe: when pgmux sends nothing more to the server, a cancel
         // could only reach the client's own finished transaction.
         if role_unconfirmed || (!pinned && (ends_idle || self.router.settings_dirty() || !self.cancel.try_unlink())) {

@@ -159,8 +159,7 @@ async fn admit(
         (access_of(&config, user, &served.user), Instant::now() + config.client_login_timeout)
     };
     // A user without rights fails the password check like a wrong password, telling nothing more.
-    let checked_as = if access.is_some() { user.to_owned() } else { format!("{user}\u{0}") };
-    match tokio::time::timeout_at(deadline, shared.auth().authenticate(conn, user, &checked_as)).await {
+    match tokio::time::timeout_at(deadline, shared.auth().authenticate_console(conn, user, access.is_some())).await {
         Err(_) => return Err(refused(sqlstate::PROTOCOL_VIOLATION, "client did not log in in time".into())),
         Ok(result) => result?,
     }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::credentials::BoxFuture;
 use crate::pools::budget::{Member, Plan, Reading, Report, RowError, plan};
-use crate::pools::{CheckoutError, ServerPool};
+use crate::pools::{Answer, CheckoutError, ServerPool};
 use crate::protocol::failure::ServerFailure;
 use crate::runtime::stop::{Level, Stop};
 use crate::server::ServerConn;
@@ -146,11 +146,14 @@ impl Gauge for ControlConnection {
             let timeout = pool.config().server_probe_timeout;
             let Some(conn) = self.conn.as_mut().filter(|_| !timeout.is_zero()) else { return };
             let asked = Instant::now();
-            if let Err(failure) = conn.ping(timeout).await {
-                if matches!(failure, ServerFailure::Timeout(_)) {
-                    pool.silent(conn.addr, asked, "the control connection's probe timed out");
+            let node = conn.addr;
+            match pool.ask_node(conn, timeout).await {
+                Answer::Answered => {}
+                Answer::Failed => self.lost(pool),
+                answer => {
+                    pool.heard(node, asked, &answer);
+                    self.lost(pool);
                 }
-                self.lost(pool);
             }
         })
     }
@@ -170,6 +173,7 @@ async fn run_with(pool: Arc<ServerPool>, stop: Stop, gate: Option<oneshot::Recei
         }
     }
     let mut control = (pool.config().max_connections_percent > 0).then(|| Control::new(&pool, gauge));
+    let mut quiet = Quiet::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -183,7 +187,11 @@ async fn run_with(pool: Arc<ServerPool>, stop: Stop, gate: Option<oneshot::Recei
             if wanted {
                 control.due = Instant::now();
             }
-            control.step(&pool).await;
+            match quiet.asleep(&pool, wanted || control.last.is_none()) {
+                Sleep::Awake => control.step(&pool).await,
+                Sleep::FallingAsleep => control.sleep(&pool).await,
+                Sleep::Asleep => {}
+            }
         }
         if let Some(limit) = pool.probe() {
             tracing::info!(limit, "no refusal for a while: raising the pool limit");
@@ -192,6 +200,50 @@ async fn run_with(pool: Arc<ServerPool>, stop: Stop, gate: Option<oneshot::Recei
     }
     if let Some(mut control) = control {
         control.gauge.close().await;
+    }
+}
+
+/// Whether pgmux lets the database sleep: with no server connection in any pool for `server_idle_timeout`,
+/// the control connection closes too, so that nothing of pgmux's keeps an Aurora Serverless v2 cluster from
+/// pausing (it pauses when no user connection is open for its timeout). Sizing resumes with the next demand
+/// (a pool about to grow, or a connection open again); meanwhile the last reading's plan stays in force.
+#[derive(Debug, Default)]
+struct Quiet {
+    /// Since when no pool has held a server connection.
+    since: Option<Instant>,
+    asleep: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Sleep {
+    Awake,
+    /// Quiet long enough just now: close what is open.
+    FallingAsleep,
+    Asleep,
+}
+
+impl Quiet {
+    /// Where sizing stands now; `demand`: a reading is wanted whatever the quiet (a pool about to grow, or
+    /// no reading yet).
+    fn asleep(&mut self, pool: &ServerPool, demand: bool) -> Sleep {
+        let after = pool.config().server_idle_timeout;
+        let held = pool.status().size + pool.globals().budget_limit.as_ref().map_or(0, |budget| budget.held());
+        if demand || held > 0 || after.is_zero() {
+            self.since = None;
+            if std::mem::take(&mut self.asleep) {
+                tracing::info!("demand is back: sizing reads the database again");
+            }
+            return Sleep::Awake;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        match (self.asleep, since.elapsed() >= after) {
+            (true, _) => Sleep::Asleep,
+            (false, true) => {
+                self.asleep = true;
+                Sleep::FallingAsleep
+            }
+            (false, false) => Sleep::Awake,
+        }
     }
 }
 
@@ -229,6 +281,18 @@ impl<G: Gauge> Control<G> {
             last: None,
             probed_at: now,
         }
+    }
+
+    /// No server connection has been open for server_idle_timeout: lets go of the control connection (the
+    /// fleet stops counting this instance until it reads again) and keeps the last plan.
+    async fn sleep(&mut self, pool: &ServerPool) {
+        tracing::info!(after = ?pool.config().server_idle_timeout,
+            "no server connection in use: closing the control connection so that the database may sleep");
+        self.gauge.close().await;
+        pool.control_on(None);
+        // The next reading is at the next demand, not on the clock.
+        self.due = Instant::now();
+        self.published = (0, 0);
     }
 
     /// Reads again if due, or if the pool changed size since the fleet last saw it (but never sooner than a
