@@ -158,6 +158,7 @@ async fn read_secret(client: &SecretsClient, arn: &str) -> Result<LoginInfo, Cre
         user: secret.username.clone(),
         password: Some(secret.password),
         dbname: secret.dbname.clone().unwrap_or_else(|| "postgres".to_owned()),
+        scram_keys: None,
     })
 }
 

@@ -2,8 +2,10 @@
 //! (SIGTERM / SIGINT begin a graceful shutdown) or, when Lambda started it, as a Lambda extension.
 
 mod aws_login;
+mod config_file;
 mod emf;
 mod lambda;
+mod pool_login;
 mod reload;
 
 use std::path::PathBuf;
@@ -25,14 +27,18 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn usage() -> String {
     let mut s = String::from(
         "pgmux: a PostgreSQL transaction-mode connection pooler\n\n\
-         Usage: pgmux [--config FILE] [--print-config]\n       \
-         pgmux check [--config FILE]\n\n\
+         Usage: pgmux [--config FILE | FILE] [--print-config] [-q | -v]\n       \
+         pgmux check [--config FILE | FILE]\n\n\
+         FILE is pgmux's TOML, or PgBouncer's pgbouncer.ini (a name ending in .ini, or a file whose first\n\
+         section is [databases], [users], [pgbouncer] or [peers]; docs/migrating-from-pgbouncer.md).\n\n\
          Commands:\n  \
          check               connect, read max_connections and pg_stat_activity, print the connection budget,\n                      \
          the pgmux instances seen and the pool limit pgmux would use; exit 1 on any problem\n\n\
          Options:\n  \
-         -c, --config FILE   read settings from a TOML file\n      \
+         -c, --config FILE   read settings from FILE (TOML or PgBouncer's ini)\n      \
          --print-config  print the effective configuration (password hidden) and exit\n  \
+         -q, --quiet         log warnings and errors only (unless PGMUX_LOG_LEVEL says otherwise)\n  \
+         -v, --verbose       log at debug; -vv at trace (unless PGMUX_LOG_LEVEL says otherwise)\n  \
          -h, --help          print this help\n  \
          -V, --version       print the version\n\n\
          Settings (TOML key, environment variable that overrides it, default):\n",
@@ -51,37 +57,81 @@ fn usage() -> String {
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
 enum Command {
-    Run { config: Option<PathBuf>, print: bool },
+    Run { config: Option<PathBuf>, print: bool, log_level: Option<&'static str> },
     Check { config: Option<PathBuf> },
     Help,
     Version,
 }
 
+/// PgBouncer's flags that pgmux has no counterpart for, and what to do instead: scripts written for
+/// PgBouncer pass them, and they deserve an answer rather than "unknown argument".
+const PGBOUNCER_FLAGS: &[(&str, &str, &str)] = &[
+    (
+        "-d",
+        "--daemon",
+        "pgmux does not run as a daemon: run it in the foreground under systemd, a container runtime or another \
+         supervisor",
+    ),
+    (
+        "-R",
+        "--reboot",
+        "pgmux has no online restart: stop it with SIGTERM (open transactions may finish within \
+         shutdown_timeout) and start it again",
+    ),
+    ("-u", "--user", "pgmux does not switch users: start it as the user it should run as"),
+];
+
 fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> {
     let mut config = None;
     let mut print = false;
     let mut check = false;
+    let mut log_level = None;
+    let mut verbose = 0;
     let mut args = args.into_iter().peekable();
     if args.peek().is_some_and(|a| a == "check") {
         args.next();
         check = true;
     }
+    let mut set_config = |path: PathBuf| {
+        if config.replace(path).is_some() {
+            anyhow::bail!("more than one configuration file given; see pgmux --help");
+        }
+        Ok(())
+    };
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
-            "-c" | "--config" => config = Some(PathBuf::from(args.next().context("--config needs a file name")?)),
+            "-c" | "--config" => set_config(PathBuf::from(args.next().context("--config needs a file name")?))?,
             "--print-config" => print = true,
-            other => match other.strip_prefix("--config=") {
-                Some(path) => config = Some(PathBuf::from(path)),
-                None => anyhow::bail!("unknown argument {other:?}; see pgmux --help"),
-            },
+            "-q" | "--quiet" => log_level = Some("warn"),
+            "--verbose" => verbose += 1,
+            // -v, -vv, -vvv, as PgBouncer counts them.
+            v if v.len() > 1 && v.starts_with('-') && v[1..].chars().all(|c| c == 'v') => verbose += v.len() - 1,
+            other => {
+                let flag = other.split_once('=').map_or(other, |(flag, _)| flag);
+                if let Some((_, _, why)) =
+                    PGBOUNCER_FLAGS.iter().find(|(short, long, _)| flag == *short || flag == *long)
+                {
+                    anyhow::bail!("{flag}: {why}");
+                }
+                match other.strip_prefix("--config=") {
+                    Some(path) => set_config(PathBuf::from(path))?,
+                    None if !other.starts_with('-') => set_config(PathBuf::from(other))?,
+                    None => anyhow::bail!("unknown argument {other:?}; see pgmux --help"),
+                }
+            }
         }
+    }
+    match verbose {
+        0 => {}
+        1 => log_level = Some("debug"),
+        _ => log_level = Some("trace"),
     }
     match (check, print) {
         (true, true) => anyhow::bail!("pgmux check does not take --print-config"),
         (true, false) => Ok(Command::Check { config }),
-        (false, _) => Ok(Command::Run { config, print }),
+        (false, _) => Ok(Command::Run { config, print, log_level }),
     }
 }
 
@@ -181,7 +231,11 @@ fn server_access(cfg: &Config) -> Result<ServerAccess, AccessError> {
         .map(|c| Arc::new(c) as Arc<dyn pgmux_proxy::config::credentials::Credentials>);
     // Parsing the bundle costs a few hundred microseconds of every start; only a verifying sslmode reads it.
     let extra_root_certs = if cfg.effective_sslmode().verifies_certificate() { rds_roots()? } else { Vec::new() };
-    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials: None })
+    // Pools of named databases with auth = iam or secret; their AWS parts are made when one first logs in.
+    let pool_credentials =
+        Some(Arc::new(pool_login::AwsPoolLogins::from_env())
+            as Arc<dyn pgmux_proxy::config::credentials::PoolCredentials>);
+    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials })
 }
 
 /// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.
@@ -244,7 +298,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (path, print, checking) = match command {
+    let (path, print, checking, log_level) = match command {
         Command::Help => {
             print!("{}", usage());
             return ExitCode::SUCCESS;
@@ -253,8 +307,8 @@ fn main() -> ExitCode {
             println!("pgmux {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
-        Command::Run { config, print } => (config, print, false),
-        Command::Check { config } => (config, false, true),
+        Command::Run { config, print, log_level } => (config, print, false, log_level),
+        Command::Check { config } => (config, false, true, None),
     };
     let lambda = lambda::detected() && !checking;
     let profile = match (lambda, lambda::managed_instances()) {
@@ -262,10 +316,16 @@ fn main() -> ExitCode {
         (true, false) => Profile::Lambda,
         (true, true) => Profile::LambdaManaged,
     };
-    let cfg = match Config::load_for(profile, path.as_deref(), std::env::vars()) {
-        Ok(cfg) => cfg,
+    let loaded = match config_file::load(profile, path.as_deref(), config_file::env(log_level)) {
+        Ok(loaded) => loaded,
         Err(e) => return fatal(lambda, &StartError::new("Extension.ConfigInvalid", e.to_string())),
     };
+    let cfg = loaded.config.clone();
+    if (print || checking)
+        && let Some(warning) = &loaded.warning
+    {
+        eprintln!("pgmux: {warning}");
+    }
     if print {
         print!("{cfg}");
         return ExitCode::SUCCESS;
@@ -283,7 +343,8 @@ fn main() -> ExitCode {
         Ok(set) => set,
         Err(e) => return fatal(lambda, &StartError::new("Extension.ConfigInvalid", format!("{e:#}"))),
     };
-    let source = reload::source(path, profile, set_log_level);
+    loaded.warn();
+    let source = reload::source(path, profile, log_level, set_log_level);
     // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups.
     let built = match cfg.workers {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
@@ -315,14 +376,14 @@ mod tests {
 
     #[test]
     fn arguments() {
-        assert_eq!(parse_args(args(&[])).unwrap(), Command::Run { config: None, print: false });
+        assert_eq!(parse_args(args(&[])).unwrap(), Command::Run { config: None, print: false, log_level: None });
         assert_eq!(
             parse_args(args(&["--config", "a.toml", "--print-config"])).unwrap(),
-            Command::Run { config: Some("a.toml".into()), print: true }
+            Command::Run { config: Some("a.toml".into()), print: true, log_level: None }
         );
         assert_eq!(
             parse_args(args(&["--config=b.toml"])).unwrap(),
-            Command::Run { config: Some("b.toml".into()), print: false }
+            Command::Run { config: Some("b.toml".into()), print: false, log_level: None }
         );
         assert_eq!(parse_args(args(&["-h"])).unwrap(), Command::Help);
         assert!(parse_args(args(&["--bogus"])).is_err());
@@ -333,6 +394,34 @@ mod tests {
             Command::Check { config: Some("c.toml".into()) }
         );
         assert!(parse_args(args(&["check", "--print-config"])).is_err());
+    }
+
+    #[test]
+    fn pgbouncers_command_line_works_or_says_why_not() {
+        // As PgBouncer's test suite starts it.
+        assert_eq!(
+            parse_args(args(&["--quiet", "/tmp/x/test.ini"])).unwrap(),
+            Command::Run { config: Some("/tmp/x/test.ini".into()), print: false, log_level: Some("warn") }
+        );
+        let run = |a: &[&str]| match parse_args(args(a)).unwrap() {
+            Command::Run { config, log_level, .. } => (config, log_level),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(run(&["-v", "pgbouncer.ini"]), (Some("pgbouncer.ini".into()), Some("debug")));
+        assert_eq!(run(&["pgbouncer.ini", "-vv"]).1, Some("trace"));
+        assert_eq!(run(&["-v", "--verbose", "-q"]).1, Some("trace"), "verbosity counts, as in PgBouncer");
+        assert_eq!(run(&["-q"]).1, Some("warn"));
+        assert_eq!(
+            parse_args(args(&["check", "pgbouncer.ini"])).unwrap(),
+            Command::Check { config: Some("pgbouncer.ini".into()) }
+        );
+        for flag in ["-d", "--daemon", "-R", "--reboot", "-u", "--user=postgres"] {
+            let err = parse_args(args(&[flag, "pgbouncer.ini"])).expect_err(flag).to_string();
+            assert!(err.starts_with(flag.split('=').next().unwrap()) && err.contains("pgmux"), "{flag}: {err}");
+        }
+        assert!(parse_args(args(&["-d", "x.ini"])).unwrap_err().to_string().contains("foreground"));
+        let two = parse_args(args(&["a.ini", "--config", "b.toml"])).unwrap_err().to_string();
+        assert!(two.contains("more than one configuration file"), "{two}");
     }
 
     #[test]

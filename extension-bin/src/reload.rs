@@ -26,6 +26,8 @@ pub enum LogLevelError {
 pub struct FileSource {
     pub path: Option<PathBuf>,
     pub profile: Profile,
+    /// The log level `-q` / `-v` asked for, unless the environment sets one.
+    pub log_level: Option<&'static str>,
     pub set_log_level: SetLogLevel,
 }
 
@@ -37,7 +39,10 @@ impl std::fmt::Debug for FileSource {
 
 impl ConfigSource for FileSource {
     fn load(&self) -> Result<(Config, ServerAccess), SourceError> {
-        let config = Config::load_for(self.profile, self.path.as_deref(), std::env::vars())?;
+        let loaded =
+            crate::config_file::load(self.profile, self.path.as_deref(), crate::config_file::env(self.log_level))?;
+        loaded.warn();
+        let config = loaded.config;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&config.log_level) {
             return Err(SourceError::Setting { key: "log_level", value: config.log_level.clone(), reason: e.into() });
         }
@@ -73,8 +78,13 @@ pub fn on_sighup(admin: Admin) -> Result<(), std::io::Error> {
 }
 
 /// The file source for `path` and `profile`.
-pub fn source(path: Option<PathBuf>, profile: Profile, set_log_level: SetLogLevel) -> Arc<dyn ConfigSource> {
-    Arc::new(FileSource { path, profile, set_log_level })
+pub fn source(
+    path: Option<PathBuf>,
+    profile: Profile,
+    log_level: Option<&'static str>,
+    set_log_level: SetLogLevel,
+) -> Arc<dyn ConfigSource> {
+    Arc::new(FileSource { path, profile, log_level, set_log_level })
 }
 
 #[cfg(test)]
@@ -85,7 +95,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("pgmux.toml");
         std::fs::write(&path, format!("database_url = \"postgres://app:pw@127.0.0.1/app\"\n{file}")).expect("write");
-        FileSource { path: Some(path), profile: Profile::Sidecar, set_log_level: Box::new(|_| Ok(())) }.load()
+        FileSource { path: Some(path), profile: Profile::Sidecar, log_level: None, set_log_level: Box::new(|_| Ok(())) }
+            .load()
     }
 
     #[test]
@@ -102,5 +113,26 @@ mod tests {
         assert!(matches!(&err, SourceError::Setting { key: "log_level", .. }), "{err:?}");
         assert!(err.to_string().starts_with("invalid value for log_level: \"info,[{\": "), "{err}");
         load("log_level = \"debug\"").expect("a good file loads");
+    }
+
+    #[test]
+    fn a_pgbouncer_ini_is_read_again_as_an_ini() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("pgbouncer.ini");
+        let source = FileSource {
+            path: Some(path.clone()),
+            profile: Profile::Sidecar,
+            log_level: None,
+            set_log_level: Box::new(|_| Ok(())),
+        };
+        std::fs::write(&path, "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\nlisten_port = 7000\n")
+            .expect("write");
+        let (config, _) = source.load().expect("an ini loads");
+        assert_eq!((config.databases.len(), config.listen.port()), (1, 7000));
+        std::fs::write(&path, "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\npool_mode = statement\n")
+            .expect("write");
+        let err = source.load().expect_err("statement mode");
+        assert_eq!(err.key(), Some("pool_mode"));
+        assert!(err.to_string().starts_with(&format!("{}:4: pool_mode = statement", path.display())), "{err}");
     }
 }

@@ -3,10 +3,12 @@
 
 use pgmux_testkit::fixture as common;
 
+mod auth_routes;
 mod basics;
 mod failures;
 mod figures;
 mod params;
+mod pgbouncer_ini;
 mod pooling;
 mod protocol;
 mod resilience;

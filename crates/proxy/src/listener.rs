@@ -17,10 +17,10 @@ use tokio_util::task::TaskTracker;
 use crate::client::auth::Authenticator;
 use crate::client::shared::Shared;
 use crate::client::unix_socket::{self, UnixSocket};
+use crate::config::Config;
 use crate::config::auth_file::{AuthFileError, UserBook};
 use crate::config::credentials::{ServerAccess, StaticCredentials};
 use crate::config::source::ConfigSource;
-use crate::config::{Config, LoginInfo};
 use crate::net::io::Stream;
 use crate::net::tls::{self, TlsSetupError};
 use crate::observe::Peer;
@@ -177,7 +177,9 @@ impl Listener {
         let book = UserBook::load(&config)?;
         let credentials = match access.credentials {
             Some(credentials) => credentials,
-            None => Arc::new(StaticCredentials::new(control_login(&config, &book)?)),
+            None => Arc::new(StaticCredentials::new(
+                routing::sizing_login(&config, &book).map_err(|_| SetupError::NoControlUser)?,
+            )),
         };
         let auth = Authenticator::new(&config, book, access.pool_credentials);
         let listen = config.listen;
@@ -315,20 +317,6 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
         set.spawn(f);
     }
     while set.join_next().await.is_some() {}
-}
-
-/// Whom the default pool (and with it sizing's control connection) logs in as: database_url's user, else
-/// the first route with its own user and password. Without either, only a configuration that does not size
-/// from the database can run.
-pub(crate) fn control_login(config: &Config, book: &UserBook) -> Result<LoginInfo, SetupError> {
-    if !config.database_url.login.host.is_empty() || config.databases.is_empty() {
-        return Ok(config.with_overrides(config.database_url.login.clone()));
-    }
-    match routing::control_login(config, book) {
-        Some(login) => Ok(login),
-        None if config.max_connections_percent == 0 => Ok(config.with_overrides(config.database_url.login.clone())),
-        None => Err(SetupError::NoControlUser),
-    }
 }
 
 /// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown; keeps

@@ -41,6 +41,10 @@ pub enum ScramError {
     /// A message arrived in the wrong state.
     #[error("unexpected SCRAM message")]
     OutOfOrder,
+    /// Logging in with a client's key: the server offered another salt or iteration count than the verifier
+    /// the key was proved against, so the key cannot answer it.
+    #[error("the server's SCRAM salt or iteration count differs from the verifier pgmux holds for this user")]
+    VerifierMismatch,
 }
 
 /// What a server keeps to verify a password: the same data as a `SCRAM-SHA-256$…` entry in `pg_authid`.
@@ -109,6 +113,48 @@ impl ScramSecret {
     }
 }
 
+/// What SCRAM passthrough keeps of a client's login: the `ClientKey` recovered from its proof, with the
+/// verifier it was checked against (salt, iterations, `ServerKey`). It answers a server holding the same
+/// verifier as the password would, without the password; it is as good as the password for that server.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ScramKeys {
+    /// The verifier's salt and iteration count, which the server must offer.
+    pub salt: Vec<u8>,
+    pub iterations: u32,
+    /// `HMAC(SaltedPassword, "Client Key")`, whose hash is the verifier's StoredKey.
+    pub client_key: [u8; 32],
+    /// The verifier's ServerKey, to check the server's signature.
+    pub server_key: [u8; 32],
+}
+
+impl fmt::Debug for ScramKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScramKeys").field("iterations", &self.iterations).finish_non_exhaustive()
+    }
+}
+
+impl ScramKeys {
+    /// The keys of `password` under `secret`'s salt and iterations (tests, and a password proved elsewhere).
+    pub fn from_password(password: &str, secret: &ScramSecret) -> Self {
+        let salted = salted_password(password, &secret.salt, secret.iterations);
+        ScramKeys {
+            salt: secret.salt.clone(),
+            iterations: secret.iterations,
+            client_key: hmac(&salted, b"Client Key"),
+            server_key: hmac(&salted, b"Server Key"),
+        }
+    }
+
+    /// Whether these keys belong to `secret`: its salt and iterations, its ServerKey, and a ClientKey that
+    /// hashes to its StoredKey (the password behind both is the same).
+    pub fn belong_to(&self, secret: &ScramSecret) -> bool {
+        self.salt == secret.salt
+            && self.iterations == secret.iterations
+            && constant_time_eq(&self.server_key, &secret.server_key)
+            && constant_time_eq(&sha256(&self.client_key), &secret.stored_key)
+    }
+}
+
 /// SASLprep when the password allows it, the raw bytes otherwise (PostgreSQL does the same).
 fn prepare(password: &str) -> Cow<'_, str> {
     stringprep::saslprep(password).unwrap_or(Cow::Borrowed(password))
@@ -168,9 +214,20 @@ pub struct ScramServer {
 
 #[derive(Debug)]
 enum ServerState {
-    Initial { server_nonce: String },
-    SentFirst { client_first_bare: String, server_first: String, nonce: String, gs2_header: String },
+    Initial {
+        server_nonce: String,
+    },
+    SentFirst {
+        client_first_bare: String,
+        server_first: String,
+        nonce: String,
+        gs2_header: String,
+    },
     Done,
+    /// The proof was right; the client's key it carried, for SCRAM passthrough.
+    Proved {
+        client_key: [u8; 32],
+    },
 }
 
 impl ScramServer {
@@ -252,13 +309,32 @@ impl ScramServer {
             return Err(ScramError::InvalidProof);
         }
         let server_signature = hmac(&self.secret.server_key, auth_message.as_bytes());
+        self.state = ServerState::Proved { client_key };
         Ok(format!("v={}", B64.encode(server_signature)).into_bytes())
     }
+
+    /// After a right proof: the client's key with the verifier it was proved against, which log in to a
+    /// server holding that same verifier (SCRAM passthrough). `None` before, or after a wrong proof.
+    pub fn proved_keys(&self) -> Option<ScramKeys> {
+        let ServerState::Proved { client_key } = &self.state else { return None };
+        Some(ScramKeys {
+            salt: self.secret.salt.clone(),
+            iterations: self.secret.iterations,
+            client_key: *client_key,
+            server_key: self.secret.server_key,
+        })
+    }
+}
+
+/// What the client answers with: a password, or a key a client proved (SCRAM passthrough).
+enum ClientSecret {
+    Password(String),
+    Keys(ScramKeys),
 }
 
 /// pgmux as the SCRAM client, logging in to PostgreSQL.
 pub struct ScramClient {
-    password: String,
+    secret: ClientSecret,
     client_first_bare: String,
     client_nonce: String,
     state: ClientState,
@@ -285,8 +361,20 @@ impl ScramClient {
     /// A client exchange with a given user name and nonce (for tests against published vectors).
     pub fn with_nonce(user: &str, password: &str, client_nonce: String) -> Self {
         ScramClient {
-            password: password.to_owned(),
+            secret: ClientSecret::Password(password.to_owned()),
             client_first_bare: format!("n={user},r={client_nonce}"),
+            client_nonce,
+            state: ClientState::Initial,
+        }
+    }
+
+    /// A client exchange answering with `keys` instead of a password: the server must hold the verifier the
+    /// keys were proved against.
+    pub fn with_keys(keys: ScramKeys) -> Self {
+        let client_nonce = random_nonce();
+        ScramClient {
+            secret: ClientSecret::Keys(keys),
+            client_first_bare: format!("n=,r={client_nonce}"),
             client_nonce,
             state: ClientState::Initial,
         }
@@ -314,13 +402,20 @@ impl ScramClient {
         if iterations == 0 {
             return Err(ScramError::Malformed("bad iteration count"));
         }
-        let salted = salted_password(&self.password, &salt, iterations);
-        let client_key = hmac(&salted, b"Client Key");
+        let (client_key, server_key) = match &self.secret {
+            ClientSecret::Password(password) => {
+                let salted = salted_password(password, &salt, iterations);
+                (hmac(&salted, b"Client Key"), hmac(&salted, b"Server Key"))
+            }
+            ClientSecret::Keys(keys) if keys.salt == salt && keys.iterations == iterations => {
+                (keys.client_key, keys.server_key)
+            }
+            ClientSecret::Keys(_) => return Err(ScramError::VerifierMismatch),
+        };
         let stored_key = sha256(&client_key);
         let without_proof = format!("c=biws,r={nonce}");
         let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let proof = xor(&client_key, &hmac(&stored_key, auth_message.as_bytes()));
-        let server_key = hmac(&salted, b"Server Key");
         self.state = ClientState::SentFinal { server_signature: hmac(&server_key, auth_message.as_bytes()) };
         Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
     }
@@ -437,5 +532,45 @@ mod tests {
     fn secrets_do_not_print_their_keys() {
         let dbg = format!("{:?}", rfc_secret());
         assert!(!dbg.contains("stored_key") && !dbg.contains("server_key"), "{dbg}");
+        let dbg = format!("{:?}", ScramKeys::from_password("pencil", &rfc_secret()));
+        assert!(!dbg.contains("client_key") && !dbg.contains("server_key"), "{dbg}");
+    }
+
+    /// One full exchange of `client` against a server holding `secret`; the server's proved keys on success.
+    fn exchange(secret: &ScramSecret, client: &mut ScramClient) -> Result<Option<ScramKeys>, ScramError> {
+        let mut s = ScramServer::new(secret.clone());
+        let first = s.client_first(&client.client_first())?;
+        let fin = client.server_first(&first)?;
+        let last = s.client_final(&fin)?;
+        client.server_final(&last)?;
+        Ok(s.proved_keys())
+    }
+
+    #[test]
+    fn a_clients_proved_key_logs_in_to_a_server_with_the_same_verifier_and_no_other() {
+        let secret = ScramSecret::generate("pencil", 4096);
+        // A client proves its password to pgmux (playing the server with the verifier)...
+        let keys = exchange(&secret, &mut ScramClient::new("pencil")).unwrap().expect("keys after a right proof");
+        assert_eq!(keys, ScramKeys::from_password("pencil", &secret));
+        // ... and pgmux logs in to the real server with the key alone, checking the server's signature.
+        let again = exchange(&secret, &mut ScramClient::with_keys(keys.clone())).expect("the key logs in");
+        assert_eq!(again, Some(keys.clone()), "the same key, proved again");
+        // The same password under another salt is another verifier: the key cannot answer it.
+        let resalted = ScramSecret::generate("pencil", 4096);
+        assert_eq!(exchange(&resalted, &mut ScramClient::with_keys(keys.clone())), Err(ScramError::VerifierMismatch));
+        // Same salt, another password: the server refuses the proof.
+        let other = ScramSecret::from_password("other", &secret.salt, 4096);
+        assert_eq!(exchange(&other, &mut ScramClient::with_keys(keys)), Err(ScramError::InvalidProof));
+    }
+
+    #[test]
+    fn a_wrong_proof_leaves_no_keys() {
+        let secret = ScramSecret::generate("right", 4096);
+        let mut s = ScramServer::new(secret);
+        let mut c = ScramClient::new("wrong");
+        let first = s.client_first(&c.client_first()).unwrap();
+        let fin = c.server_first(&first).unwrap();
+        assert_eq!(s.client_final(&fin), Err(ScramError::InvalidProof));
+        assert!(s.proved_keys().is_none());
     }
 }

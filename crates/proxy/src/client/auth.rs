@@ -1,7 +1,9 @@
 //! Checking who a client is: `trust`, `md5` or `scram-sha-256`. With only `database_url`, clients log in as
 //! the user pgmux logs in as, with `client_password` or the URL's password. With named databases, any user
 //! pgmux knows ([`UserBook`]: `[[users]]`, the `auth_file`, database_url's user) logs in with its own
-//! password, stored in plaintext, as an md5 hash or as a SCRAM verifier.
+//! password, stored in plaintext, as an md5 hash or as a SCRAM verifier; a SCRAM login against a verifier
+//! hands back the client's proved key (SCRAM passthrough). Passthrough asks for the password in clear text
+//! (`cleartext`), and `auth_query` brings the stored password of a user the book lacks.
 //!
 //! Under md5 and scram-sha-256 an unknown user goes through the whole exchange and fails as a wrong password
 //! does (28P01), as PostgreSQL's own users do, so that the error says nothing about which names exist; under
@@ -77,7 +79,7 @@ impl Authenticator {
     /// On success nothing is sent yet: the caller sends AuthenticationOk.
     pub(crate) async fn authenticate(&self, conn: &mut Conn, user: &str, served: &str) -> Result<(), OpeningError> {
         let expected = if user == served { Expected::Known(self.password.as_ref()) } else { Expected::Unknown };
-        self.check(conn, user, expected).await
+        self.check(conn, user, expected).await.map(drop)
     }
 
     /// Runs the exchange for a console user: one the configuration allows (`allowed`) is checked against its
@@ -94,11 +96,16 @@ impl Authenticator {
             (true, Some(known)) => Expected::Known(known.password.as_ref()),
             (true, None) => Expected::Known(self.password.as_ref()),
         };
-        self.check(conn, user, expected).await
+        self.check(conn, user, expected).await.map(drop)
     }
 
-    /// Runs the exchange for `user` of a named database, against the book.
-    pub(crate) async fn authenticate_known(&self, conn: &mut Conn, user: &str) -> Result<(), OpeningError> {
+    /// Runs the exchange for `user` of a named database, against the book. When the user is stored as a
+    /// SCRAM verifier and proved it with SCRAM, returns the keys its proof carried (for SCRAM passthrough).
+    pub(crate) async fn authenticate_known(
+        &self,
+        conn: &mut Conn,
+        user: &str,
+    ) -> Result<Option<scram::ScramKeys>, OpeningError> {
         let expected = match self.book.get(user) {
             Some(known) => Expected::Known(known.password.as_ref()),
             None => Expected::Unknown,
@@ -106,7 +113,40 @@ impl Authenticator {
         self.check(conn, user, expected).await
     }
 
-    async fn check(&self, conn: &mut Conn, user: &str, expected: Expected<'_>) -> Result<(), OpeningError> {
+    /// Runs the exchange for `user`, a user pgmux does not know, against `stored`: what `auth_query` read
+    /// from the server (`None`: no such user, which fails as a wrong password does).
+    pub(crate) async fn authenticate_looked_up(
+        &self,
+        conn: &mut Conn,
+        user: &str,
+        stored: Option<&Secret>,
+    ) -> Result<Option<scram::ScramKeys>, OpeningError> {
+        let expected = if stored.is_some() { Expected::Known(stored) } else { Expected::Unknown };
+        self.check(conn, user, expected).await
+    }
+
+    /// Asks the client for its password in clear text (passthrough: the caller has made sure the connection
+    /// is private) and returns it, unchecked.
+    pub(crate) async fn cleartext(&self, conn: &mut Conn, user: &str) -> Result<Secret, OpeningError> {
+        let mut buf = BytesMut::new();
+        encode::auth_cleartext(&mut buf);
+        conn.send(buf.freeze()).await?;
+        let reply = read_password_message(conn).await?;
+        let password = frontend::password(&reply[5..]).ok().filter(|p| !p.is_empty()).ok_or_else(|| {
+            OpeningError::Refused(ErrorMessage::fatal(
+                sqlstate::INVALID_PASSWORD,
+                format!("password authentication failed for user \"{user}\""),
+            ))
+        })?;
+        Ok(Secret::new(password))
+    }
+
+    async fn check(
+        &self,
+        conn: &mut Conn,
+        user: &str,
+        expected: Expected<'_>,
+    ) -> Result<Option<scram::ScramKeys>, OpeningError> {
         let failed = || {
             OpeningError::Refused(ErrorMessage::fatal(
                 sqlstate::INVALID_PASSWORD,
@@ -119,7 +159,7 @@ impl Authenticator {
         };
         match self.method {
             ClientAuth::Trust => match expected {
-                Expected::Known(_) => Ok(()),
+                Expected::Known(_) => Ok(None),
                 Expected::Unknown => Err(OpeningError::Refused(ErrorMessage::fatal(
                     sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
                     format!("\"trust\" authentication failed: role \"{user}\" is not known to pgmux"),
@@ -139,7 +179,7 @@ impl Authenticator {
                     Some(password) => md5::verify(user, password, salt, answer),
                     None => false,
                 };
-                if ok { Ok(()) } else { Err(failed()) }
+                if ok { Ok(None) } else { Err(failed()) }
             }
             ClientAuth::Md5 | ClientAuth::ScramSha256 => {
                 // An unknown user (or one whose password SCRAM cannot use) still gets a full exchange,
@@ -147,11 +187,13 @@ impl Authenticator {
                 let secret = self
                     .scram_secret(user, stored)
                     .unwrap_or_else(|| scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS));
-                self.scram(conn, secret).await.map_err(|e| match e {
+                let keys = self.scram(conn, secret).await.map_err(|e| match e {
                     ScramOutcome::Gone => OpeningError::Gone,
                     ScramOutcome::Protocol(m) => OpeningError::Refused(m),
                     ScramOutcome::Failed => failed(),
-                })
+                })?;
+                // Keys of a verifier the server may hold too; those of a verifier pgmux derived are no use.
+                Ok(keys.filter(|_| stored.is_some_and(is_verifier)))
             }
         }
     }
@@ -175,7 +217,11 @@ impl Authenticator {
         Some(secret)
     }
 
-    async fn scram(&self, conn: &mut Conn, secret: scram::ScramSecret) -> Result<(), ScramOutcome> {
+    async fn scram(
+        &self,
+        conn: &mut Conn,
+        secret: scram::ScramSecret,
+    ) -> Result<Option<scram::ScramKeys>, ScramOutcome> {
         let mut server = scram::ScramServer::new(secret);
         let mut buf = BytesMut::new();
         encode::auth_sasl(&mut buf, &[scram::MECHANISM]);
@@ -198,7 +244,7 @@ impl Authenticator {
         let last = server.client_final(&fin[5..]).map_err(scram_error)?;
         encode::auth_sasl_final(&mut buf, &last);
         conn.out.push(buf.split().freeze());
-        Ok(())
+        Ok(server.proved_keys())
     }
 }
 

@@ -38,6 +38,12 @@ pub trait Credentials: Send + Sync + fmt::Debug {
     fn refresh(&self) -> BoxFuture<'_, Result<bool, CredentialsError>> {
         Box::pin(async { Ok(false) })
     }
+
+    /// A source that learns its logins from the pool's clients (SCRAM passthrough, passthrough): what the
+    /// login path hands their proofs to. `None` for every other source.
+    fn learned(&self) -> Option<&super::learned::LearnedCredentials> {
+        None
+    }
 }
 
 /// How pgmux gets into the database, beyond what the configuration says: where logins come from (a
@@ -61,6 +67,17 @@ pub trait PoolCredentials: Send + Sync + fmt::Debug {
         auth: crate::config::ServerAuth,
         secret_arn: Option<&str>,
     ) -> Result<Arc<dyn Credentials>, CredentialsError>;
+}
+
+impl Credentials for super::learned::LearnedCredentials {
+    fn login(&self) -> BoxFuture<'_, Result<LoginInfo, CredentialsError>> {
+        let current = self.current().map_err(CredentialsError::Config);
+        Box::pin(async move { current })
+    }
+
+    fn learned(&self) -> Option<&super::learned::LearnedCredentials> {
+        Some(self)
+    }
 }
 
 /// Fixed values: `database_url`'s with the host and port overrides applied, or a pool's.

@@ -43,6 +43,9 @@ pub enum ConfigError {
         kind: &'static str,
         name: String,
     },
+    /// A PgBouncer ini file that cannot be read as pgmux's configuration: which file, which line, why.
+    #[error(transparent)]
+    Ini(Box<super::IniError>),
     /// A key has a value that cannot be used.
     #[error("invalid value for {key}{}: {reason}", source_note(.origin))]
     Invalid {
@@ -62,6 +65,7 @@ impl ConfigError {
             ConfigError::Missing(key) => Some(key),
             ConfigError::UnknownKey(key) | ConfigError::Invalid { key, .. } => Some(key),
             ConfigError::Entry(e) => e.key.as_deref(),
+            ConfigError::Ini(e) => e.key(),
             ConfigError::Read { .. } | ConfigError::Toml(_) | ConfigError::Duplicate { .. } => None,
         }
     }

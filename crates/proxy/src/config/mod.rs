@@ -8,7 +8,9 @@
 pub mod auth_file;
 pub mod credentials;
 mod error;
+pub mod learned;
 mod live;
+pub mod pgbouncer_ini;
 mod role;
 pub mod routes;
 mod secret;
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 pub use error::{ConfigError, Reason, Source, UnknownName, UrlError, ValueError};
 pub use live::LiveConfig;
+pub use pgbouncer_ini::{IniConfig, IniError, IniErrorKind, Unsupported};
 pub use routes::{PoolMode, RouteSpec, ServerAuth, UserSpec};
 pub use value::{
     ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs, UserList,
@@ -159,6 +162,14 @@ config_keys! {
     /// password in plaintext, as `md5` + hex, or as a SCRAM-SHA-256 verifier): whom clients may log in as,
     /// and, for plaintext and md5, how pgmux logs in to the server as them.
     auth_file: Option<PathBuf> = "";
+    /// PgBouncer's `auth_user`: for a user pgmux does not know, a role whose login (its password from
+    /// `[[users]]` or `auth_file`) runs `auth_query` on the route's server to read that user's password or
+    /// verifier. A route's own `auth_user` comes first. Unset: unknown users are refused. Not on RDS or
+    /// Aurora, where no role may read `pg_authid` (see docs/authentication.md).
+    auth_user: String = "";
+    /// The statement `auth_user` runs; `$1` is the user's name (as a quoted literal). It returns the name
+    /// and the password (plaintext, md5 hash or SCRAM verifier), or no row for no such user.
+    auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
     client_auth: ClientAuth = "scram-sha-256";
     /// Most client connections at once; the next one gets SQLSTATE 53300.
@@ -329,12 +340,7 @@ impl Config {
         I: IntoIterator<Item = (String, String)>,
     {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
-        let mut cfg = Config::defaults();
-        for (key, value) in profile.defaults() {
-            cfg.set(key, &value::Raw::Default(value))
-                .unwrap_or_else(|e| unreachable!("profile default of {key} is invalid: {e}"));
-        }
-        cfg.profile = profile;
+        let mut cfg = Config::base(profile);
         let mut sources: BTreeMap<&'static str, Source> = BTreeMap::new();
         for (key, value) in &table {
             match key.as_str() {
@@ -360,6 +366,33 @@ impl Config {
                 sources.insert(info.name, Source::File);
             }
         }
+        cfg.finish(sources, env)
+    }
+
+    /// The key table's defaults, then `profile`'s own: where every way of reading a file starts.
+    pub(crate) fn base(profile: Profile) -> Config {
+        let mut cfg = Config::defaults();
+        for (key, value) in profile.defaults() {
+            cfg.set(key, &value::Raw::Default(value))
+                .unwrap_or_else(|e| unreachable!("profile default of {key} is invalid: {e}"));
+        }
+        cfg.profile = profile;
+        cfg
+    }
+
+    /// Sets `key` from text written as an environment variable writes it (another file format's reader,
+    /// PgBouncer's ini); `Ok(false)` if pgmux has no such key.
+    pub(crate) fn set_text(&mut self, key: &str, text: &str) -> Result<bool, ValueError> {
+        self.set(key, &Raw::Env(text))
+    }
+
+    /// The last steps of every way of loading: the environment over what the file set (`sources` says which
+    /// keys it set), then the checks.
+    pub(crate) fn finish<I>(self, mut sources: BTreeMap<&'static str, Source>, env: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let mut cfg = self;
         let env: BTreeMap<String, String> = env.into_iter().collect();
         for info in KEYS {
             let var = info.env_var();

@@ -16,7 +16,8 @@ use super::{Secret, UnknownName, ValueError};
 /// How a pool's server logins get their credential.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServerAuth {
-    /// A password from the configuration or an `auth_file` (plaintext, or an md5 hash for md5 servers).
+    /// A password from the configuration or an `auth_file` (plaintext, or an md5 hash for md5 servers), or
+    /// a SCRAM verifier, with which the pool logs in by the key a client proved (SCRAM passthrough).
     Password,
     /// An RDS IAM auth token per login, for the pool's user, signed with the AWS credentials.
     Iam,
@@ -222,6 +223,9 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "load_balance_hosts",
     "auth_dbname",
     "auth_query",
+    "max_db_client_connections",
+    "query_wait_timeout",
+    "target_session_attrs",
 ];
 
 /// Keys of PgBouncer's `[users]` entries that pgmux does not have.
@@ -232,6 +236,7 @@ const USER_KEYS_NOT_SUPPORTED: &[&str] = &[
     "transaction_timeout",
     "client_idle_timeout",
     "max_user_client_connections",
+    "query_wait_timeout",
 ];
 
 impl RouteSpec {

@@ -81,6 +81,8 @@ pub struct LoginInfo {
     pub password: Option<Secret>,
     /// Database name.
     pub dbname: String,
+    /// SCRAM passthrough: a client's proved key, answering the server's SCRAM in place of a password.
+    pub scram_keys: Option<pgmux_proto::auth::scram::ScramKeys>,
 }
 
 impl LoginInfo {
@@ -147,7 +149,11 @@ impl DatabaseUrl {
                 other => return Err(UrlError::UnknownParameter(other.to_owned())),
             }
         }
-        Ok(DatabaseUrl { login: LoginInfo { host, port, user, password, dbname }, sslmode, sslrootcert })
+        Ok(DatabaseUrl {
+            login: LoginInfo { host, port, user, password, dbname, scram_keys: None },
+            sslmode,
+            sslrootcert,
+        })
     }
 }
 

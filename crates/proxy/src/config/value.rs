@@ -278,6 +278,7 @@ impl ConfigValue for DatabaseUrl {
                     user: String::new(),
                     password: None,
                     dbname: String::new(),
+                    scram_keys: None,
                 },
                 sslmode: None,
                 sslrootcert: None,

@@ -220,7 +220,7 @@ fn rebuild(
     let credentials = match access.credentials {
         Some(credentials) => credentials,
         None => Arc::new(StaticCredentials::new(
-            crate::listener::control_login(config, book).map_err(|e| ReloadError::Control(e.to_string()))?,
+            crate::pools::routing::sizing_login(config, book).map_err(|e| ReloadError::Control(e.to_string()))?,
         )),
     };
     Ok(((credentials, server_tls, client_tls), access.pool_credentials))

@@ -11,6 +11,7 @@
 //! The bookkeeping (who is idle, who waits, how many are open) is `pgmux_pool`'s, which knows nothing of
 //! PostgreSQL; this module adds what does.
 
+pub(crate) mod auth_query;
 pub mod budget;
 mod checkout;
 mod limit;

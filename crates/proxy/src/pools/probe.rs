@@ -35,6 +35,9 @@ use crate::server::{ConnectError, ConnectOptions, ServerConn};
 /// How the probe connection names itself: not a pool connection, not a fleet member's control connection.
 const PROBE_NAME: &str = "pgmux-probe";
 
+/// How soon the look-out for a writer elsewhere tries again while a node's answer is late.
+const LOOK_AGAIN: Duration = Duration::from_millis(200);
+
 /// What the probe keeps from one round to the next.
 #[derive(Debug, Default)]
 pub(super) struct Probes {
@@ -230,22 +233,34 @@ impl ServerPool {
     }
 
     /// `answer` from `node`, or [`Answer::Moved`] if, once it is a quarter of `timeout` late, the host name
-    /// turns out to point at a writer elsewhere.
+    /// turns out to point at a writer elsewhere. The look-out is repeated while the answer is late (a new
+    /// writer takes a moment to be promoted and named), each login given a quarter of `timeout` at most:
+    /// while the name still points at the silent node, a login there hangs too.
     async fn watched(&self, node: SocketAddr, timeout: Duration, answer: impl Future<Output = Answer>) -> Answer {
         tokio::pin!(answer);
         if !self.wants_writer() {
             return answer.await;
         }
-        let early = timeout / 4;
+        let quarter = timeout / 4;
+        let until = Instant::now() + timeout;
         tokio::select! {
             answer = &mut answer => return answer,
-            () = tokio::time::sleep(early) => {}
+            () = tokio::time::sleep(quarter) => {}
         }
-        let scout = self.writer_elsewhere(node, timeout.saturating_sub(early));
-        tokio::pin!(scout);
-        tokio::select! {
-            answer = &mut answer => answer,
-            moved = &mut scout => if moved { Answer::Moved } else { answer.await },
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return answer.await;
+            }
+            let scout = self.writer_elsewhere(node, left.min(quarter));
+            tokio::select! {
+                answer = &mut answer => return answer,
+                moved = scout => if moved { return Answer::Moved },
+            }
+            tokio::select! {
+                answer = &mut answer => return answer,
+                () = tokio::time::sleep(LOOK_AGAIN.min(left)) => {}
+            }
         }
     }
 

@@ -14,7 +14,7 @@ use pgmux_pool::SharedLimit;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
-use super::routing::{self, RoutePlan, Routed};
+use super::routing::{self, PoolKey, RoutePlan, Routed};
 use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
 use crate::config::auth_file::UserBook;
@@ -74,14 +74,6 @@ pub(crate) struct PoolId(u16);
 /// is refused (53300), so that logins cannot grow the registry without bound.
 pub(crate) const MAX_POOLS: usize = 4096;
 
-/// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
-/// (`database_url`'s, or the secret's) has empty names.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct PoolKey {
-    pub(crate) database: String,
-    pub(crate) user: String,
-}
-
 /// What a new pool is made of: its route's plan, and where its logins come from.
 #[derive(Debug)]
 pub(crate) struct PoolSetup {
@@ -95,6 +87,9 @@ pub(crate) enum PoolsError {
     #[error("pgmux holds {MAX_POOLS} pools already (databases times users), and makes no more")]
     Full,
 }
+
+/// The `application_name` of the one-off logins that prove a passthrough password.
+const PASSWORD_CHECK_NAME: &str = "pgmux-password-check";
 
 /// Every pool of one pgmux, and what they share.
 #[derive(Debug)]
@@ -201,6 +196,37 @@ impl Pools {
         made.by_key.insert(plan.key.clone(), id);
         made.plans.insert(plan.key.clone(), setup.plan);
         Ok(id)
+    }
+
+    /// Logs in once with `login` and closes the connection again: proves a client's own password
+    /// (passthrough) before a pool is made for it, or before a pool learns a changed one. Outside every
+    /// pool's budget: it is one login, gone at once.
+    pub(crate) async fn try_login(&self, login: &crate::config::LoginInfo) -> Result<(), crate::server::ConnectError> {
+        let conn = self.connect_once(login, PASSWORD_CHECK_NAME).await?;
+        self.close_once(conn);
+        Ok(())
+    }
+
+    /// A server connection outside every pool, for one errand of pgmux's own (a password check, an
+    /// `auth_query`); hand it to [`close_once`](Self::close_once) when done.
+    pub(crate) async fn connect_once(
+        &self,
+        login: &crate::config::LoginInfo,
+        application_name: &'static str,
+    ) -> Result<crate::server::ServerConn, crate::server::ConnectError> {
+        let options = {
+            let config = self.globals.config.full();
+            crate::server::ConnectOptions {
+                need_role: false,
+                ..super::connect_options(&config, 0, Some(application_name))
+            }
+        };
+        crate::server::ServerConn::connect(login, &self.tls, options).await
+    }
+
+    /// Closes a connection of [`connect_once`](Self::connect_once) politely, in the background.
+    pub(crate) fn close_once(&self, conn: crate::server::ServerConn) {
+        self.globals.tasks.spawn(Box::new(conn).terminate());
     }
 
     /// After a reload: the pools of named databases whose route or user changed (or went) take no new

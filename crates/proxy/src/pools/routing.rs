@@ -6,15 +6,23 @@
 //!   being the name the client gave). Its pool is keyed by the route and the server user: the route's own
 //!   user if it names one, else the client's.
 //! - The pool logs in with the route's password (for its own user), else the server user's from `[[users]]`
-//!   or the auth file (plaintext, or an md5 hash for md5 servers), else by IAM or a secret when the route or
-//!   the user says so (the binary supplies those).
+//!   or the auth file (plaintext, an md5 hash for md5 servers, or a SCRAM verifier: SCRAM passthrough with a
+//!   client's proved key), else by IAM or a secret when the route or the user says so (the binary supplies
+//!   those), or with the client's own password (passthrough). A user the book lacks may be looked up with
+//!   `auth_query` as the route's `auth_user`.
 //! - Sizes: the route's `pool_size`, else the user's, else `default_pool_size`; the route's and the user's
 //!   limits across pools; the route's or the user's `pool_mode`, else the global one.
 
 use crate::config::auth_file::UserBook;
 use crate::config::{Config, LoginInfo, PoolMode, RouteSpec, Secret, ServerAuth};
 
-use super::registry::PoolKey;
+/// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
+/// (`database_url`'s, or the secret's) has empty names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct PoolKey {
+    pub(crate) database: String,
+    pub(crate) user: String,
+}
 
 /// Where a client goes.
 #[derive(Debug, PartialEq, Eq)]
@@ -38,6 +46,8 @@ pub(crate) struct RoutePlan {
     pub(crate) mode: PoolMode,
     pub(crate) route_limit: Option<usize>,
     pub(crate) user_limit: Option<usize>,
+    /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
+    pub(crate) auth_user: Option<String>,
 }
 
 /// Why a client's database cannot be served.
@@ -92,7 +102,7 @@ fn plan(
     let some = |n: usize| (n > 0).then_some(n);
     RoutePlan {
         key: PoolKey { database: database.to_owned(), user: server_user.clone() },
-        login: LoginInfo { host, port, user: server_user, password, dbname: server_db },
+        login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },
         auth,
         secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
         cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),
@@ -103,12 +113,34 @@ fn plan(
             .and_then(|u| u.max_user_connections)
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
+        auth_user: spec.auth_user.clone().or_else(|| (!config.auth_user.is_empty()).then(|| config.auth_user.clone())),
     }
 }
 
-/// Whom the control connection (sizing) logs in as when `database_url` names nobody: the first route that
-/// logs in as its own user with a password pgmux holds. `None` if no route does.
-pub(crate) fn control_login(config: &Config, book: &UserBook) -> Option<LoginInfo> {
+/// Sizing from the database needs a user to read it, and the configuration names none.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "max_connections_percent sizes the pools from the database, which needs a user to read it: set \
+     database_url, give a route its own user and password, or set pool_max and max_connections_percent = 0"
+)]
+pub struct NoControlUser;
+
+/// Whom the default pool (and with it sizing's control connection) logs in as: database_url's user, else
+/// the first route with its own user and password. Without either, only a configuration that does not size
+/// from the database can run.
+pub(crate) fn sizing_login(config: &Config, book: &UserBook) -> Result<LoginInfo, NoControlUser> {
+    if !config.database_url.login.host.is_empty() || config.databases.is_empty() {
+        return Ok(config.with_overrides(config.database_url.login.clone()));
+    }
+    match control_login(config, book) {
+        Some(login) => Ok(login),
+        None if config.max_connections_percent == 0 => Ok(config.with_overrides(config.database_url.login.clone())),
+        None => Err(NoControlUser),
+    }
+}
+
+/// The first route that logs in as its own user with a password pgmux holds. `None` if no route does.
+fn control_login(config: &Config, book: &UserBook) -> Option<LoginInfo> {
     config.databases.iter().filter(|r| r.name != "*").find_map(|spec| {
         let user = spec.user.as_deref()?;
         let plan = plan(config, book, spec, &spec.name, spec.dbname.clone().unwrap_or_else(|| spec.name.clone()), user);

@@ -264,7 +264,7 @@ impl ServerConn {
             login.password.as_ref().map(Secret::expose).ok_or_else(|| ConnectError::NoPassword { addr: addr.clone() })
         };
         // A password from an auth file may be stored as an md5 hash (which answers md5) or a SCRAM verifier
-        // (which answers nothing: a client proof needs the password).
+        // (which answers nothing by itself: SCRAM passthrough brings a client's proved key instead).
         let plaintext = |what: &'static str| {
             let password = password()?;
             let stored = match password {
@@ -289,7 +289,11 @@ impl ServerConn {
                 if !mechanisms.contains(&scram::MECHANISM) {
                     return Err(ConnectError::Unsupported { addr, what: format!("SASL {}", mechanisms.join(", ")) });
                 }
-                let client = scram::ScramClient::new(plaintext("scram-sha-256")?);
+                // SCRAM passthrough: the key a client proved answers for it, no password needed.
+                let client = match &login.scram_keys {
+                    Some(keys) => scram::ScramClient::with_keys(keys.clone()),
+                    None => scram::ScramClient::new(plaintext("scram-sha-256")?),
+                };
                 encode::sasl_initial_response(&mut buf, scram::MECHANISM, &client.client_first());
                 *scram = Some(client);
             }
@@ -353,8 +357,14 @@ mod tests {
             stream.write_all(&reply).await.unwrap();
             packet
         });
-        let login =
-            LoginInfo { host: "127.0.0.1".into(), port, user: "app".into(), password: None, dbname: "db".into() };
+        let login = LoginInfo {
+            host: "127.0.0.1".into(),
+            port,
+            user: "app".into(),
+            password: None,
+            dbname: "db".into(),
+            scram_keys: None,
+        };
         let tls = ServerTls::new(SslMode::Disable, Vec::new()).unwrap();
         let options = ConnectOptions {
             id: 0,

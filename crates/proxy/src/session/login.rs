@@ -13,16 +13,19 @@ use pgmux_proto::encode::{self, ErrorMessage, Severity};
 use pgmux_proto::{TxStatus, sqlstate};
 
 use super::meter::Meter;
+use super::passthrough;
 use super::{ClientSlot, Session, shutting_down, timers};
 use crate::client::auth::Authenticator;
 use crate::client::cancel::Registration;
 use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, StaticCredentials};
-use crate::config::{PoolMode, ServerAuth};
+use crate::config::learned::LearnedCredentials;
+use crate::config::{LoginInfo, PoolMode, Secret, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
+use crate::pools::auth_query::Lookup;
 use crate::pools::routing::{self, RoutePlan, Routed};
 use crate::pools::{PoolId, PoolSetup, ServerPool};
 use crate::protocol::failure::ServerFailure;
@@ -30,6 +33,7 @@ use crate::protocol::params::{self, ClientParams, Param};
 use crate::protocol::router::Router;
 use crate::runtime::stop::{Level, Stop};
 use crate::server::guard::Blame;
+use pgmux_proto::auth::scram::ScramSecret;
 use pgmux_proto::frontend::StartupMessage;
 
 /// Ends a login without a session: tells the client why, if there is anything to tell.
@@ -72,7 +76,8 @@ pub(super) async fn login(
         tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
         return None;
     }
-    let (params, pool) = match admit(&shared, &stop, &mut conn, &startup, slot.count(), deadline).await {
+    let private = super::passthrough::is_private(&conn, &peer);
+    let (params, pool) = match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
         Ok(admitted) => admitted,
         Err(denied) => return deny(&shared, conn, denied).await,
     };
@@ -137,13 +142,14 @@ async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<
 
 /// Everything between the start-up message and AuthenticationOk: room for one more client, a user, the
 /// right database, the password, and parameters a server accepts. Returns the client's parameters and the
-/// pool of its route.
+/// pool of its route. `count` is how many clients there are; `private`, whether the link is one a password
+/// may cross in clear text.
 async fn admit(
     shared: &Shared,
     stop: &Stop,
     conn: &mut Conn,
     startup: &StartupMessage,
-    count: usize,
+    (count, private): (usize, bool),
     deadline: Instant,
 ) -> Result<(ClientParams, PoolId), OpeningError> {
     let refused = OpeningError::Refused;
@@ -185,12 +191,29 @@ async fn admit(
             }
             PoolId::default()
         }
+        Routed::Route(plan) if plan.auth == ServerAuth::Passthrough => {
+            let make_pool = |plan| pool_of(shared, &auth, plan, None);
+            let login = passthrough::login(shared, &auth, conn, (user, *plan), private, make_pool);
+            tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())??
+        }
+        Routed::Route(plan) if auth.book().get(user).is_none() && plan.auth_user.is_some() => {
+            let stored = looked_up(shared, &auth, &plan, user).await?;
+            let check = auth.authenticate_looked_up(conn, user, stored.as_ref());
+            let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
+            // The server login of the client's own user's pool uses what was read, if the route has nothing.
+            let server_password = stored.filter(|_| plan.login.user == user && plan.login.password.is_none());
+            let id = pool_of(shared, &auth, *plan, server_password).map_err(refused)?;
+            passthrough::keep_keys(shared, id, user, keys);
+            id
+        }
         Routed::Route(plan) => {
-            match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
+            let keys = match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
                 Err(_) => return Err(timed_out()),
                 Ok(result) => result?,
-            }
-            pool_of(shared, &auth, *plan).map_err(refused)?
+            };
+            let id = pool_of(shared, &auth, *plan, None).map_err(refused)?;
+            passthrough::keep_keys(shared, id, user, keys);
+            id
         }
     };
     let pool = shared.pools.get(id);
@@ -203,20 +226,30 @@ async fn admit(
     }
 }
 
-/// The pool of a named database's plan, made the first time a client needs it.
-fn pool_of(shared: &Shared, auth: &Authenticator, plan: RoutePlan) -> Result<PoolId, ErrorMessage> {
+/// The pool of a named database's plan, made the first time a client needs it. `looked_up`: the server
+/// user's password as `auth_query` read it (kept out of the plan, which a reload compares with its own).
+fn pool_of(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: RoutePlan,
+    looked_up: Option<Secret>,
+) -> Result<PoolId, ErrorMessage> {
     let unable = |message: String| ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message);
     if let Some(id) = shared.pools.find(&plan.key) {
         return Ok(id);
     }
+    let mut login = plan.login.clone();
+    if looked_up.is_some() {
+        login.password = looked_up;
+    }
+    let verifier = login.password.as_ref().and_then(|p| ScramSecret::parse_verifier(p.expose()));
     let credentials: Arc<dyn Credentials> = match plan.auth {
-        ServerAuth::Password => Arc::new(StaticCredentials::new(plan.login.clone())),
-        ServerAuth::Passthrough => {
-            return Err(unable(format!(
-                "database \"{}\" logs in as the client (auth = passthrough), which this pgmux cannot do",
-                plan.key.database
-            )));
-        }
+        // A password known only as a SCRAM verifier: SCRAM passthrough, with the keys clients prove.
+        ServerAuth::Password => match verifier {
+            Some(verifier) => Arc::new(LearnedCredentials::scram_passthrough(login, verifier)),
+            None => Arc::new(StaticCredentials::new(login)),
+        },
+        ServerAuth::Passthrough => Arc::new(LearnedCredentials::passthrough(plan.login.clone())),
         ServerAuth::Iam | ServerAuth::Secret => {
             let Some(source) = auth.pool_credentials() else {
                 return Err(unable(format!(
@@ -229,6 +262,35 @@ fn pool_of(shared: &Shared, auth: &Authenticator, plan: RoutePlan) -> Result<Poo
     };
     let setup = PoolSetup { plan, credentials };
     shared.pools.pool_for(setup).map_err(|e| ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))
+}
+
+/// The stored password of `user`, whom pgmux does not know, read with `auth_query` as the plan's auth_user
+/// (who logs in with its own password from the book); `None` if the server has no such user.
+async fn looked_up(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: &RoutePlan,
+    user: &str,
+) -> Result<Option<Secret>, OpeningError> {
+    let auth_user = plan.auth_user.clone().unwrap_or_default();
+    let password = auth.book().get(&auth_user).and_then(|k| k.password.clone());
+    let login = LoginInfo { user: auth_user, password, ..plan.login.clone() };
+    let query = shared.config().auth_query.clone();
+    match shared.pools.look_up_user(&login, &query, user).await {
+        Ok(Lookup::Found(stored)) => Ok(Some(stored)),
+        Ok(Lookup::NoSuchUser) => Ok(None),
+        Err(e) => {
+            tracing::warn!(user, error = %e, "auth_query failed");
+            let hint = e.hint();
+            Err(OpeningError::Refused(
+                ErrorMessage::fatal(
+                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                    format!("pgmux cannot check the password of user \"{user}\": {e}"),
+                )
+                .with_hint(hint),
+            ))
+        }
+    }
 }
 
 /// `"a", "b" and "c"`.

@@ -9,6 +9,7 @@ mod line;
 mod link;
 mod login;
 mod meter;
+mod passthrough;
 mod relay;
 mod replay;
 mod timers;

@@ -55,7 +55,9 @@ pub(super) enum Derived {
 pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("admin_users", Source::Derived(Derived::AdminUsers)),
     ("auth_file", Source::Key("auth_file", Unit::Same)),
+    ("auth_query", Source::Key("auth_query", Unit::Same)),
     ("auth_type", Source::Key("client_auth", Unit::Same)),
+    ("auth_user", Source::Key("auth_user", Unit::Same)),
     ("client_idle_timeout", Source::Key("client_idle_timeout", Unit::Seconds)),
     ("client_login_timeout", Source::Key("client_login_timeout", Unit::Seconds)),
     ("client_tls_cert_file", Source::Key("tls_cert", Unit::Same)),

@@ -1,0 +1,121 @@
+//! PgBouncer's `auth_user` / `auth_query`: the password (or md5 hash, or SCRAM verifier) of a user pgmux does
+//! not know, read from the server through a login as `auth_user`. Each lookup is one short connection, for
+//! one user, whose answer serves that one login: nothing is cached between users (the odyssey#1618 trap) or
+//! between logins.
+//!
+//! PostgreSQL keeps passwords in `pg_authid`, which only superusers may read; PgBouncer's advice is a
+//! superuser-owned `SECURITY DEFINER` function that `auth_user` may execute. Amazon RDS and Aurora let no
+//! role read it, not even `rds_superuser`, so there the lookup fails with `insufficient_privilege` and the
+//! client is told what to use instead.
+
+use pgmux_proto::sqlstate;
+
+use super::Pools;
+use crate::config::{LoginInfo, Secret};
+use crate::protocol::failure::ServerFailure;
+
+/// The `application_name` of auth_query connections.
+const AUTH_QUERY_NAME: &str = "pgmux-auth-query";
+
+/// What the server says of a user.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// Its password as the server stores it.
+    Found(Secret),
+    /// No such user, or one without a password (or whose password expired, if the query says so).
+    NoSuchUser,
+}
+
+/// Why a user could not be looked up. The messages name the cause and what to do; no secret is in them.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LookupError {
+    /// `auth_user` may not read passwords: the managed-database case.
+    #[error(
+        "auth_user \"{auth_user}\" may not read passwords on the server ({reason}); on Amazon RDS and Aurora no \
+         role can read pg_authid"
+    )]
+    NotAllowed { auth_user: String, reason: String },
+    /// Anything else: the login as auth_user failed, the query is wrong, the server is away.
+    #[error("looking up the user with auth_query as \"{auth_user}\" failed: {reason}")]
+    Failed { auth_user: String, reason: String },
+}
+
+impl LookupError {
+    /// What a client that cannot be checked should use instead, for the hint of its error.
+    pub(crate) fn hint(&self) -> &'static str {
+        match self {
+            LookupError::NotAllowed { .. } => {
+                "use auth = \"passthrough\" (the client's own password, checked by the server), the user's \
+                 password or SCRAM verifier in auth_file or [[users]], or auth = \"iam\"; see \
+                 docs/authentication.md"
+            }
+            LookupError::Failed { .. } => "check auth_user's password in auth_file or [[users]], and auth_query",
+        }
+    }
+}
+
+/// `query` with `$1` replaced by `user` as a quoted SQL literal (in the `E''` form when it holds a
+/// backslash, so that the result means the same whatever `standard_conforming_strings` says).
+pub(crate) fn statement(query: &str, user: &str) -> String {
+    let quoted = user.replace('\'', "''");
+    let literal =
+        if quoted.contains('\\') { format!("E'{}'", quoted.replace('\\', "\\\\")) } else { format!("'{quoted}'") };
+    query.replace("$1", &literal)
+}
+
+/// The answer of the query's rows: the second column of the first row.
+fn answer(rows: Vec<Vec<Option<String>>>) -> Lookup {
+    match rows.into_iter().next().and_then(|row| row.into_iter().nth(1).flatten()) {
+        Some(password) if !password.is_empty() => Lookup::Found(Secret::new(password)),
+        _ => Lookup::NoSuchUser,
+    }
+}
+
+impl Pools {
+    /// Looks `user` up with `query`, logged in as `auth` (the route's server and database, auth_user and its
+    /// password).
+    pub(crate) async fn look_up_user(&self, auth: &LoginInfo, query: &str, user: &str) -> Result<Lookup, LookupError> {
+        let failed = |reason: String| LookupError::Failed { auth_user: auth.user.clone(), reason };
+        let mut conn = self.connect_once(auth, AUTH_QUERY_NAME).await.map_err(|e| failed(e.to_string()))?;
+        let timeout = self.live_config().full().server_connect_timeout;
+        let result = conn.run_own(&statement(query, user), timeout).await;
+        self.close_once(conn);
+        match result {
+            Ok(rows) => Ok(answer(rows)),
+            Err(ServerFailure::Query(error)) if error.code == sqlstate::INSUFFICIENT_PRIVILEGE => {
+                Err(LookupError::NotAllowed { auth_user: auth.user.clone(), reason: error.message.clone() })
+            }
+            Err(ServerFailure::Query(error)) => Err(failed(format!("{} ({})", error.message, error.code))),
+            Err(other) => Err(failed(other.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_goes_in_as_a_literal_whatever_it_holds() {
+        let q = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1";
+        assert_eq!(statement(q, "ann"), "SELECT usename, passwd FROM pg_shadow WHERE usename='ann'");
+        assert_eq!(statement(q, "o'brien"), "SELECT usename, passwd FROM pg_shadow WHERE usename='o''brien'");
+        assert_eq!(statement(q, "a\\'; drop"), "SELECT usename, passwd FROM pg_shadow WHERE usename=E'a\\\\''; drop'");
+    }
+
+    #[test]
+    fn the_second_column_of_the_first_row_is_the_password_and_none_is_no_user() {
+        let row = |p: Option<&str>| vec![Some("ann".to_owned()), p.map(str::to_owned)];
+        assert_eq!(answer(vec![row(Some("md5abc"))]), Lookup::Found(Secret::new("md5abc")));
+        assert_eq!(answer(vec![row(None)]), Lookup::NoSuchUser);
+        assert_eq!(answer(vec![row(Some(""))]), Lookup::NoSuchUser);
+        assert_eq!(answer(Vec::new()), Lookup::NoSuchUser);
+    }
+
+    #[test]
+    fn refusals_on_managed_servers_say_what_to_use_instead() {
+        let e = LookupError::NotAllowed { auth_user: "pgb".into(), reason: "permission denied".into() };
+        assert!(e.to_string().contains("no role can read pg_authid"), "{e}");
+        assert!(e.hint().contains("passthrough") && e.hint().contains("iam"), "{}", e.hint());
+    }
+}
