@@ -12,9 +12,9 @@ This process stays pgmux's parent (rather than exec'ing it), because pgmux must 
     transaction for it; multi-statement transactions would break). pgmux reads a view of test.ini with that
     one setting changed to `transaction`: a named pipe this process answers each time pgmux opens it (start-up,
     SIGHUP, RELOAD) with test.ini as it is then, so reloads see the suite's edits (class View).
-  * Until pgmux reads pgbouncer.ini itself (issue 30, item 4; `pgmux --config pgbouncer.ini`), the view is a
-    TEMPORARY translation into pgmux's TOML (`translate_to_toml`). Which one is used: CONFORMANCE_INI_MODE =
-    `native` or `toml`; by default `native` when `pgmux --help` mentions pgbouncer.ini.
+  * The suite enters the console as user `pgbouncer` over the Unix socket, which PgBouncer admits by peer
+    credentials; pgmux admits admin_users only, so the view adds `admin_users = pgbouncer` when test.ini has none.
+pgmux reads the view as PgBouncer's own file (`pgmux --config FILE.ini`, issue 30 item 4).
 Signals are passed on as they come, except SIGQUIT (PgBouncer's immediate shutdown, how the suite stops it):
 pgmux has no immediate shutdown (SIGTERM / SIGINT drain open transactions for shutdown_timeout), so SIGQUIT
 becomes SIGKILL: server connections are dropped as PgBouncer's immediate shutdown drops them.
@@ -40,83 +40,10 @@ def fail(msg):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Reading pgbouncer.ini: sections, `key = value` lines, `;` and `#` comments, `%include FILE`.
-
-
-def read_ini(path, depth=0):
-    """[(section, key, value)] in file order, %include expanded in place."""
-    if depth > 10:
-        fail(f"%include nested too deeply at {path}")
-    out = []
-    section = ""
-    for raw in Path(path).read_text().splitlines():
-        line = raw.strip()
-        if not line or line[0] in ";#":
-            continue
-        if line.lower().startswith("%include"):
-            inc = line.split(None, 1)[1].strip()
-            inc_path = Path(inc) if os.path.isabs(inc) else Path(path).parent / inc
-            for sec, k, v in read_ini(inc_path, depth + 1):
-                out.append((sec or section, k, v))
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip().lower()
-            continue
-        if "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        out.append((section, key.strip(), value.strip()))
-    return out
-
-
-def settings(entries):
-    """The [pgbouncer] section as a dict (the last value of a key wins, as in PgBouncer)."""
-    return {k.lower(): v for s, k, v in entries if s == "pgbouncer"}
-
-
-def connstr_pairs(s):
-    """A libpq-style `key=value ...` string as pairs (single quotes, `\\` escapes inside them)."""
-    pairs, i, n = [], 0, len(s)
-    while i < n:
-        while i < n and s[i].isspace():
-            i += 1
-        if i >= n:
-            break
-        j = i
-        while j < n and s[j] != "=" and not s[j].isspace():
-            j += 1
-        key = s[i:j]
-        while j < n and s[j].isspace():
-            j += 1
-        if j >= n or s[j] != "=":
-            pairs.append((key.lower(), None))  # malformed: let pgmux say so
-            break
-        j += 1
-        while j < n and s[j].isspace():
-            j += 1
-        value = ""
-        if j < n and s[j] == "'":
-            j += 1
-            while j < n and s[j] != "'":
-                if s[j] == "\\" and j + 1 < n:
-                    j += 1
-                value += s[j]
-                j += 1
-            j += 1
-        else:
-            while j < n and not s[j].isspace():
-                value += s[j]
-                j += 1
-        pairs.append((key.lower(), value))
-        i = j
-    return pairs
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The view pgmux reads.
 
 
-def native_view(text):
+def pgmux_view(text):
     """test.ini as it is but for `pool_mode = statement` (refused by pgmux by design, see above), which
     becomes transaction: in [pgbouncer], and in database and user entries."""
     out, section = [], ""
@@ -153,139 +80,18 @@ def read_ini_text(text):
     return out
 
 
-def toml_str(v):
-    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def seconds_to_ms(v):
-    try:
-        return f'"{round(float(v) * 1000)}ms"'
-    except ValueError:
-        return toml_str(v)  # not a number: pgmux names the key and the value
-
-
-# TEMPORARY (until pgmux reads pgbouncer.ini itself, issue 30 item 4): [pgbouncer] keys that have a pgmux
-# equivalent, with how the value is written. Anything else is listed in one warning line in the log.
-SAME_NUMBER = [
-    "max_client_conn",
-    "default_pool_size",
-    "min_pool_size",
-    "max_db_connections",
-    "max_user_connections",
-    "max_prepared_statements",
-]
-SECONDS = [
-    "server_lifetime",
-    "server_idle_timeout",
-    "server_check_delay",
-    "query_timeout",
-    "query_wait_timeout",
-    "client_idle_timeout",
-    "idle_transaction_timeout",
-    "client_login_timeout",
-    "server_connect_timeout",
-]
-HANDLED_HERE = ["logfile", "pidfile", "listen_addr", "listen_port", "unix_socket_dir"]
-ROUTE_KEYS = {"host", "port", "dbname", "user", "password", "pool_size", "min_pool_size", "max_db_connections",
-              "pool_mode", "auth_user"}
-USER_KEYS = {"password", "pool_size", "max_user_connections", "pool_mode"}
-
-
-def translate_to_toml(entries):
-    """TEMPORARY: test.ini in pgmux's TOML, for as long as pgmux cannot read pgbouncer.ini (see above)."""
-    cfg = settings(entries)
-    lines = ["# Generated by tests/conformance/pgbouncer-wrapper.py from the suite's test.ini (temporary)."]
-    unsupported = []
-    addr = cfg.get("listen_addr", "127.0.0.1").split(",")[0].strip()
-    addr = {"*": "0.0.0.0", "": "127.0.0.1"}.get(addr, addr)
-    if ":" in addr:
-        addr = f"[{addr}]"
-    lines.append(f"listen = {toml_str(addr + ':' + cfg.get('listen_port', '6432'))}")
-    if cfg.get("unix_socket_dir"):
-        lines.append(f"unix_socket_dir = {toml_str(cfg['unix_socket_dir'])}")
-    for key, value in cfg.items():
-        if key in HANDLED_HERE:
-            continue
-        if key == "auth_type":
-            # trust, md5 and scram-sha-256 are pgmux's names too; any other (hba, cert, peer, pam, ldap, plain)
-            # is passed as it is, so that pgmux refuses it rather than logging clients in some other way.
-            lines.append(f"client_auth = {toml_str(value)}")
-        elif key == "pool_mode":
-            # statement: refused by pgmux by design (see above).
-            lines.append(f"pool_mode = {toml_str('transaction' if value == 'statement' else value)}")
-        elif key == "auth_file":
-            lines.append(f"auth_file = {toml_str(value)}")
-        elif key in ("admin_users", "stats_users"):
-            lines.append(f"{key} = {toml_str(value)}")
-        elif key in SAME_NUMBER:
-            lines.append(f"{key} = {value if value.isdigit() else toml_str(value)}")
-        elif key in SECONDS:
-            lines.append(f"{key} = {seconds_to_ms(value)}")
-        elif key == "tcp_keepalive":
-            lines.append(f"tcp_keepalive = {'true' if value.lower() in ('1', 'on', 'yes', 'true') else 'false'}")
-        else:
-            unsupported.append(key)
-    if "admin_users" not in cfg:
-        # PgBouncer lets the OS user it runs as in as `pgbouncer` over its Unix socket (peer credentials), and the
-        # suite opens the console that way; pgmux admits admin_users only (a gap: docs/compatibility.md).
-        lines.append('admin_users = "pgbouncer"')
-    # PgBouncer has no cap on all pools together and reads nothing from the server to size them; pgmux's budget
-    # from max_connections (a control connection) is turned off and the cap set near the server's 100.
-    lines.append("max_connections_percent = 0")
-    lines.append("pool_max = 80")
-    skipped = []
-    for section, kind, allowed in (("databases", "databases", ROUTE_KEYS), ("users", "users", USER_KEYS)):
-        for s, name, value in entries:
-            if s != section:
-                continue
-            lines.append(f"[[{kind}]]")
-            lines.append(f"name = {toml_str(name)}")
-            for k, v in connstr_pairs(value):
-                if v is None:
-                    lines.append(f"{k} = true  # malformed in test.ini")
-                elif k not in allowed:
-                    skipped.append(f"{name}.{k}")
-                elif k == "pool_mode" and v == "statement":
-                    lines.append('pool_mode = "transaction"')
-                elif k in ("port", "pool_size", "min_pool_size", "max_db_connections", "max_user_connections") \
-                        and v.isdigit():
-                    lines.append(f"{k} = {v}")
-                else:
-                    lines.append(f"{k} = {toml_str(v)}")
-    return "\n".join(lines) + "\n", unsupported, skipped
-
-
-def pgmux_reads_ini():
-    mode = os.environ.get("CONFORMANCE_INI_MODE", "auto")
-    if mode in ("native", "toml"):
-        return mode == "native"
-    try:
-        help_text = subprocess.run([PGMUX, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except Exception:
-        return False
-    return "pgbouncer.ini" in help_text.lower()
-
-
 class View:
     """The file pgmux is given: a named pipe that this process answers every time pgmux opens it, with test.ini
     as it is at that moment, rendered for pgmux. The suite edits test.ini and sends RELOAD on the console in the
     next breath; a copy refreshed by polling could be read before it caught up, the pipe cannot."""
 
-    def __init__(self, ini, native, log):
-        self.ini, self.native, self.log = Path(ini), native, log
-        self.path = self.ini.with_name(self.ini.name + (".pgmux.ini" if native else ".pgmux.toml"))
-        self.warned = None
+    def __init__(self, ini):
+        self.ini = Path(ini)
+        # `.ini`: pgmux reads a file of that name as PgBouncer's.
+        self.path = self.ini.with_name(self.ini.name + ".pgmux.ini")
 
     def render(self):
-        if self.native:
-            return native_view(self.ini.read_text())
-        text, unsupported, skipped = translate_to_toml(read_ini(self.ini))
-        missing = unsupported + skipped
-        if missing and missing != self.warned:
-            self.warned = missing
-            print(f"pgbouncer-wrapper: WARNING settings of {self.ini.name} the temporary translation has no "
-                  f"pgmux equivalent for: {', '.join(missing)}", file=self.log, flush=True)
-        return text
+        return pgmux_view(self.ini.read_text())
 
     def serve(self):
         """Forever: wait for pgmux to open the pipe, write the rendering, close. Runs in a thread."""
@@ -329,11 +135,11 @@ def main():
         # neither (gaps, docs/compatibility.md). Refused, so the test that needs them fails visibly.
         fail(f"pgmux has no equivalent of PgBouncer's {flag}")
     ini = Path(files[0])
-    entries = read_ini(ini)
-    cfg = settings(entries)
+    # The last value of a key wins, as in PgBouncer (the suite appends its own logfile and pidfile).
+    cfg = {k.lower(): v for section, k, v in read_ini_text(ini.read_text()) if section == "pgbouncer"}
     log_path = cfg.get("logfile") or None
     log = open(log_path, "a", buffering=1) if log_path else sys.stderr
-    view = View(ini, pgmux_reads_ini(), log)
+    view = View(ini)
     view.start()
 
     child = subprocess.Popen([PGMUX, "--config", str(view.path)], stdout=log, stderr=log, close_fds=True)

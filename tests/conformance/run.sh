@@ -145,7 +145,7 @@ WORKERS=${CONFORMANCE_WORKERS:-2}
 echo "conformance: ${#files[@]} file(s) of $SUITE against $PGMUX_BIN, $WORKERS workers, in $WORK" >&2
 set +e
 (cd "$WORK" && env -i PATH="$VENV/bin:$PG_BIN:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME="$WORK" \
-  LANG=C.UTF-8 PGMUX_BIN="$WORK/pgmux" CONFORMANCE_INI_MODE="${CONFORMANCE_INI_MODE:-auto}" \
+  LANG=C.UTF-8 PGMUX_BIN="$WORK/pgmux" \
   ${CI:+CI="$CI"} \
   timeout --kill-after=30 "$TIMEOUT" "${as_postgres[@]}" "$VENV/bin/python" -m pytest -n "$WORKERS" \
   -p no:cacheprovider -o console_output_style=classic -q -rA --tb=native --junitxml="$JUNIT" \
