@@ -138,9 +138,9 @@ fi
 test_paths=()
 # Absolute: utils.py chdirs into test/ on import, and xdist's workers would find no test/test_*.py from there.
 for f in "${files[@]}"; do test_paths+=("$WORK/test/$f"); done
-# Two workers: each starts a PostgreSQL of its own; the machine has two cores. --tb=native: pytest's own
-# traceback style parses the test's source, and CPython 3.11.2 (Debian 12) raises "AST constructor recursion
-# depth mismatch" when pytest-timeout's signal lands during that parse, which takes the whole xdist worker down.
+# Two workers: each starts a PostgreSQL of its own; the machine has two cores. --tb=native: with pytest's own
+# traceback style (which parses the test's source), Debian 12's CPython 3.11.2 was seen to raise "AST constructor
+# recursion depth mismatch" while reporting a timed-out test, which took a whole xdist worker and its tests down.
 WORKERS=${CONFORMANCE_WORKERS:-2}
 echo "conformance: ${#files[@]} file(s) of $SUITE against $PGMUX_BIN, $WORKERS workers, in $WORK" >&2
 set +e
