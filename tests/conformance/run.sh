@@ -118,8 +118,7 @@ EOF
 mkdir -p "$WORK/include"
 cat >"$WORK/include/bouncer.h" <<'EOF'
 /* Stand-in for PgBouncer's include/bouncer.h (tests/conformance/run.sh): utils.py reads only MAX_PASSWORD, the
- * password length the suite tries (LONG_PASSWORD is one shorter). pgmux bounds passwords by its message limit,
- * far above this. */
+ * password length the suite tries (LONG_PASSWORD is one shorter; the suite wants at least 996). */
 #define MAX_PASSWORD 2048
 EOF
 cp "$HERE/pgbouncer-wrapper.py" "$WORK/pgbouncer"
