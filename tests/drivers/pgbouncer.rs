@@ -20,7 +20,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use pgmux_testkit::{APP_USER, DATABASE};
+use pgmux_testkit::{APP_USER, DATABASE, MD5_USER, PLAIN_USER};
 
 /// How long PgBouncer may take to listen.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -67,12 +67,18 @@ impl PgBouncer {
             ("logfile", log.display().to_string()),
         ];
         let section = pooler_section(&paths, pool_size, extra);
-        let ini = format!(
-            "[databases]\n{DATABASE} = host=127.0.0.1 port={server_port} dbname={DATABASE}\n\n[pgbouncer]\n{}\n",
-            section.join("\n")
-        );
-        std::fs::write(dir.path().join("userlist.txt"), format!("\"{}\" \"{secret}\"\n", APP_USER.user))
-            .expect("write PgBouncer's auth file");
+        // S17's two routes are two more names for the same database; its users log in with their plaintext
+        // passwords (PgBouncer does SCRAM with clients, and cleartext or md5 with the server, from them).
+        let mut databases = String::new();
+        for name in [DATABASE, crate::ROUTE_A, crate::ROUTE_B] {
+            databases.push_str(&format!("{name} = host=127.0.0.1 port={server_port} dbname={DATABASE}\n"));
+        }
+        let ini = format!("[databases]\n{databases}\n[pgbouncer]\n{}\n", section.join("\n"));
+        let mut users = format!("\"{}\" \"{secret}\"\n", APP_USER.user);
+        for role in [PLAIN_USER, MD5_USER] {
+            users.push_str(&format!("\"{}\" \"{}\"\n", role.user, role.password));
+        }
+        std::fs::write(dir.path().join("userlist.txt"), users).expect("write PgBouncer's auth file");
         let ini_path = dir.path().join("pgbouncer.ini");
         std::fs::write(&ini_path, ini).expect("write pgbouncer.ini");
 

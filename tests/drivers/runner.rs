@@ -24,11 +24,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgmux_proxy::{Config, Listener, ListenerHandle};
-use pgmux_testkit::{APP_USER, DATABASE, PgOptions, PgServer, SUPERUSER};
+use pgmux_testkit::{APP_USER, DATABASE, MD5_USER, PLAIN_USER, PgOptions, PgServer, SUPERUSER};
 
 use matrix::Matrix;
 use pgbouncer::PgBouncer;
 use suites::{Run, Suite};
+
+/// S17's two routes: database names of a second pgmux that has `[[databases]]` (and PgBouncer's), both the
+/// server's `pgmux`; A logs in as the cleartext role, B as the md5 role, each the client's own user. Neither
+/// is the application role, whose backends other scenarios count.
+const ROUTE_A: &str = "matrix_a";
+const ROUTE_B: &str = "matrix_b";
 
 // Ignored so that `cargo test --workspace` (make unit) does not need Node, Python, Go and Java: `make drivers`
 // builds every suite and runs this with `--ignored`.
@@ -60,6 +66,9 @@ async fn driver_matrix() {
     }
     let setting = stage.describe();
     if let Some(proxy) = stage.proxy.take() {
+        proxy.shutdown().await;
+    }
+    if let Some(proxy) = stage.routes.take() {
         proxy.shutdown().await;
     }
     let bouncer_log = match stage.bouncer.take() {
@@ -172,6 +181,8 @@ impl Settings {
 struct Stage {
     pg: Arc<PgServer>,
     proxy: Option<ListenerHandle>,
+    /// The pgmux with two routes that S17 uses (when the suites talk to pgmux).
+    routes: Option<ListenerHandle>,
     bouncer: Option<PgBouncer>,
     pg_version: String,
     /// What the suites talk to, in words.
@@ -228,9 +239,31 @@ impl Stage {
             // PostgreSQL's own socket, beside its data directory.
             (None, None) => (pg.port(), pg.data_dir().parent().expect("the server's directory").to_owned()),
         };
-        let contract = contract_env(&pg, port, &socket_dir, pool_max);
+        let mut contract = contract_env(&pg, port, &socket_dir, pool_max);
+        // S17: a pgmux of its own with two routes, beside the one every other scenario uses; PgBouncer has
+        // the same names in its [databases]; PostgreSQL itself has only `pgmux`, under two users.
+        let routes = match settings.front {
+            FrontKind::Pgmux => {
+                Some(Listener::start(routes_config(&pg, &settings.extra)).await.expect("start pgmux with two routes"))
+            }
+            FrontKind::Direct | FrontKind::PgBouncer => None,
+        };
+        let (routes_port, route_a, route_b) = match (&routes, settings.front) {
+            (Some(r), _) => (r.addr.port(), ROUTE_A, ROUTE_B),
+            (None, FrontKind::PgBouncer) => (port, ROUTE_A, ROUTE_B),
+            (None, _) => (port, DATABASE, DATABASE),
+        };
+        contract.extend([
+            ("MATRIX_ROUTES_PGPORT".to_owned(), routes_port.to_string()),
+            ("MATRIX_ROUTE_A".to_owned(), route_a.to_owned()),
+            ("MATRIX_ROUTE_A_USER".to_owned(), PLAIN_USER.user.to_owned()),
+            ("MATRIX_ROUTE_A_PASSWORD".to_owned(), PLAIN_USER.password.to_owned()),
+            ("MATRIX_ROUTE_B".to_owned(), route_b.to_owned()),
+            ("MATRIX_ROUTE_B_USER".to_owned(), MD5_USER.user.to_owned()),
+            ("MATRIX_ROUTE_B_PASSWORD".to_owned(), MD5_USER.password.to_owned()),
+        ]);
         let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(120));
-        Stage { pg, proxy, bouncer, pg_version, front, contract, timeout, _sockets: sockets }
+        Stage { pg, proxy, routes, bouncer, pg_version, front, contract, timeout, _sockets: sockets }
     }
 
     /// Runs one suite, or says why it cannot run; then checks that it left no transaction open.
@@ -331,6 +364,32 @@ fn pgmux_config(pg: &PgServer, extra: &str, sockets: &Path) -> Config {
     }
     Config::from_toml_str(&text)
         .unwrap_or_else(|e| panic!("pgmux rejects the matrix settings (MATRIX_PGMUX_EXTRA = {extra:?}): {e}"))
+}
+
+/// S17's pgmux: the matrix's settings, and two routes to the same database that log in as the client's own
+/// user, so that the two connections of one driver land in two pools of two users.
+fn routes_config(pg: &PgServer, extra: &str) -> Config {
+    let routes = format!(
+        "[[databases]]\nname = \"{ROUTE_A}\"\ndbname = \"{DATABASE}\"\n\
+         [[databases]]\nname = \"{ROUTE_B}\"\ndbname = \"{DATABASE}\"\n\
+         [[users]]\nname = \"{}\"\npassword = \"{}\"\n\
+         [[users]]\nname = \"{}\"\npassword = \"{}\"\n",
+        PLAIN_USER.user, PLAIN_USER.password, MD5_USER.user, MD5_USER.password
+    );
+    let mut text = format!("listen = \"127.0.0.1:0\"\ndatabase_url = {:?}\n", pg.url(&APP_USER));
+    for (key, line) in [
+        ("pool_max", "pool_max = 2"),
+        ("client_auth", "client_auth = \"scram-sha-256\""),
+        ("max_connections_percent", "max_connections_percent = 0"),
+    ] {
+        if !extra.lines().any(|l| l.trim_start().starts_with(key)) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text.push_str(&format!("{extra}\n{routes}"));
+    Config::from_toml_str(&text)
+        .unwrap_or_else(|e| panic!("pgmux rejects S17's settings (MATRIX_PGMUX_EXTRA = {extra:?}): {e}"))
 }
 
 /// Applies `tests/drivers/setup.sql` as the superuser.

@@ -5,12 +5,14 @@ use pgmux_testkit::fixture as common;
 
 mod auth_routes;
 mod basics;
+mod console_routes;
 mod failures;
 mod figures;
 mod params;
 mod pgbouncer_ini;
 mod pooling;
 mod protocol;
+mod readers;
 mod resilience;
 mod routes;
 mod settings;

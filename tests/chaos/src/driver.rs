@@ -22,7 +22,7 @@ usage: pgmux-chaos [--quick] [--runs N] [--targets LIST] [--scenarios LIST] [--s
                    [--pgmux PATH] [--pgbouncer PATH] [--pgmux-env KEY=VALUE]... [--flip-delay MS]
                    [--hold MS] [--json PATH] [--markdown PATH] [--doc PATH]
 
-  --quick          the short form: 6 scenarios, ~10 clients, pgmux and PgBouncer, one run, no soak
+  --quick          the short form: 6 scenarios, ~10 clients over two routes, pgmux and PgBouncer, one run
   --runs N         repeat every scenario N times (long form: 3)
   --targets LIST   pgmux,pgbouncer,pgbouncer-tuned (long form: all three)
   --scenarios LIST a comma-separated subset (default: all; --quick: its six)
@@ -114,6 +114,8 @@ impl Options {
                 long_query_ms: 3000,
                 op_timeout_ms: 15_000,
                 lock_holder: false,
+                // Two routes (two pools on the same primary), each judged on its own (issue 30).
+                routes: vec!["pgmux".into(), "pgmux_b".into()],
             };
             (plan, FaultTiming { hold_ms: 4000, flip_delay_ms: 0 })
         } else {
@@ -127,6 +129,7 @@ impl Options {
                 long_query_ms: 10_000,
                 op_timeout_ms: 40_000,
                 lock_holder: false,
+                routes: vec!["pgmux".into()],
             };
             (plan, FaultTiming { hold_ms: 15_000, flip_delay_ms: 0 })
         };
@@ -226,6 +229,7 @@ pub fn drive(opts: &Options, namespace: &str) -> Result<Results, String> {
         pgbouncer: opts.pgbouncer.clone(),
         pool_size: 10,
         pgmux_env: opts.pgmux_env.clone(),
+        routes: opts.plan.routes.clone(),
     };
     let bench = Bench {
         seed: &seed,

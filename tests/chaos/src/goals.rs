@@ -127,12 +127,12 @@ fn verdict(rows: &[&Summary], check: impl Fn(&Summary) -> Option<String>) -> Ver
         .iter()
         .filter_map(|s| {
             if !s.failed_runs.is_empty() {
-                return Some(format!("{}: run failed: {}", s.scenario.name(), s.failed_runs.join("; ")));
+                return Some(format!("{}: run failed: {}", s.name(), s.failed_runs.join("; ")));
             }
-            check(s).map(|why| format!("{}: {why}", s.scenario.name()))
+            check(s).map(|why| format!("{}: {why}", s.name()))
         })
         .collect();
-    let names: Vec<String> = rows.iter().map(|s| s.scenario.name()).collect();
+    let names: Vec<String> = rows.iter().map(|s| s.name()).collect();
     if failures.is_empty() {
         Verdict::Met(format!("in {}", names.join(", ")))
     } else {

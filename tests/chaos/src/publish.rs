@@ -64,7 +64,7 @@ pub fn markdown(results: &Results) -> String {
         let mut problems = s.failed_runs.clone();
         problems.extend(s.notes.iter().cloned());
         let text: String = problems.join("; ").chars().take(400).collect();
-        out.push_str(&format!("\nNote, {} against {}: {}\n", s.scenario.name(), s.target.name(), text));
+        out.push_str(&format!("\nNote, {} against {}: {}\n", s.name(), s.target.name(), text));
     }
     out
 }

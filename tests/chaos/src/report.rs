@@ -17,6 +17,9 @@ use crate::workload::{Op, OpKind, Outcome, Role};
 pub struct Summary {
     pub scenario: Scenario,
     pub target: TargetKind,
+    /// The route (database name) its clients used, when the runs spread clients over more than one;
+    /// then each route has a summary of its own, judged on its own.
+    pub route: Option<String>,
     pub runs: u32,
     pub failed_runs: Vec<String>,
     pub ops: u64,
@@ -51,6 +54,7 @@ impl Summary {
         Summary {
             scenario,
             target,
+            route: None,
             runs,
             failed_runs: Vec::new(),
             ops: 0,
@@ -71,9 +75,18 @@ impl Summary {
             notes: Vec::new(),
         }
     }
+
+    /// The scenario's name, and the route's when there are several: `failover` or `failover (pgmux_b)`.
+    pub fn name(&self) -> String {
+        match &self.route {
+            Some(route) => format!("{} ({route})", self.scenario.name()),
+            None => self.scenario.name(),
+        }
+    }
 }
 
-/// Summaries of `runs`, one per (scenario, target), in the order first seen.
+/// Summaries of `runs`, one per (scenario, target), in the order first seen; one per (scenario, target,
+/// route) when the runs spread their clients over several routes.
 pub fn summarize(runs: &[ScenarioRun]) -> Vec<Summary> {
     let mut keys: Vec<(Scenario, TargetKind)> = Vec::new();
     for run in runs {
@@ -82,12 +95,40 @@ pub fn summarize(runs: &[ScenarioRun]) -> Vec<Summary> {
         }
     }
     keys.into_iter()
-        .map(|(scenario, target)| {
+        .flat_map(|(scenario, target)| {
             let mine: Vec<&ScenarioRun> =
                 runs.iter().filter(|r| r.scenario == scenario && r.target == target).collect();
-            summarize_one(scenario, target, &mine)
+            let mut routes: Vec<String> = Vec::new();
+            for route in mine.iter().flat_map(|r| r.record.routes()) {
+                if !routes.contains(&route) {
+                    routes.push(route);
+                }
+            }
+            if routes.len() < 2 {
+                return vec![summarize_one(scenario, target, &mine)];
+            }
+            routes
+                .into_iter()
+                .map(|route| {
+                    let split: Vec<ScenarioRun> = mine.iter().map(|r| of_route(r, &route)).collect();
+                    let mut s = summarize_one(scenario, target, &split.iter().collect::<Vec<_>>());
+                    s.route = Some(route);
+                    s
+                })
+                .collect()
         })
         .collect()
+}
+
+/// A run as seen by the clients of one route: their operations, disconnects and ledger. What is not per
+/// client (the fault's events, the demoted node's connections, the lock holder) is the run's.
+fn of_route(run: &ScenarioRun, route: &str) -> ScenarioRun {
+    let mut out = run.clone();
+    out.record = run.record.of_route(route);
+    if let Some((_, ledger)) = run.ledger_by_route.iter().find(|(r, _)| r == route) {
+        out.ledger = ledger.clone();
+    }
+    out
 }
 
 fn summarize_one(scenario: Scenario, target: TargetKind, runs: &[&ScenarioRun]) -> Summary {
@@ -262,7 +303,7 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
         };
         out.push_str(&format!(
             "| {} | {target} | {runs} | {} | {} | {} | {} / {} / {} | {} | {wait} | {} | {} / {} | {} | {} | {} |\n",
-            s.scenario.name(),
+            s.name(),
             errors(Role::Idle),
             errors(Role::Busy),
             errors(Role::InFlight),
@@ -305,6 +346,8 @@ fn secs(ms: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::LedgerCheck;
+    use crate::workload::Record;
 
     #[test]
     fn worst_needs_every_run() {
@@ -318,6 +361,52 @@ mod tests {
         let mut values: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(percentile(&mut values, 0.99), 99.0);
         assert_eq!(percentile(&mut [5.0], 0.99), 5.0);
+    }
+
+    fn op(client: u32, route: &str, outcome: Outcome) -> Op {
+        Op {
+            client,
+            route: route.into(),
+            role: Role::Busy,
+            seq: 1,
+            kind: OpKind::Write,
+            start_ms: 10.0,
+            end_ms: 20.0,
+            outcome,
+            closed: false,
+            node: None,
+            in_recovery: None,
+        }
+    }
+
+    #[test]
+    fn each_route_is_summarised_on_its_own_with_its_own_ledger() {
+        let timeout = Outcome::Timeout;
+        let record = Record {
+            ops: vec![op(1, "pgmux", Outcome::Ok), op(2, "pgmux_b", timeout), op(3, "pgmux", Outcome::Ok)],
+            disconnects: Vec::new(),
+            acked: vec![(1, 1), (3, 1)],
+        };
+        let lost_on_b = LedgerCheck { lost: 1, ..LedgerCheck::default() };
+        let run = ScenarioRun {
+            scenario: Scenario::TerminateIdle,
+            target: TargetKind::Pgmux,
+            run: 1,
+            events: crate::faults::FaultEvents::default(),
+            record,
+            lock: None,
+            demoted_samples: Vec::new(),
+            ledger: LedgerCheck { lost: 1, ..LedgerCheck::default() },
+            ledger_by_route: vec![("pgmux".into(), LedgerCheck::default()), ("pgmux_b".into(), lost_on_b)],
+            target_exit: None,
+            error: None,
+        };
+        let summaries = summarize(&[run]);
+        let names: Vec<String> = summaries.iter().map(Summary::name).collect();
+        assert_eq!(names, ["terminate-idle (pgmux)", "terminate-idle (pgmux_b)"]);
+        assert_eq!((summaries[0].ops, summaries[0].lost, summaries[0].errors.len()), (2, 0, 0));
+        assert_eq!((summaries[1].ops, summaries[1].lost), (1, 1));
+        assert_eq!(summaries[1].errors[&Role::Busy]["timeout"], 1);
     }
 
     #[test]

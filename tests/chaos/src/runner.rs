@@ -43,6 +43,8 @@ pub struct ScenarioRun {
     /// (ms, app connections on A) sampled every 100 ms after the fault, for scenarios that demote A.
     pub demoted_samples: Vec<(f64, Option<i64>)>,
     pub ledger: LedgerCheck,
+    /// The same check for each route's clients alone, when there is more than one route.
+    pub ledger_by_route: Vec<(String, LedgerCheck)>,
     /// Set when the target had exited by itself before we stopped it (a crash).
     pub target_exit: Option<String>,
     /// Set when the run could not be carried out (setup failed); nothing else is meaningful then.
@@ -74,6 +76,7 @@ impl Bench<'_> {
             lock: None,
             demoted_samples: Vec::new(),
             ledger: LedgerCheck::default(),
+            ledger_by_route: Vec::new(),
             target_exit: None,
             error: None,
         };
@@ -86,7 +89,9 @@ impl Bench<'_> {
     fn run_into(&self, out: &mut ScenarioRun) -> Result<(), String> {
         let mut topo = Topology::build(self.seed, self.hosts, self.toxi)?;
         let mut target = Target::start(out.target, self.settings)?;
-        self.runtime.block_on(wait_serving(&target))?;
+        for route in &self.plan.routes {
+            self.runtime.block_on(wait_serving(&target, route))?;
+        }
         let plan = Plan { lock_holder: out.scenario == Scenario::ClientKill, ..self.plan.clone() };
         let sessions = self.runtime.block_on(workload::prepare(&plan, client_config()));
         let cold = sessions.iter().filter(|s| !s.warmed_up()).count();
@@ -125,7 +130,16 @@ impl Bench<'_> {
         topo.a.signal_all(libc::SIGCONT);
         let _ = self.toxi.reset();
         let writer = if out.scenario.final_writer_is_b() { &topo.b } else { &topo.a };
-        out.ledger = self.runtime.block_on(check_ledger(&writer.admin_conninfo(), &out.record.acked));
+        out.ledger = self.runtime.block_on(check_ledger(&writer.admin_conninfo(), &out.record.acked, None));
+        let routes = out.record.routes();
+        if routes.len() > 1 {
+            for route in routes {
+                let mine = out.record.of_route(&route);
+                let clients: HashSet<u32> = mine.ops.iter().map(|op| op.client).collect();
+                let check = self.runtime.block_on(check_ledger(&writer.admin_conninfo(), &mine.acked, Some(&clients)));
+                out.ledger_by_route.push((route, check));
+            }
+        }
         out.target_exit = target.stop();
         if out.target_exit.is_some() {
             out.target_exit =
@@ -164,12 +178,14 @@ fn node_config() -> Config {
     config
 }
 
-/// Wait until a query through the target works (it may start before it can reach the database).
-async fn wait_serving(target: &Target) -> Result<(), String> {
+/// Wait until a query through the target's `route` works (it may start before it can reach the database).
+async fn wait_serving(target: &Target, route: &str) -> Result<(), String> {
     let started = Instant::now();
     let mut last = String::new();
+    let mut config = client_config();
+    config.dbname(route);
     while started.elapsed() < Duration::from_secs(20) {
-        match client_config().connect(NoTls).await {
+        match config.connect(NoTls).await {
             Ok((client, connection)) => {
                 let task = tokio::spawn(connection);
                 let ok = client.simple_query("SELECT 1").await;
@@ -183,7 +199,7 @@ async fn wait_serving(target: &Target) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!("{} does not serve queries: {last}\n{}", target.kind.name(), target.output_tail(20)))
+    Err(format!("{} does not serve queries on {route}: {last}\n{}", target.kind.name(), target.output_tail(20)))
 }
 
 /// Count the app role's connections on A every 100 ms from the fault to the end of the run, on one
@@ -224,7 +240,8 @@ async fn watch_connections(conninfo: &str, clock: Clock, run_ms: u64) -> Vec<(f6
     samples
 }
 
-async fn check_ledger(conninfo: &str, acked: &[(u32, u32)]) -> LedgerCheck {
+/// Acknowledged writes against the ledger; with `only`, the rows of those clients alone.
+async fn check_ledger(conninfo: &str, acked: &[(u32, u32)], only: Option<&HashSet<u32>>) -> LedgerCheck {
     let mut check = LedgerCheck { acked: acked.len() as u64, ..LedgerCheck::default() };
     let rows = match admin_sql(conninfo, "SELECT client, seq, count(*) FROM ledger GROUP BY 1, 2").await {
         Ok(rows) => rows,
@@ -238,6 +255,9 @@ async fn check_ledger(conninfo: &str, acked: &[(u32, u32)]) -> LedgerCheck {
         if let SimpleQueryMessage::Row(row) = message {
             let num = |i: usize| row.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             let key = (num(0) as u32, num(1) as u32);
+            if only.is_some_and(|clients| !clients.contains(&key.0)) {
+                continue;
+            }
             present.insert(key, num(2));
             check.rows += num(2);
         }

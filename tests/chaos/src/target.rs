@@ -1,6 +1,8 @@
 //! The poolers under test, as an operator would run them: the `pgmux` binary configured by environment
 //! variables, and Debian's PgBouncer 1.18 with its defaults (and, optionally, tuned as failover.md 7.4
-//! suggests), both in transaction mode in front of the writer host name, SCRAM on both sides.
+//! suggests), both in transaction mode in front of the writer host name, SCRAM on both sides. With more than
+//! one route, each is a database name of its own for the same server database, so each has its own pool:
+//! `PGMUX_DATABASES` for pgmux (and `PGMUX_USERS` for the app role's password), `[databases]` for PgBouncer.
 
 use std::fs;
 use std::net::SocketAddr;
@@ -55,6 +57,14 @@ pub struct TargetSettings {
     pub pool_size: u32,
     /// Extra `PGMUX_<KEY>=value` settings for pgmux (to try a new setting without editing the driver).
     pub pgmux_env: Vec<(String, String)>,
+    /// The database names clients use; beyond the first (`pgmux`, the server database), each another
+    /// route to it. One route: pgmux as before routes existed, `database_url` alone.
+    pub routes: Vec<String>,
+}
+
+/// `PGMUX_DATABASES` for `routes`, when there is more than one: each a name for the server's `pgmux`.
+pub fn pgmux_routes(routes: &[String]) -> Option<String> {
+    (routes.len() > 1).then(|| routes.iter().map(|r| format!("{r} = dbname=pgmux")).collect::<Vec<_>>().join("; "))
 }
 
 /// A running target; dropping it stops it (SIGTERM, SIGKILL after 10 s), then removes its directory.
@@ -135,6 +145,11 @@ fn pgmux_command(settings: &TargetSettings) -> Command {
         .env("PGMUX_CLIENT_AUTH", "scram-sha-256")
         .env("PGMUX_LOG_LEVEL", "info")
         .env_remove("AWS_LAMBDA_RUNTIME_API");
+    if let Some(databases) = pgmux_routes(&settings.routes) {
+        // Routes log in as the client, with the password pgmux knows for it.
+        cmd.env("PGMUX_DATABASES", databases)
+            .env("PGMUX_USERS", format!("{} = password={}", APP_USER.user, APP_USER.password));
+    }
     for (key, value) in &settings.pgmux_env {
         cmd.env(key, value);
     }
@@ -143,11 +158,15 @@ fn pgmux_command(settings: &TargetSettings) -> Command {
 
 /// PgBouncer's ini for `kind`: its defaults, but for what every target shares (transaction mode, the pool
 /// size, SCRAM with the app role's password in the auth file).
-pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path) -> String {
+pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path, routes: &[String]) -> String {
     let (host, port) = LISTEN.split_once(':').unwrap_or(("127.0.0.1", "6432"));
+    let mut databases = format!("pgmux = host={WRITER_NAME} port={PG_PORT} dbname=pgmux\n");
+    for route in routes.iter().filter(|r| *r != "pgmux") {
+        databases.push_str(&format!("{route} = host={WRITER_NAME} port={PG_PORT} dbname=pgmux\n"));
+    }
     let mut ini = format!(
         "[databases]\n\
-         pgmux = host={WRITER_NAME} port={PG_PORT} dbname=pgmux\n\
+         {databases}\
          \n\
          [pgbouncer]\n\
          listen_addr = {host}\n\
@@ -178,7 +197,8 @@ pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path) -> String {
 
 fn pgbouncer_command(kind: TargetKind, settings: &TargetSettings, dir: &Path) -> Result<Command, String> {
     let ini_path = dir.join("pgbouncer.ini");
-    fs::write(&ini_path, pgbouncer_ini(kind, settings.pool_size, dir)).map_err(|e| format!("ini: {e}"))?;
+    let ini = pgbouncer_ini(kind, settings.pool_size, dir, &settings.routes);
+    fs::write(&ini_path, ini).map_err(|e| format!("ini: {e}"))?;
     let userlist = dir.join("userlist.txt");
     fs::write(&userlist, format!("\"{}\" \"{}\"\n", APP_USER.user, APP_USER.password))
         .map_err(|e| format!("userlist: {e}"))?;

@@ -5,6 +5,10 @@
 //! the client connection closed, and the node that served it; every acknowledged write is a ledger entry
 //! (client, seq) checked afterwards on the final writer.
 //!
+//! Clients are spread over the plan's routes (database names the pooler serves, each its own pool on the
+//! same primary) in turn, so that every route has idle, busy and in-flight clients; each operation says
+//! which route it went through, and the report judges every route on its own.
+//!
 //! Everything is bounded: each operation by a timeout, each loop by the run's end and a count. All SQL goes
 //! over the simple query protocol, which every pooler in transaction mode passes through unchanged.
 
@@ -38,7 +42,21 @@ pub struct Plan {
     pub op_timeout_ms: u64,
     /// Add a client that holds a row lock and is killed at the fault (the client-kill scenario).
     pub lock_holder: bool,
+    /// The database names clients connect to, in turn (client `i` uses `routes[(i - 1) % len]`); the
+    /// lock holder uses the first.
+    pub routes: Vec<String>,
 }
+
+impl Plan {
+    /// The route of client `id` (ids start at 1).
+    pub fn route_of(&self, id: u32) -> &str {
+        let n = self.routes.len().max(1);
+        self.routes.get((id.saturating_sub(1) as usize) % n).map_or(FIRST_ROUTE, String::as_str)
+    }
+}
+
+/// The database name clients use when a plan names no route.
+pub const FIRST_ROUTE: &str = "pgmux";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -103,6 +121,8 @@ impl Outcome {
 #[derive(Clone, Debug, Serialize)]
 pub struct Op {
     pub client: u32,
+    /// The database name (route) the client connected to.
+    pub route: String,
     pub role: Role,
     pub seq: u32,
     pub kind: OpKind,
@@ -121,6 +141,7 @@ pub struct Op {
 #[derive(Clone, Debug, Serialize)]
 pub struct Disconnect {
     pub client: u32,
+    pub route: String,
     pub role: Role,
     pub at_ms: f64,
 }
@@ -149,6 +170,28 @@ impl Record {
         self.disconnects.extend(other.disconnects);
         self.acked.extend(other.acked);
     }
+
+    /// The routes its clients used, in order of first use.
+    pub fn routes(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for op in &self.ops {
+            if !out.contains(&op.route) {
+                out.push(op.route.clone());
+            }
+        }
+        out
+    }
+
+    /// What the clients of `route` recorded.
+    pub fn of_route(&self, route: &str) -> Record {
+        let clients: std::collections::HashSet<u32> =
+            self.ops.iter().filter(|op| op.route == route).map(|op| op.client).collect();
+        Record {
+            ops: self.ops.iter().filter(|op| op.route == route).cloned().collect(),
+            disconnects: self.disconnects.iter().filter(|d| d.route == route).cloned().collect(),
+            acked: self.acked.iter().filter(|(client, _)| clients.contains(client)).copied().collect(),
+        }
+    }
 }
 
 /// Ceiling on a busy client's loop, besides the run's end.
@@ -160,7 +203,12 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The clients of `plan`, connected to `target` and warmed up (one write each), before the fault's time is
 /// set: warm-ups are slow with SCRAM on a busy machine, and a client still connecting at the fault is not idle.
 pub async fn prepare(plan: &Plan, target: Config) -> Vec<Session> {
-    let target = Arc::new(target);
+    let mut targets: Vec<Arc<Config>> = Vec::new();
+    for route in plan.routes.iter().map(String::as_str).chain((plan.routes.is_empty()).then_some(FIRST_ROUTE)) {
+        let mut config = target.clone();
+        config.dbname(route);
+        targets.push(Arc::new(config));
+    }
     let provisional = Clock::fault_in(Duration::ZERO);
     let roles = [(Role::Idle, plan.idle), (Role::Busy, plan.busy), (Role::InFlight, plan.in_flight)];
     let mut tasks = Vec::new();
@@ -168,7 +216,8 @@ pub async fn prepare(plan: &Plan, target: Config) -> Vec<Session> {
     for (role, count) in roles {
         for _ in 0..count {
             id += 1;
-            let mut session = Session::new(id, role, &target, provisional, plan);
+            let target = &targets[(id as usize - 1) % targets.len()];
+            let mut session = Session::new(id, role, target, provisional, plan);
             tasks.push(tokio::spawn(async move {
                 session.write(OpKind::Warmup, 0).await;
                 session
@@ -243,6 +292,8 @@ impl Conn {
 pub struct Session {
     id: u32,
     role: Role,
+    /// The database name it connects to.
+    route: String,
     target: Arc<Config>,
     clock: Clock,
     conn: Option<Conn>,
@@ -262,6 +313,7 @@ impl Session {
         Session {
             id,
             role,
+            route: plan.route_of(id).to_owned(),
             target: Arc::clone(target),
             clock,
             conn: None,
@@ -413,8 +465,8 @@ impl Session {
         served: Option<Served>,
     ) {
         let (node, in_recovery) = served.map_or((None, None), |s| (Some(s.node), Some(s.in_recovery)));
-        let (client, role, seq) = (self.id, self.role, self.seq);
-        let op = Op { client, role, seq, kind, start_ms, end_ms, outcome, closed, node, in_recovery };
+        let (client, role, seq, route) = (self.id, self.role, self.seq, self.route.clone());
+        let op = Op { client, route, role, seq, kind, start_ms, end_ms, outcome, closed, node, in_recovery };
         self.record.ops.push(op);
     }
 
@@ -424,7 +476,8 @@ impl Session {
             let at = *conn.ended_at.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(at) = at {
                 let at_ms = self.clock.ms_of(at);
-                self.record.disconnects.push(Disconnect { client: self.id, role: self.role, at_ms });
+                let (client, role, route) = (self.id, self.role, self.route.clone());
+                self.record.disconnects.push(Disconnect { client, route, role, at_ms });
             }
             conn.task.abort();
         }

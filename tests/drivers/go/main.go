@@ -29,7 +29,7 @@ type driver struct {
 var drivers = []driver{
 	{"pgx", pgx.QueryExecModeCacheStatement, []string{
 		"S1", "S2", "S3", "S4", "S5a", "S5b", "S5c", "S5d", "S6", "S7", "S8", "S9", "S10", "S11", "S12", "S13", "S15",
-		"S16",
+		"S16", "S17",
 	}},
 	{"pgx-exec", pgx.QueryExecModeExec, []string{
 		"S1", "S3", "S4", "S5a", "S5c", "S5d", "S7", "S8", "S10", "S11", "S15",
@@ -44,7 +44,7 @@ var scenarios = map[string]func(*run) (string, error){
 	"S5a": s5aDivisionByZero, "S5b": s5bBadParse, "S5c": s5cBatchError, "S5d": s5dCachedPlan,
 	"S6": s6Copy, "S7": s7Stream, "S8": s8Cancel, "S9": s9Notices, "S10": s10SessionState,
 	"S11": s11Binary, "S12": s12Deallocate, "S13": s13NameCollisions, "S14": s14UnnamedAcrossSyncs,
-	"S15": s15Pipeline, "S16": s16UnixSocket,
+	"S15": s15Pipeline, "S16": s16UnixSocket, "S17": s17Routes,
 }
 
 // checkGrace is the time kept for the idle-in-transaction check after a scenario: 3 s, or a quarter of

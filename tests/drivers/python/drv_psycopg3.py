@@ -31,6 +31,8 @@ from harness import (
     S16_CLIENTS,
     S16_SQL,
     S16_TXNS,
+    S17,
+    S17_ROUNDS,
     Background,
     BackendSampler,
     CheckFailed,
@@ -45,6 +47,7 @@ from harness import (
     table,
     track,
     judge_socket,
+    judge_routes,
 )
 
 S3_SQL = (
@@ -419,8 +422,22 @@ def scenarios(driver: str, threshold: int) -> list[tuple[str, Callable[[], str]]
                     seen.append(one(conn, S16_SQL))
         return judge_socket(seen)
 
+    def s17() -> str:
+        # Past the threshold the same text is prepared on each connection, under the same name (`_pg3_0`):
+        # each route's pool must keep its own.
+        a = connect(port=S17.port, dbname=S17.a_database, user=S17.a_user, password=S17.a_password)
+        b = connect(port=S17.port, dbname=S17.b_database, user=S17.b_user, password=S17.b_password)
+        sql = "SELECT current_user::text, %s::int + 1"
+        seen_a, seen_b = [], []
+        for i in range(S17_ROUNDS):
+            with a.transaction(), b.transaction():
+                seen_a.append(tuple(one(a, sql, (i,))))
+                seen_b.append(tuple(one(b, sql, (i,))))
+        return judge_routes(seen_a, seen_b)
+
     every = [("S1", s1), ("S2", s2), ("S3", s3), ("S4", s4), ("S5", s5), ("S6", s6), ("S7", s7), ("S8", s8),
-             ("S9", s9), ("S10", s10), ("S11", s11), ("S12", s12), ("S13", s13), ("S15", s15), ("S16", s16)]
+             ("S9", s9), ("S10", s10), ("S11", s11), ("S12", s12), ("S13", s13), ("S15", s15), ("S16", s16),
+             ("S17", s17)]
     if threshold == 0:
         # S2 and S6 prepare nothing (no parameters / COPY): the default variant covers them.
         return [(sid, fn) for sid, fn in every if sid not in ("S2", "S6")]

@@ -119,6 +119,36 @@ def judge_socket(seen: list[tuple[int, bool]]) -> str:
     return f"{total} txns through {CFG.socket_dir}/.s.PGSQL.{CFG.port}, {len(pids)} backends, each saw {client}"
 
 
+# S17: two routes of one pooler, each logged in as another user, used by one driver at once (issue 30):
+# where they are, who each logs in as, how many interleaved rounds, and the statement both prepare.
+@dataclass(frozen=True)
+class Routes:
+    port: int = _int("MATRIX_ROUTES_PGPORT", _int("PGPORT", 5432))
+    a_database: str = os.environ.get("MATRIX_ROUTE_A", os.environ.get("PGDATABASE", "pgmux"))
+    a_user: str = os.environ.get("MATRIX_ROUTE_A_USER", "pgmux_plain")
+    a_password: str = os.environ.get("MATRIX_ROUTE_A_PASSWORD", "")
+    b_database: str = os.environ.get("MATRIX_ROUTE_B", os.environ.get("PGDATABASE", "pgmux"))
+    b_user: str = os.environ.get("MATRIX_ROUTE_B_USER", "pgmux_md5")
+    b_password: str = os.environ.get("MATRIX_ROUTE_B_PASSWORD", "")
+
+
+S17 = Routes()
+S17_ROUNDS = 20
+
+
+def judge_routes(seen_a: list[tuple[str, int]], seen_b: list[tuple[str, int]]) -> str:
+    """S17's verdict on every (current_user, $1 + 1) each route's connection saw, round by round."""
+    for route, user, seen in (("A", S17.a_user, seen_a), ("B", S17.b_user, seen_b)):
+        eq(len(seen), S17_ROUNDS, f"route {route} rounds")
+        for i, (who, n) in enumerate(seen):
+            eq(who, user, f"route {route} round {i}: current_user")
+            eq(n, i + 1, f"route {route} round {i}: $1 + 1")
+    return (
+        f"{S17_ROUNDS} interleaved txns each: {S17.a_database} as {S17.a_user}, "
+        f"{S17.b_database} as {S17.b_user}, one statement text on both"
+    )
+
+
 def table(driver: str, scenario: str) -> str:
     """A driver's own fixture table: `psycopg3-prepare0` → `psycopg3_prepare0_s6`."""
     return "".join(c if c.isalnum() else "_" for c in f"{driver}_{scenario}").lower()

@@ -121,3 +121,50 @@ fn exporter_against_pgmux_sees_pgbouncer_s_series_and_the_workload() {
     label_sets.dedup();
     assert_eq!(label_sets.len(), all, "a series appears twice");
 }
+
+/// Two routes behind one pgmux (issue 30): `app` logs in as the client, `reports` always as the md5 user in
+/// session mode. The exporter's scrape stays whole (up, no label set twice) and shows each pool and each
+/// database under its own labels; the traffic of both routes is counted together, under the default
+/// database's name (pgmux keeps no per-route traffic counters).
+#[test]
+fn exporter_against_pgmux_with_two_routes_sees_both_databases() {
+    const ROUTES: &str = "[[databases]]\nname = \"app\"\ndbname = \"pgmux\"\n\
+        [[databases]]\nname = \"reports\"\ndbname = \"pgmux\"\nuser = \"pgmux_md5\"\npassword = \"md5-pw-2\"\n\
+        pool_mode = \"session\"\n\
+        [[users]]\nname = \"pgmux_app\"\npassword = \"app-pw-1\"\n";
+    tools();
+    let pg = PgServer::start();
+    let pgmux = Pgmux::start(&pg, false, ROUTES);
+    let dsn = format!("postgres://{}:{}@{}/pgbouncer?sslmode=disable", APP_USER.user, APP_USER.password, pgmux.addr);
+    let exporter = Exporter::start(&dsn);
+    assert_up(&exporter);
+
+    let mut sent = (0.0, 0.0);
+    for route in ["app", "reports"] {
+        let t = workload::run(pgmux.addr.port(), APP_USER.user, Some(APP_USER.password), route);
+        sent = (sent.0 + t.transactions as f64, sent.1 + t.queries as f64);
+    }
+    let got = totals_when_settled(&exporter, DATABASE, sent);
+    assert_eq!(got, sent, "both routes' (transactions, queries)\n--- pgmux log ---\n{}", pgmux.log());
+
+    assert_up(&exporter);
+    let samples = exporter.samples();
+    for (database, user) in [("app", APP_USER.user), ("reports", "pgmux_md5")] {
+        let labels = [("database", database), ("user", user)];
+        let open: f64 = ["pgbouncer_pools_server_idle_connections", "pgbouncer_pools_server_active_connections"]
+            .iter()
+            .filter_map(|name| value(&samples, name, &labels))
+            .sum();
+        assert!(open >= 1.0, "pool ({database}, {user}): {open} server connections\n{}", exporter.log());
+    }
+    for (name, mode) in [("app", "transaction"), ("reports", "session")] {
+        let pool_size = value(&samples, "pgbouncer_databases_pool_size", &[("name", name), ("pool_mode", mode)]);
+        assert!(pool_size.is_some(), "no database row for {name} in {mode} mode");
+    }
+    let mut label_sets: Vec<String> =
+        samples.iter().filter(|s| !is_own_series(&s.name)).map(|s| format!("{}{:?}", s.name, s.labels)).collect();
+    let all = label_sets.len();
+    label_sets.sort_unstable();
+    label_sets.dedup();
+    assert_eq!(label_sets.len(), all, "a series appears twice");
+}

@@ -122,6 +122,13 @@ impl UserBook {
     pub fn get(&self, name: &str) -> Option<&KnownUser> {
         self.users.get(name)
     }
+
+    /// Every user's name, sorted (SHOW USERS); never a password.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.users.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use std::time::Duration;
 pub use error::{ConfigError, Reason, Source, UnknownName, UrlError, ValueError};
 pub use live::LiveConfig;
 pub use pgbouncer_ini::{IniConfig, IniError, IniErrorKind, Unsupported};
-pub use routes::{PoolMode, RouteSpec, ServerAuth, UserSpec};
+pub use routes::{PoolMode, ReaderFallback, RouteSpec, ServerAuth, UserSpec};
 pub use value::{
     ClientAuth, DatabaseUrl, LogFormat, LoginInfo, NodeRole, Secret, SslMode, TargetSessionAttrs, UserList,
 };
@@ -158,6 +158,14 @@ config_keys! {
     /// `session` (until it disconnects: migrations, session-level tools), unless its database or user entry
     /// says otherwise.
     pool_mode: PoolMode = "transaction";
+    /// Where a reader route's transaction goes when no reader is healthy: `writer` (counted in a metric),
+    /// `wait` (for a reader, up to query_wait_timeout) or `error` (08006 at once), unless the route says.
+    reader_fallback: ReaderFallback = "writer";
+    /// A reader whose replication lag (Aurora's `replica_lag_in_msec`) is over this takes no new
+    /// transactions until it has been back under it for two polls.
+    max_replica_lag: Duration = "1s";
+    /// How often a reader route's instances are asked whether they are readers, and how far behind.
+    topology_interval: Duration = "1s";
     /// A file of users and passwords in PgBouncer's userlist.txt format (`"user" "password"` per line; the
     /// password in plaintext, as `md5` + hex, or as a SCRAM-SHA-256 verifier): whom clients may log in as,
     /// and, for plaintext and md5, how pgmux logs in to the server as them.

@@ -116,6 +116,48 @@ pub struct RouteSpec {
     pub pool_mode: Option<PoolMode>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
     pub auth_user: Option<String>,
+    /// A reader route's instances, `host[:port]` each (the port defaults to the route's): each transaction
+    /// goes to a healthy one; `host`/`port` stay the writer, for `reader_fallback = writer`.
+    pub readers: Vec<String>,
+    pub reader_fallback: Option<ReaderFallback>,
+}
+
+/// Where a reader route's transaction goes when no reader is healthy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReaderFallback {
+    /// To the writer (counted): reads keep working while the writer does.
+    #[default]
+    Writer,
+    /// To a reader anyway, waiting as for any connection (up to `query_wait_timeout`).
+    Wait,
+    /// Nowhere: the transaction fails at once with 08006.
+    Error,
+}
+
+impl ReaderFallback {
+    pub(crate) fn parse(s: &str) -> Result<ReaderFallback, ValueError> {
+        match s {
+            "writer" => Ok(ReaderFallback::Writer),
+            "wait" => Ok(ReaderFallback::Wait),
+            "error" => Ok(ReaderFallback::Error),
+            other => Err(UnknownName {
+                setting: "reader_fallback",
+                got: other.to_owned(),
+                expected: "writer, wait or error",
+            }
+            .into()),
+        }
+    }
+}
+
+impl fmt::Display for ReaderFallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReaderFallback::Writer => "writer",
+            ReaderFallback::Wait => "wait",
+            ReaderFallback::Error => "error",
+        })
+    }
 }
 
 /// What is particular to one user: credentials and limits.
@@ -263,6 +305,10 @@ impl RouteSpec {
             "max_db_connections" => self.max_db_connections = Some(number(key, value)?),
             "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
             "auth_user" => self.auth_user = text(value),
+            "readers" => {
+                self.readers = value.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect();
+            }
+            "reader_fallback" => self.reader_fallback = Some(ReaderFallback::parse(value.trim())?),
             k if ROUTE_KEYS_NOT_SUPPORTED.contains(&k) => return Ok(Applied::Unsupported),
             _ => return Err(KeyError::Unknown),
         }

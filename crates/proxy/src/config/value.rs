@@ -111,6 +111,15 @@ impl ConfigValue for Secret {
     }
 }
 
+impl ConfigValue for super::ReaderFallback {
+    fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
+        super::ReaderFallback::parse(raw.text()?.trim())
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
 impl ConfigValue for super::PoolMode {
     fn parse(raw: &Raw<'_>) -> Result<Self, ValueError> {
         super::PoolMode::parse(raw.text()?.trim())

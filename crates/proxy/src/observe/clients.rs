@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use parking_lot::{Mutex, MutexGuard};
 use pgmux_metrics::{ClientState, Label};
@@ -77,6 +77,8 @@ pub(crate) struct ClientEntry {
     /// `PinReason` index + 1 (0: not pinned).
     pin: AtomicU8,
     pinned_unix: AtomicU32,
+    /// The index of its pool in the registry (0: the default pool, until login has chosen another).
+    pool: AtomicU16,
     /// `KILL_CLIENT`'s switch for this session.
     pub(crate) kill: KillSwitch,
 }
@@ -107,6 +109,7 @@ impl ClientEntry {
             request_us: AtomicU64::new(0),
             pin: AtomicU8::new(0),
             pinned_unix: AtomicU32::new(0),
+            pool: AtomicU16::new(0),
             kill: KillSwitch::default(),
         }
     }
@@ -147,6 +150,16 @@ impl ClientEntry {
         self.server.store(0, Relaxed);
         self.wait_since_us.store(0, Relaxed);
         self.state.store(ClientState::Idle as u8, Relaxed);
+    }
+
+    /// Its pool is the one at `index` in the registry.
+    pub(crate) fn set_pool(&self, index: u16) {
+        self.pool.store(index, Relaxed);
+    }
+
+    /// The index of its pool in the registry.
+    pub(crate) fn pool(&self) -> u16 {
+        self.pool.load(Relaxed)
     }
 
     pub(crate) fn server(&self) -> u64 {

@@ -24,6 +24,8 @@ pub(crate) struct ServerEntry {
     pub(crate) connected_unix: u64,
     pub(crate) tls: bool,
     pub(crate) statements: Arc<StatementStats>,
+    /// The index of its pool in the registry (0: the default pool), for the console's per-pool rows.
+    pub(crate) pool: u16,
 }
 
 /// Statement counts summed over connections, for the metrics.

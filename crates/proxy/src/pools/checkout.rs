@@ -228,7 +228,8 @@ impl ServerPool {
         // back: the client waits, as long as query_wait_timeout allows, instead of failing its query. An
         // error that needs a fix goes to the client at once when no connection is open to wait for.
         let now = Instant::now();
-        if (!e.is_transient() && self.pool.status().size == 0) || now >= until {
+        // A reader instance's pool does not wait: its session picks another choice at once.
+        if (!e.is_transient() && self.pool.status().size == 0) || now >= until || self.is_reader_instance() {
             return Err(e.into());
         }
         tracing::warn!(error = %e, fault = ?e.fault(), retry_in = ?pause,

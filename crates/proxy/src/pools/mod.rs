@@ -17,6 +17,7 @@ mod checkout;
 mod limit;
 mod nodes;
 mod probe;
+pub(crate) mod readers;
 mod registry;
 pub(crate) mod routing;
 pub(crate) mod sizing;
@@ -36,10 +37,10 @@ use limit::Limit;
 pub(crate) use nodes::Distrust;
 use nodes::Nodes;
 pub(crate) use probe::Answer;
-pub(crate) use registry::{Globals, PoolId, PoolSetup, Pools};
+pub(crate) use registry::{Globals, PoolId, PoolKey, PoolSetup, Pools};
 
 use crate::config::credentials::Credentials;
-use crate::config::{Config, PoolMode};
+use crate::config::{Config, PoolMode, TargetSessionAttrs};
 use crate::net::tls::ServerTls;
 use crate::observe::{ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
@@ -48,8 +49,8 @@ use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 /// A server connection lent to a client. Boxed, so that a lease held inline by a session stays small.
 pub(crate) type ServerLease = Lease<Box<ServerConn>>;
 
-/// The server connections of one pool (today pgmux's only one), and how they are lent. What every pool
-/// shares (the configuration in force, the observer, the budget) is in [`Globals`], beside the pools.
+/// The server connections of one pool (one per route and server user), and how they are lent. What every
+/// pool shares (the configuration in force, the observer, the budget) is in [`Globals`], beside the pools.
 #[derive(Debug)]
 pub(crate) struct ServerPool {
     globals: Arc<Globals>,
@@ -78,6 +79,16 @@ pub(crate) struct ServerPool {
     cap: Option<usize>,
     /// Connections kept warm, if its database or user says (else min_pool_size).
     min_pool_size: Option<usize>,
+    /// Which nodes it may use, if not target_session_attrs: a reader route's instance pools want standbys.
+    target: Option<TargetSessionAttrs>,
+    /// A reader route's instances, on the route's own (writer's) pool: set once, read without a lock.
+    readers: std::sync::OnceLock<Arc<readers::ReaderSet>>,
+    /// A reader instance's pool that a client could not reach: out of the rotation until its next good poll.
+    unreachable: std::sync::atomic::AtomicBool,
+    /// Its place in the registry, which its server connections' console entries carry.
+    id: PoolId,
+    /// Its name: the route and server user (empty for the default pool), for the console's rows.
+    key: registry::PoolKey,
 }
 
 impl ServerPool {
@@ -107,6 +118,11 @@ impl ServerPool {
             mode: config.pool_mode,
             cap: None,
             min_pool_size: None,
+            target: None,
+            readers: std::sync::OnceLock::new(),
+            unreachable: std::sync::atomic::AtomicBool::new(false),
+            id: PoolId::default(),
+            key: registry::PoolKey::default(),
         }
     }
 
@@ -114,6 +130,7 @@ impl ServerPool {
     /// under `limits` it shares with other pools (the budget, its database's, its user's).
     pub(crate) fn for_route(
         globals: Arc<Globals>,
+        id: PoolId,
         setup: &registry::PoolSetup,
         tls: ServerTls,
         limits: Vec<Arc<pgmux_pool::SharedLimit>>,
@@ -127,7 +144,46 @@ impl ServerPool {
         pool.mode = plan.mode;
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
+        pool.id = id;
+        pool.key = plan.key.clone();
+        pool.target = plan.target;
         pool
+    }
+
+    /// Its place in the registry.
+    #[inline]
+    pub(crate) fn id(&self) -> PoolId {
+        self.id
+    }
+
+    /// Its route and server user; empty names for the default pool.
+    pub(crate) fn key(&self) -> &registry::PoolKey {
+        &self.key
+    }
+
+    /// A reader route's instances, if this is such a route's pool.
+    #[inline]
+    pub(crate) fn readers(&self) -> Option<&Arc<readers::ReaderSet>> {
+        self.readers.get()
+    }
+
+    /// Whether this is one reader instance's pool (of a reader route).
+    pub(crate) fn is_reader_instance(&self) -> bool {
+        self.target == Some(TargetSessionAttrs::Standby)
+    }
+
+    /// A reader instance's pool is (or is no longer) known to be unreachable.
+    pub(crate) fn set_unreachable(&self, unreachable: bool) {
+        self.unreachable.store(unreachable, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_unreachable(&self) -> bool {
+        self.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// Which nodes it may lend: its own target (a reader's), else target_session_attrs.
+    pub(crate) fn target(&self) -> TargetSessionAttrs {
+        self.target.unwrap_or_else(|| self.config().target_session_attrs)
     }
 
     /// Keeps `n` connections warm rather than min_pool_size.
@@ -334,6 +390,7 @@ impl ServerPool {
             connected_unix: unix_now(),
             tls,
             statements: Arc::clone(conn.statements.stats()),
+            pool: self.id.index(),
         }));
         // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
         // values are. Without them every link would reset every reported parameter, a round trip each.
@@ -354,7 +411,12 @@ impl ServerPool {
         application_name: Option<&str>,
     ) -> Result<ServerConn, CheckoutError> {
         let config = self.globals.config.full();
-        let options = ConnectOptions { max_statements, ..connect_options(&config, id, application_name) };
+        let wanted = self.target.unwrap_or(config.target_session_attrs);
+        let options = ConnectOptions {
+            max_statements,
+            need_role: wanted.cares(),
+            ..connect_options(&config, id, application_name)
+        };
         let (credentials, tls) = (self.credentials(), self.server_tls());
         let login = credentials.login().await?;
         let mut conn = match ServerConn::connect(&login, &tls, options).await {
@@ -365,7 +427,6 @@ impl ServerPool {
             }
             other => other?,
         };
-        let wanted = config.target_session_attrs;
         if let Some(role) = conn.role.filter(|role| wanted.cares() && !wanted.accepts(*role)) {
             self.distrust(conn.addr, Distrust::Stale, "its role does not fit target_session_attrs");
             self.globals.tasks.spawn(Box::new(conn).terminate());
@@ -438,14 +499,14 @@ impl ServerPool {
 
     /// Whether `role` fits `target_session_attrs` (an unknown role fits: the server did not say).
     pub(crate) fn fits(&self, role: Option<crate::config::NodeRole>) -> bool {
-        let wanted = self.config().target_session_attrs;
+        let wanted = self.target();
         role.is_none_or(|role| !wanted.cares() || wanted.accepts(role))
     }
 
     /// Whether only a writer will do (`target_session_attrs = read-write`): a write refused as read-only
     /// then means the node is wrong, and the transaction may run again on another.
     pub(crate) fn wants_writer(&self) -> bool {
-        self.config().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite
+        self.target() == TargetSessionAttrs::ReadWrite
     }
 
     /// A connection showed its node's role anew (a promotion, a demotion): a node whose role no longer fits

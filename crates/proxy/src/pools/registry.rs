@@ -1,8 +1,8 @@
 //! The registry of pools, and what they share. A session asks the registry for the pool of its route
 //! ([`Pools::get`], by the [`PoolId`] it was given at login); what is global — the configuration in force,
 //! what pgmux knows about itself, the database's budget and the last sizing reading, the ids of server
-//! connections, shutdown — lives once, in [`Globals`], beside the pools rather than inside each. Today the
-//! registry holds one pool: the database and user of `database_url`.
+//! connections, shutdown — lives once, in [`Globals`], beside the pools rather than inside each. The default
+//! pool (`database_url`'s) is always there; the pools of named databases are made at their first login.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -14,7 +14,9 @@ use pgmux_pool::SharedLimit;
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
-use super::routing::{self, PoolKey, RoutePlan, Routed};
+use super::readers::{self, ReaderSet};
+pub(crate) use super::routing::PoolKey;
+use super::routing::{self, RoutePlan, Routed};
 use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
 use crate::config::auth_file::UserBook;
@@ -67,8 +69,22 @@ impl Globals {
 }
 
 /// A pool's place in the registry: what a session keeps of its route (two bytes, in what would be padding).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct PoolId(u16);
+
+impl PoolId {
+    /// Its number, as a console entry keeps it in an atomic.
+    #[inline]
+    pub(crate) fn index(self) -> u16 {
+        self.0
+    }
+
+    /// The id numbered `index` (what [`index`](Self::index) gave).
+    #[inline]
+    pub(crate) fn from_index(index: u16) -> PoolId {
+        PoolId(index)
+    }
+}
 
 /// Most pools one pgmux holds: routes times the users who log in there. A login that would make one more
 /// is refused (53300), so that logins cannot grow the registry without bound.
@@ -161,6 +177,24 @@ impl Pools {
         self.get(PoolId(0))
     }
 
+    /// The reader set of the route whose writer pool is `writer`, if it is a reader route.
+    pub(crate) fn readers_of(&self, writer: PoolId) -> Option<Arc<ReaderSet>> {
+        self.get(writer).readers().cloned()
+    }
+
+    /// Registers a reader route's set on its writer's pool (once: a set already there wins) and starts
+    /// polling its instances.
+    pub(crate) fn add_readers(&self, set: ReaderSet) -> Arc<ReaderSet> {
+        let writer = self.get(set.writer);
+        let set = Arc::new(set);
+        if writer.readers.set(Arc::clone(&set)).is_err() {
+            return Arc::clone(writer.readers().unwrap_or(&set));
+        }
+        let pools: Vec<Arc<ServerPool>> = set.members.iter().map(|m| Arc::clone(self.get(m.id))).collect();
+        self.globals.tasks.spawn(readers::watch(Arc::clone(&set), pools));
+        set
+    }
+
     /// The pool named `key`, if it has been made.
     pub(crate) fn find(&self, key: &PoolKey) -> Option<PoolId> {
         self.made.lock().by_key.get(key).copied()
@@ -190,7 +224,7 @@ impl Pools {
         if let Some(max) = plan.user_limit {
             shared_limit(&mut made.users, &plan.key.user, max);
         }
-        let pool = ServerPool::for_route(Arc::clone(&self.globals), &setup, self.tls.clone(), limits);
+        let pool = ServerPool::for_route(Arc::clone(&self.globals), id, &setup, self.tls.clone(), limits);
         tracing::info!(database = %plan.key.database, user = %plan.key.user, mode = %plan.mode, "new pool");
         let _ = self.slots[index].set(Arc::new(pool));
         made.by_key.insert(plan.key.clone(), id);
@@ -258,7 +292,6 @@ impl Pools {
     }
 
     /// Every pool with its name, the default one first.
-    #[allow(dead_code, reason = "the console's per-pool rows are next")]
     pub(crate) fn named(&self) -> Vec<(PoolKey, Arc<ServerPool>)> {
         let made = self.made.lock();
         let mut out: Vec<(PoolKey, Arc<ServerPool>)> =

@@ -14,7 +14,7 @@
 //!   limits across pools; the route's or the user's `pool_mode`, else the global one.
 
 use crate::config::auth_file::UserBook;
-use crate::config::{Config, LoginInfo, PoolMode, RouteSpec, Secret, ServerAuth};
+use crate::config::{Config, LoginInfo, PoolMode, ReaderFallback, RouteSpec, Secret, ServerAuth, TargetSessionAttrs};
 
 /// A pool's name: the database clients named and the user pgmux logs in there as. The default pool
 /// (`database_url`'s, or the secret's) has empty names.
@@ -34,7 +34,7 @@ pub(crate) enum Routed {
 }
 
 /// How a named database's pool is made.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RoutePlan {
     pub(crate) key: PoolKey,
     /// Where and as whom; the password when the configuration holds one.
@@ -48,6 +48,24 @@ pub(crate) struct RoutePlan {
     pub(crate) user_limit: Option<usize>,
     /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
     pub(crate) auth_user: Option<String>,
+    /// A reader route's instances (host, port); empty for any other route.
+    pub(crate) readers: Vec<(String, u16)>,
+    pub(crate) reader_fallback: ReaderFallback,
+    /// Which nodes the pool may use, if not target_session_attrs (a reader instance's pool: standbys).
+    pub(crate) target: Option<TargetSessionAttrs>,
+}
+
+impl RoutePlan {
+    /// The plan of one reader instance's pool: the route's, at `host:port`, for standbys, named after it.
+    pub(crate) fn instance(&self, host: &str, port: u16) -> RoutePlan {
+        let mut plan = self.clone();
+        plan.key.database = format!("{}@{host}:{port}", self.key.database);
+        plan.login.host = host.to_owned();
+        plan.login.port = port;
+        plan.readers = Vec::new();
+        plan.target = Some(TargetSessionAttrs::Standby);
+        plan
+    }
 }
 
 /// Why a client's database cannot be served.
@@ -102,7 +120,6 @@ fn plan(
     let some = |n: usize| (n > 0).then_some(n);
     RoutePlan {
         key: PoolKey { database: database.to_owned(), user: server_user.clone() },
-        login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },
         auth,
         secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
         cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),
@@ -114,6 +131,21 @@ fn plan(
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
         auth_user: spec.auth_user.clone().or_else(|| (!config.auth_user.is_empty()).then(|| config.auth_user.clone())),
+        readers: spec.readers.iter().map(|r| host_port(r, port)).collect(),
+        reader_fallback: spec.reader_fallback.unwrap_or(config.reader_fallback),
+        target: None,
+        login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },
+    }
+}
+
+/// `host[:port]`, the port defaulting to `port`.
+fn host_port(entry: &str, port: u16) -> (String, u16) {
+    match entry.rsplit_once(':') {
+        Some((host, p)) if !host.contains(']') || host.ends_with(']') => match p.parse() {
+            Ok(p) => (host.trim_matches(['[', ']']).to_owned(), p),
+            Err(_) => (entry.to_owned(), port),
+        },
+        _ => (entry.to_owned(), port),
     }
 }
 

@@ -93,21 +93,34 @@ impl Session {
     }
 
     /// A server connection from the pool, or the error the client is told instead.
-    async fn lend(&mut self, resume: Option<Resume>) -> Result<Result<ServerLease, ErrorMessage>, End> {
-        let ready = if resume.is_none() { self.shared.pools.get(self.pool).try_checkout() } else { None };
-        let checkout = match ready {
-            Some(lease) => Ok(lease),
-            None => match self.wait_for_server(resume).await? {
-                Some(checkout) => checkout,
-                None => return Ok(Err(self.cancelled_while_waiting())),
-            },
-        };
-        match checkout {
-            Ok(lease) => {
-                self.meter.got_server();
-                Ok(Ok(lease))
+    async fn lend(&mut self, mut resume: Option<Resume>) -> Result<Result<ServerLease, ErrorMessage>, End> {
+        let mut elsewhere = 0;
+        loop {
+            let ready = if resume.is_none() { self.shared.pools.get(self.pool).try_checkout() } else { None };
+            let checkout = match ready {
+                Some(lease) => Ok(lease),
+                None => match self.wait_for_server(resume.take()).await? {
+                    Some(checkout) => checkout,
+                    None => return Ok(Err(self.cancelled_while_waiting())),
+                },
+            };
+            match checkout {
+                Ok(lease) => {
+                    self.meter.got_server();
+                    return Ok(Ok(lease));
+                }
+                // A reader that cannot be reached is out until its next good poll; the transaction, which
+                // has not begun, goes to another choice (a few times at most).
+                Err(CheckoutError::Connect(e)) if self.reader_route && elsewhere < 3 => {
+                    tracing::warn!(error = %e, "a reader could not be reached; trying another choice");
+                    self.shared.pools.get(self.pool).set_unreachable(true);
+                    elsewhere += 1;
+                    if !self.choose_reader() {
+                        return Ok(Err(no_reader(self.shared.pools.get(self.route).readers())));
+                    }
+                }
+                Err(e) => return self.no_server(e).map(Err),
             }
-            Err(e) => self.no_server(e).map(Err),
         }
     }
 
@@ -517,4 +530,29 @@ impl Session {
             }
         }
     }
+}
+
+impl Session {
+    /// A reader route's transaction picks its instance's pool; false if none will do (`reader_fallback =
+    /// error` with no healthy reader).
+    pub(super) fn choose_reader(&mut self) -> bool {
+        let Some(readers) = self.shared.pools.get(self.route).readers() else { return true };
+        match readers.pick(&self.shared.pools) {
+            crate::pools::readers::Choice::To(id) => {
+                self.pool = id;
+                true
+            }
+            crate::pools::readers::Choice::Nowhere => false,
+        }
+    }
+}
+
+/// What a reader route's transaction is told when no reader is healthy and `reader_fallback = error`.
+pub(super) fn no_reader(readers: Option<&std::sync::Arc<crate::pools::readers::ReaderSet>>) -> ErrorMessage {
+    let route = readers.map_or("", |r| r.route.as_str());
+    ErrorMessage::error(
+        sqlstate::CONNECTION_FAILURE,
+        format!("no reader of database \"{route}\" is available (reader_fallback = error)"),
+    )
+    .with_hint("try again, or set reader_fallback = writer to read from the writer meanwhile")
 }

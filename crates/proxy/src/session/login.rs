@@ -26,6 +26,7 @@ use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
 use crate::pools::auth_query::Lookup;
+use crate::pools::readers::ReaderSet;
 use crate::pools::routing::{self, RoutePlan, Routed};
 use crate::pools::{PoolId, PoolSetup, ServerPool};
 use crate::protocol::failure::ServerFailure;
@@ -103,6 +104,9 @@ pub(super) async fn login(
         line: None,
         closing: false,
         session_mode: shared.pools.get(pool).mode() == PoolMode::Session,
+        // Only a named database can be a reader route (the default pool's id is 0).
+        reader_route: pool != PoolId::default() && shared.pools.get(pool).readers().is_some(),
+        route: pool,
         pool,
     })
 }
@@ -192,7 +196,7 @@ async fn admit(
             PoolId::default()
         }
         Routed::Route(plan) if plan.auth == ServerAuth::Passthrough => {
-            let make_pool = |plan| pool_of(shared, &auth, plan, None);
+            let make_pool = |plan| route_pool(shared, &auth, plan, None);
             let login = passthrough::login(shared, &auth, conn, (user, *plan), private, make_pool);
             tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())??
         }
@@ -202,7 +206,7 @@ async fn admit(
             let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
             // The server login of the client's own user's pool uses what was read, if the route has nothing.
             let server_password = stored.filter(|_| plan.login.user == user && plan.login.password.is_none());
-            let id = pool_of(shared, &auth, *plan, server_password).map_err(refused)?;
+            let id = route_pool(shared, &auth, *plan, server_password).map_err(refused)?;
             passthrough::keep_keys(shared, id, user, keys);
             id
         }
@@ -211,7 +215,7 @@ async fn admit(
                 Err(_) => return Err(timed_out()),
                 Ok(result) => result?,
             };
-            let id = pool_of(shared, &auth, *plan, None).map_err(refused)?;
+            let id = route_pool(shared, &auth, *plan, None).map_err(refused)?;
             passthrough::keep_keys(shared, id, user, keys);
             id
         }
@@ -224,6 +228,29 @@ async fn admit(
         r = check_params(shared, pool, &raw) => r.map(|params| (params, id)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
     }
+}
+
+/// The pool of a named database's plan (its writer's, for a reader route), made the first time a client
+/// needs it; for a reader route, the pools of its instances too, and the set that picks among them.
+fn route_pool(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: RoutePlan,
+    looked_up: Option<Secret>,
+) -> Result<PoolId, ErrorMessage> {
+    let instances: Vec<RoutePlan> = plan.readers.iter().map(|(host, port)| plan.instance(host, *port)).collect();
+    let (route, fallback) = (plan.key.database.clone(), plan.reader_fallback);
+    let writer = pool_of(shared, auth, plan, looked_up.clone())?;
+    if instances.is_empty() || shared.pools.readers_of(writer).is_some() {
+        return Ok(writer);
+    }
+    let mut members = Vec::with_capacity(instances.len());
+    for instance in instances {
+        let name = format!("{}:{}", instance.login.host, instance.login.port);
+        members.push((pool_of(shared, auth, instance, looked_up.clone())?, name));
+    }
+    shared.pools.add_readers(ReaderSet::new(route, writer, members, fallback));
+    Ok(writer)
 }
 
 /// The pool of a named database's plan, made the first time a client needs it. `looked_up`: the server

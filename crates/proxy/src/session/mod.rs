@@ -145,6 +145,10 @@ struct Session {
     pool: PoolId,
     /// Its pool is in session mode: it keeps its server connection until it leaves.
     session_mode: bool,
+    /// Its route is a reader route: each transaction picks its pool among the instances of `route`'s set.
+    reader_route: bool,
+    /// The pool of its route (the writer's, for a reader route, which `pool` is not always).
+    route: PoolId,
     /// What the sessions share; while it lives, the client counts toward max_client_conn. Last, so that it
     /// is dropped last: the client stops counting once everything else it held is gone.
     shared: ClientSlot,
@@ -198,6 +202,8 @@ async fn live(login: Pin<Box<impl Future<Output = Option<Session>>>>) {
     let Some(mut session) = login.await else {
         return;
     };
+    // The console lists the client under its route's pool from here on (login chose it).
+    session.meter.seen.set_pool(session.pool.index());
     let end = session.run().await;
     Box::pin(session.finish(end)).await;
 }

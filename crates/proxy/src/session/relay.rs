@@ -281,6 +281,13 @@ impl Session {
                     return Ok(None);
                 }
                 Verdict::NeedServer => {
+                    if self.reader_route && !self.choose_reader() {
+                        let err = super::link::no_reader(self.shared.pools.get(self.route).readers());
+                        if let Verdict::Answer(reply) = self.router.answer_unit(tag, err.to_bytes()) {
+                            self.client.out.push(reply);
+                        }
+                        return Ok(None);
+                    }
                     if let Err(taken) = self.link_at_once() {
                         return Ok(Some(Waiting { tag, msg, piece, taken, resume: None }));
                     }

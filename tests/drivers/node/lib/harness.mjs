@@ -55,6 +55,36 @@ export function judgeSocket(seen) {
   return `${total} txns through ${cfg.socketDir}/.s.PGSQL.${cfg.port}, ${pids.size} backends, each saw ${client}`
 }
 
+// S17: two routes of one pooler, each logged in as another user, used by one driver at once (issue 30):
+// where they are, who each logs in as, how many interleaved rounds, and the statement both run.
+export const S17 = {
+  port: int('MATRIX_ROUTES_PGPORT', int('PGPORT', 5432)),
+  a: {
+    database: env.MATRIX_ROUTE_A || cfg.database,
+    user: env.MATRIX_ROUTE_A_USER || 'pgmux_plain',
+    password: env.MATRIX_ROUTE_A_PASSWORD || '',
+  },
+  b: {
+    database: env.MATRIX_ROUTE_B || cfg.database,
+    user: env.MATRIX_ROUTE_B_USER || 'pgmux_md5',
+    password: env.MATRIX_ROUTE_B_PASSWORD || '',
+  },
+  rounds: 20,
+  sql: 'SELECT current_user::text AS who, $1::int + 1 AS n',
+}
+
+/** S17's verdict on the { who, n } rows each route's connection saw, round by round. */
+export function judgeRoutes(seenA, seenB) {
+  for (const [route, user, seen] of [['A', S17.a.user, seenA], ['B', S17.b.user, seenB]]) {
+    eq(seen.length, S17.rounds, `route ${route} rounds`)
+    seen.forEach((row, i) => {
+      eq(row.who, user, `route ${route} round ${i}: current_user`)
+      eq(Number(row.n), i + 1, `route ${route} round ${i}: $1 + 1`)
+    })
+  }
+  return `${S17.rounds} interleaved txns each: ${S17.a.database} as ${S17.a.user}, ${S17.b.database} as ${S17.b.user}, one statement text on both`
+}
+
 /** A failed check: the scenario prints FAIL with this message. */
 export class CheckFailed extends Error {}
 

@@ -18,6 +18,8 @@ import {
   judgeSocket,
   randomTag,
   S16,
+  S17,
+  judgeRoutes,
   sampleBackends,
   sleep,
   table,
@@ -444,10 +446,27 @@ export function nodePostgres(driver, named) {
     return judgeSocket(seen.flat())
   }
 
+  s.S17 = async (scope) => {
+    // With names, both connections prepare `s17` with the same text, each on its own route's pool.
+    const a = await connect(scope, { port: S17.port, ...S17.a })
+    const b = await connect(scope, { port: S17.port, ...S17.b })
+    const seenA = []
+    const seenB = []
+    for (let i = 0; i < S17.rounds; i++) {
+      await inTxn(a, () =>
+        inTxn(b, async () => {
+          seenA.push(await one(a, q('s17', S17.sql, [i])))
+          seenB.push(await one(b, q('s17', S17.sql, [i])))
+        }),
+      )
+    }
+    return judgeRoutes(seenA, seenB)
+  }
+
   // pg with names has no simple-query or COPY variant of its own (those are the `pg` runs) and no way to
   // re-prepare after DEALLOCATE; plain pg has no statement names to collide (S13).
   const ids = named
-    ? ['S1', 'S3', 'S4', 'S5', 'S7', 'S8', 'S9', 'S10', 'S13', 'S15', 'S16']
-    : ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10', 'S15', 'S16']
+    ? ['S1', 'S3', 'S4', 'S5', 'S7', 'S8', 'S9', 'S10', 'S13', 'S15', 'S16', 'S17']
+    : ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10', 'S15', 'S16', 'S17']
   return ids.map((id) => ({ id, fn: s[id] }))
 }

@@ -4,9 +4,11 @@
 //! times are `int8` and labels `text`, types every client of the console reads. pgmux's own commands
 //! (SIZING, PINS, PREPARED, LATENCY) are documented column by column here; `doc` says what each holds.
 //!
-//! pgmux serves one database as one user, so PgBouncer's per-pool commands have one row for it (plus one
-//! for the console's own `pgbouncer` database where PgBouncer shows one), and never two rows with the
-//! same labels: the exporter rejects a whole scrape for that (§1.4).
+//! PgBouncer's per-pool commands have a row per pool (route and server user), per database clients may
+//! name and per user pgmux knows, plus one for the console's own `pgbouncer` database where PgBouncer shows
+//! one; with only `database_url` that is one of each, as before routes. Never two rows with the same
+//! labels: the exporter rejects a whole scrape for that (§1.4). Traffic (STATS) is counted over all pools
+//! together, so STATS has one row for it: the default database's, or `*` when only routes are configured.
 
 use super::table::{ColumnDef, bytea, int4, int8, text};
 
@@ -15,8 +17,8 @@ pub const VERSION: &[ColumnDef] = &[text("version", "`pgmux <version>`")];
 
 /// `SHOW POOLS`: one row per (database, user).
 pub const POOLS: &[ColumnDef] = &[
-    text("database", "database name clients connect to"),
-    text("user", "user name"),
+    text("database", "database name clients connect to: the route's, or database_url's for the default pool"),
+    text("user", "the user pgmux logs in to the server as"),
     int8("cl_active", "clients linked to a server connection, or idle with none needed"),
     int8("cl_waiting", "clients waiting for a server connection"),
     int8("cl_active_cancel_req", "cancel requests forwarded to the server"),
@@ -30,11 +32,12 @@ pub const POOLS: &[ColumnDef] = &[
     int8("sv_login", "server connections logging in"),
     int8("maxwait", "age of the oldest waiting client, whole seconds"),
     int8("maxwait_us", "microsecond part of that age"),
-    text("pool_mode", "`transaction` (`statement` for the console)"),
+    text("pool_mode", "the pool's own: `transaction` or `session` (`statement` for the console)"),
     text("load_balance_hosts", "NULL: pgmux connects to one host"),
 ];
 
-/// `SHOW STATS_TOTALS`: one row per database, every counter since start. PgBouncer sends `numeric`;
+/// `SHOW STATS_TOTALS`: every counter since start, over all pools (one row, see the module's opening), then
+/// the console's database. PgBouncer sends `numeric`;
 /// pgmux sends `int8`, which the exporter and psycopg read as plain integers.
 pub const STATS_TOTALS: &[ColumnDef] = &[
     text("database", "database name"),
@@ -105,8 +108,8 @@ pub const TOTALS: &[ColumnDef] = &[text("name", "figure, as in SHOW STATS"), int
 /// `SHOW CLIENTS` and `SHOW SERVERS`: one row per connection.
 pub const CONNECTIONS: &[ColumnDef] = &[
     text("type", "`C` client, `S` server"),
-    text("user", "user name"),
-    text("database", "database name"),
+    text("user", "the pool's server user (console sessions: the user logged in)"),
+    text("database", "the pool's route (console sessions: `pgbouncer`)"),
     text("replication", "`none`"),
     text(
         "state",
@@ -219,40 +222,42 @@ pub const PEER_POOLS: &[ColumnDef] = &[
     int4("sv_login", "connections logging in"),
 ];
 
-/// `SHOW DATABASES`: one row per database (the one pgmux serves, and the console's own).
+/// `SHOW DATABASES`: one row per database clients may name: `database_url`'s when it is set, each
+/// `[[databases]]` route (a `*` route through the names clients gave), then the console's own.
 pub const DATABASES: &[ColumnDef] = &[
     text("name", "database name clients use"),
     text("host", "database host"),
     int8("port", "database port"),
     text("database", "database name on the server"),
-    text("force_user", "user pgmux logs in as"),
-    int8("pool_size", "the pool limit in force"),
-    int8("min_pool_size", "min_pool_size"),
+    text("force_user", "the user every client of it logs in to the server as, or NULL: each client's own"),
+    int8("pool_size", "the limit of one pool: database_url's in force, a route's pool_size, else the budget"),
+    int8("min_pool_size", "connections kept open per pool"),
     int8(
         "reserve_pool_size",
         "0: pgmux has no reserve pool (one column only: the exporter maps this and reserve_pool to one metric)",
     ),
     int8("server_lifetime", "server_lifetime, seconds"),
-    text("pool_mode", "`transaction`"),
+    text("pool_mode", "`transaction` or `session`"),
     text("load_balance_hosts", "NULL"),
-    int8("max_connections", "the pool limit in force (0 = no limit of its own)"),
-    int8("current_connections", "server connections open"),
+    int8("max_connections", "database_url's: the pool limit in force; a route's: max_db_connections (0 = none)"),
+    int8("current_connections", "server connections open, over its pools"),
     int8("max_client_connections", "max_client_conn"),
     int8("current_client_connections", "client connections now"),
     int8("paused", "1 while PAUSEd"),
     int8("disabled", "0"),
 ];
 
-/// `SHOW USERS`: one row per user. PgBouncer sends pool_size and reserve_pool_size as text.
+/// `SHOW USERS`: one row per user pgmux knows (`[[users]]`, the auth file, database_url's, and every user
+/// a pool logs in as). PgBouncer sends pool_size and reserve_pool_size as text. No password, ever.
 pub const USERS: &[ColumnDef] = &[
     text("name", "user name"),
-    text("pool_size", "per-user pool size, or empty: pgmux has none"),
+    text("pool_size", "the user's own pool_size, or empty"),
     text("reserve_pool_size", "empty"),
-    text("pool_mode", "NULL: the database's"),
-    int8("max_user_connections", "0: no per-user limit"),
-    int8("current_connections", "server connections of this user"),
+    text("pool_mode", "the user's own pool_mode, or NULL: the database's"),
+    int8("max_user_connections", "server connections of all its pools at most (0: no limit)"),
+    int8("current_connections", "server connections logged in as this user"),
     int8("max_user_client_connections", "0: no per-user limit"),
-    int8("current_client_connections", "client connections of this user"),
+    int8("current_client_connections", "clients of the pools that log in as this user"),
 ];
 
 /// `SHOW LISTS`: one row per list, PgBouncer's rows in its order ([`LISTS_ROWS`]).

@@ -1,6 +1,8 @@
 //! The console's commands that act: PAUSE, RESUME, RECONNECT, WAIT_CLOSE, RELOAD, KILL_CLIENT, SHUTDOWN
-//! and SET; and SHOW SIZING, which reads the sizing loop's last look at the database.
+//! and SET; and SHOW SIZING, which reads the sizing loop's last look at the database. PAUSE, RESUME,
+//! RECONNECT and WAIT_CLOSE act on every pool, or with a database on that route's pools alone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pgmux_proto::encode::ErrorMessage;
@@ -11,6 +13,7 @@ use super::command::{Command, ShutdownMode};
 use super::table::{Cell, ResultSet, TableError, timestamp};
 use super::{Console, Reply, settings};
 use crate::ops::reload::{self, ReloadError};
+use crate::pools::ServerPool;
 use crate::runtime::stop::Level;
 
 /// How often PAUSE and WAIT_CLOSE look whether they are done.
@@ -21,8 +24,7 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
     match command {
         Command::Pause(db) => pause(console, db.as_deref()).await,
         Command::Resume(db) => {
-            check_database(console, db.as_deref())?;
-            let pools = console.shared.pools.all();
+            let pools = chosen(console, db.as_deref())?;
             if !pools.iter().any(|pool| pool.status().paused) {
                 return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is not paused"));
             }
@@ -31,14 +33,13 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
             Ok(Reply::Done)
         }
         Command::Reconnect(db) => {
-            check_database(console, db.as_deref())?;
-            console.shared.pools.all().iter().for_each(|pool| pool.reconnect());
+            chosen(console, db.as_deref())?.iter().for_each(|pool| pool.reconnect());
             tracing::info!("RECONNECT: every server connection is replaced as it comes back");
             Ok(Reply::Done)
         }
         Command::WaitClose(db) => {
-            check_database(console, db.as_deref())?;
-            until(console, || console.shared.pools.all().iter().all(|pool| pool.stale_open() == 0)).await?;
+            let pools = chosen(console, db.as_deref())?;
+            until(console, || pools.iter().all(|pool| pool.stale_open() == 0)).await?;
             Ok(Reply::Done)
         }
         Command::Reload => match reload::reload(&console.shared) {
@@ -58,14 +59,31 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
     }
 }
 
-/// A database argument must name the database pgmux serves.
-fn check_database(console: &Console, db: Option<&str>) -> Result<(), ErrorMessage> {
-    match db {
-        None => Ok(()),
-        Some(db) if db == console.served.dbname => Ok(()),
-        Some(db) => Err(ErrorMessage::error(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {db}"))
-            .with_hint(format!("this pgmux serves database \"{}\"", console.served.dbname))),
+/// The pools a command's database argument names: every pool without one; with one, that route's pools
+/// (none yet, for a route no client has used), or the default pool by `database_url`'s database name.
+fn chosen(console: &Console, db: Option<&str>) -> Result<Vec<Arc<ServerPool>>, ErrorMessage> {
+    let all = console.shared.pools.all();
+    let Some(db) = db else { return Ok(all) };
+    let config = console.shared.config();
+    let served = console.served.dbname.as_str();
+    let default_named = config.databases.is_empty() || !config.database_url.login.host.is_empty();
+    let routes: Vec<&str> = config.databases.iter().map(|r| r.name.as_str()).filter(|n| *n != "*").collect();
+    let name_of = |pool: &ServerPool| {
+        let key = pool.key();
+        if key.database.is_empty() { served.to_owned() } else { key.database.clone() }
+    };
+    let mine: Vec<Arc<ServerPool>> = all.into_iter().filter(|pool| name_of(pool) == db).collect();
+    if !mine.is_empty() || routes.contains(&db) || (default_named && db == served) {
+        return Ok(mine);
     }
+    let hint = if routes.is_empty() {
+        format!("this pgmux serves database \"{served}\"")
+    } else {
+        let names: Vec<String> =
+            default_named.then_some(served).into_iter().chain(routes).map(|n| format!("\"{n}\"")).collect();
+        format!("this pgmux serves the databases {}", names.join(", "))
+    };
+    Err(ErrorMessage::error(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {db}")).with_hint(hint))
 }
 
 /// Waits until `done` says yes, or pgmux stops.
@@ -81,8 +99,7 @@ async fn until(console: &Console, done: impl Fn() -> bool) -> Result<(), ErrorMe
 
 /// Holds new transactions and returns once no server connection is lent.
 async fn pause(console: &Console, db: Option<&str>) -> Result<Reply, ErrorMessage> {
-    check_database(console, db)?;
-    let pools = console.shared.pools.all();
+    let pools = chosen(console, db)?;
     if pools.iter().any(|pool| pool.status().paused) {
         return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is already paused"));
     }

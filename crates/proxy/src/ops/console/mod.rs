@@ -10,11 +10,13 @@
 //! does. Console sessions are not among the tasks a graceful shutdown waits for, and the listener keeps
 //! accepting them until pgmux exits, so the console answers while pgmux drains.
 
+mod census;
 pub(crate) mod columns;
 pub(crate) mod command;
 mod control;
 pub(crate) mod grammar;
 mod lexer;
+mod routes;
 mod settings;
 mod show;
 mod sockets;

@@ -1,13 +1,13 @@
 //! The console's SHOW commands: PgBouncer's, with its column names, order and units, filled from what
-//! pgmux knows (one database, one user, so one pool row plus the console's own), and pgmux's own (SIZING,
-//! PINS, PREPARED, LATENCY). PgBouncer's lists pgmux has nothing for (DNS_HOSTS, DNS_ZONES, PEERS,
+//! pgmux knows (a row per pool, database and user in [`routes`], plus the console's own), and pgmux's own
+//! (SIZING, PINS, PREPARED, LATENCY). PgBouncer's lists pgmux has nothing for (DNS_HOSTS, DNS_ZONES, PEERS,
 //! PEER_POOLS) answer with PgBouncer's columns and no rows, never an error a script would stop at.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use pgmux_metrics::{ClientState, Snapshot};
+use pgmux_metrics::Snapshot;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
@@ -15,7 +15,7 @@ use super::columns::{self, LISTS_ROWS};
 use super::command::Show;
 use super::sockets::{self, List};
 use super::table::{self, Cell, ResultSet, timestamp};
-use super::{Console, DATABASE, Reply, settings};
+use super::{Console, DATABASE, Reply, census, routes, settings};
 use crate::observe::{ClientEntry, ServerEntry, Stats};
 
 /// Answers a SHOW.
@@ -28,7 +28,7 @@ pub(super) async fn run(console: &Console, show: Show) -> Result<Reply, ErrorMes
         }
         Show::Setting(s) => return Ok(Reply::Rows(table::setting(s))),
         Show::Version => one_row(columns::VERSION, vec![format!("pgmux {}", env!("CARGO_PKG_VERSION")).into()]),
-        Show::Pools => pools(console),
+        Show::Pools => routes::pools(console),
         Show::Stats => stats(console, Which::Both),
         Show::StatsTotals => stats(console, Which::Totals),
         Show::StatsAverages => stats(console, Which::Averages),
@@ -45,10 +45,10 @@ pub(super) async fn run(console: &Console, show: Show) -> Result<Reply, ErrorMes
         Show::DnsZones => Ok(ResultSet::new(columns::DNS_ZONES)),
         Show::Peers => Ok(ResultSet::new(columns::PEERS)),
         Show::PeerPools => Ok(ResultSet::new(columns::PEER_POOLS)),
-        Show::Databases => databases(console),
+        Show::Databases => routes::databases(console),
         Show::Config => config(console),
         Show::Lists => lists(console),
-        Show::Users => users(console),
+        Show::Users => routes::users(console),
         Show::State => state(console),
         Show::Sizing => super::control::sizing(console),
         Show::Pins => pins(console),
@@ -70,61 +70,13 @@ fn one_row(columns: &[table::ColumnDef], row: Vec<Cell<'_>>) -> Built {
 pub(super) struct View {
     pub(super) snap: Snapshot,
     pub(super) status: pgmux_pool::Status,
-    pub(super) limit: usize,
     pub(super) clients: Vec<Arc<ClientEntry>>,
 }
 
 pub(super) fn view(console: &Console) -> View {
     let gauges = console.shared.pools.gauges();
     let obs = console.shared.observer();
-    View { snap: obs.snapshot(gauges), status: gauges.status, limit: gauges.limit, clients: obs.clients.all() }
-}
-
-fn count(v: &[(ClientState, i64)], s: ClientState) -> i64 {
-    pgmux_metrics::value_of(v, s)
-}
-
-/// Age of the oldest waiting client: whole seconds and the microseconds past them.
-fn maxwait(console: &Console, clients: &[Arc<ClientEntry>]) -> (u64, u64) {
-    let obs = console.shared.observer();
-    let now = obs.micros_at(std::time::Instant::now());
-    let oldest = clients.iter().filter(|c| !c.console).filter_map(|c| c.wait_since_us()).min();
-    let waited = oldest.map_or(0, |since| now.saturating_sub(since));
-    (waited / 1_000_000, waited % 1_000_000)
-}
-
-fn pools(console: &Console) -> Built {
-    let v = view(console);
-    let (db, user) = (console.served.dbname.as_str(), console.served.user.as_str());
-    let (wait_s, wait_us) = maxwait(console, &v.clients);
-    let active = count(&v.snap.clients, ClientState::Active) + count(&v.snap.clients, ClientState::Idle);
-    let servers = |s| pgmux_metrics::value_of(&v.snap.servers, s);
-    let mut set = ResultSet::new(columns::POOLS);
-    set.push([
-        db.into(),
-        user.into(),
-        active.into(),
-        count(&v.snap.clients, ClientState::Waiting).into(),
-        0i64.into(),
-        0i64.into(),
-        servers(pgmux_metrics::ServerState::Active).into(),
-        0i64.into(),
-        0i64.into(),
-        servers(pgmux_metrics::ServerState::Idle).into(),
-        0i64.into(),
-        0i64.into(),
-        servers(pgmux_metrics::ServerState::Opening).into(),
-        wait_s.into(),
-        wait_us.into(),
-        "transaction".into(),
-        Cell::Null,
-    ])?;
-    let consoles = v.clients.iter().filter(|c| c.console).count();
-    let mut row: Vec<Cell<'_>> = vec![DATABASE.into(), DATABASE.into(), consoles.into()];
-    row.extend((0..12).map(|_| Cell::Int(0)));
-    row.extend(["statement".into(), Cell::Null]);
-    set.push(row)?;
-    Ok(set)
+    View { snap: obs.snapshot(gauges), status: gauges.status, clients: obs.clients.all() }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -168,7 +120,7 @@ fn stats(console: &Console, which: Which) -> Built {
         Which::Both => (columns::STATS, totals_row(&totals).iter().chain(&averages_row(&averages)).copied().collect()),
     };
     let mut set = ResultSet::new(cols);
-    let mut row: Vec<Cell<'_>> = vec![console.served.dbname.as_str().into()];
+    let mut row: Vec<Cell<'_>> = vec![stats_database(console).into()];
     row.extend(rows.iter().map(|v| Cell::from(*v)));
     set.push(row)?;
     // The console's own database, as PgBouncer lists it: nothing pooled there.
@@ -176,6 +128,17 @@ fn stats(console: &Console, which: Which) -> Built {
     row.extend(rows.iter().map(|_| Cell::Int(0)));
     set.push(row)?;
     Ok(set)
+}
+
+/// The name STATS' one row of traffic goes under: pgmux counts the traffic of all its pools together, so
+/// the default database's name, or `*` (every database) when routes alone are configured.
+fn stats_database(console: &Console) -> String {
+    let config = console.shared.config();
+    if config.databases.is_empty() || !console.served.dbname.is_empty() {
+        console.served.dbname.clone()
+    } else {
+        "*".to_owned()
+    }
 }
 
 fn totals(console: &Console) -> Built {
@@ -188,54 +151,6 @@ fn totals(console: &Console) -> Built {
     for (name, value) in names.zip(totals_row(&totals).into_iter().chain(averages_row(&averages))) {
         set.push([name.into(), value.into()])?;
     }
-    Ok(set)
-}
-
-fn databases(console: &Console) -> Built {
-    let v = view(console);
-    let config = console.shared.config();
-    let served = &console.served;
-    let clients = v.clients.iter().filter(|c| !c.console).count();
-    let mut set = ResultSet::new(columns::DATABASES);
-    set.push([
-        served.dbname.as_str().into(),
-        served.host.as_str().into(),
-        served.port.into(),
-        served.dbname.as_str().into(),
-        served.user.as_str().into(),
-        v.limit.into(),
-        config.min_pool_size.into(),
-        0i64.into(),
-        config.server_lifetime.as_secs().into(),
-        "transaction".into(),
-        Cell::Null,
-        v.limit.into(),
-        v.status.size.into(),
-        config.max_client_conn.into(),
-        clients.into(),
-        i64::from(v.status.paused).into(),
-        0i64.into(),
-    ])?;
-    let consoles = v.clients.len() - clients;
-    set.push([
-        DATABASE.into(),
-        Cell::Null,
-        config.listen.port().into(),
-        DATABASE.into(),
-        DATABASE.into(),
-        2i64.into(),
-        0i64.into(),
-        0i64.into(),
-        0i64.into(),
-        "statement".into(),
-        Cell::Null,
-        0i64.into(),
-        0i64.into(),
-        super::MAX_CONSOLES.into(),
-        consoles.into(),
-        0i64.into(),
-        0i64.into(),
-    ])?;
     Ok(set)
 }
 
@@ -272,36 +187,25 @@ fn int4(v: usize) -> Cell<'static> {
 
 fn lists(console: &Console) -> Built {
     let v = view(console);
-    let used_clients = v.clients.len();
+    let census = census::take(console);
+    let users = routes::user_figures(console, &census);
+    let users = users.len() + usize::from(!users.iter().any(|u| u.name == DATABASE));
+    // Each list of databases and pools has the console's own row too.
+    let databases = routes::database_figures(console, &census).len() + 1;
+    let pools = census.listed().count() + 1;
     let mut set = ResultSet::new(columns::LISTS);
     for name in LISTS_ROWS {
         let items: usize = match name {
-            "databases" | "pools" => 2,
-            "users" => 1 + usize::from(console.served.user != DATABASE),
-            "used_clients" => used_clients,
+            "databases" => databases,
+            "pools" => pools,
+            "users" => users,
+            "used_clients" => v.clients.len(),
             "used_servers" => v.status.size - v.status.idle,
             "free_servers" => v.status.idle,
             _ => 0,
         };
         set.push([name.into(), items.into()])?;
     }
-    Ok(set)
-}
-
-fn users(console: &Console) -> Built {
-    let v = view(console);
-    let clients = v.clients.iter().filter(|c| !c.console).count();
-    let mut set = ResultSet::new(columns::USERS);
-    set.push([
-        console.served.user.as_str().into(),
-        "".into(),
-        "".into(),
-        Cell::Null,
-        0i64.into(),
-        v.status.size.into(),
-        0i64.into(),
-        clients.into(),
-    ])?;
     Ok(set)
 }
 
@@ -317,14 +221,16 @@ fn state(console: &Console) -> Built {
 fn pins(console: &Console) -> Built {
     let obs = console.shared.observer();
     let pids: HashMap<u64, i32> = obs.servers.all().iter().map(|s| (s.id, s.pid)).collect();
+    let census = census::take(console);
     let mut set = ResultSet::new(columns::PINS);
     for c in obs.clients.all() {
         let Some((reason, since)) = c.pin() else { continue };
         let server = c.server();
+        let (database, user) = census.labels(c.pool());
         set.push([
             c.id.into(),
-            console.served.user.as_str().into(),
-            console.served.dbname.as_str().into(),
+            user.into(),
+            database.into(),
             c.application_name.as_deref().unwrap_or_default().to_owned().into(),
             c.peer.addr().into(),
             c.peer.port().into(),

@@ -15,10 +15,12 @@ use std::sync::atomic::Ordering;
 
 use pgmux_metrics::ClientState;
 
+use super::census::{self, Census};
 use super::columns;
 use super::table::{Cell, ResultSet, TableError, timestamp};
 use super::{Console, DATABASE};
 use crate::observe::{ClientEntry, ServerEntry};
+use crate::pools::PoolId;
 
 type Built = Result<ResultSet, TableError>;
 
@@ -50,6 +52,7 @@ pub(super) fn list(console: &Console, which: List) -> Built {
         set.push(row)
     };
     let obs = console.shared.observer();
+    let census = census::take(console);
     let clients = obs.clients.all();
     if which != List::Servers {
         let now = obs.micros_at(std::time::Instant::now());
@@ -59,12 +62,12 @@ pub(super) fn list(console: &Console, which: List) -> Built {
             if which == List::ActiveSockets && !busy {
                 continue;
             }
-            push(&mut set, client_row(console, c, now, listen, client_state(c, low_level)))?;
+            push(&mut set, client_row(console, &census, c, now, listen, client_state(c, low_level)))?;
         }
     }
     if which != List::Clients {
         let held = holders(&clients);
-        let stale = console.shared.pools.first().stale_below();
+        let pools = &console.shared.pools;
         for s in obs.servers.all() {
             let client = held.get(&s.id).copied();
             if which == List::ActiveSockets && client.is_none() {
@@ -76,7 +79,8 @@ pub(super) fn list(console: &Console, which: List) -> Built {
                 (true, true) => "sv_active",
                 (false, true) => "sv_idle",
             };
-            push(&mut set, server_row(console, &s, client, s.id < stale, state))?;
+            let stale = s.id < pools.get(PoolId::from_index(s.pool)).stale_below();
+            push(&mut set, server_row(census.labels(s.pool), &s, client, stale, state))?;
         }
     }
     Ok(set)
@@ -101,6 +105,7 @@ fn client_state(c: &ClientEntry, low_level: bool) -> &'static str {
 
 fn client_row(
     console: &Console,
+    census: &Census,
     c: &ClientEntry,
     now_us: u64,
     listen: SocketAddr,
@@ -110,7 +115,10 @@ fn client_row(
     let waited = c.wait_since_us().map_or(0, |since| now_us.saturating_sub(since));
     let (user, database) = match (c.user(), c.console) {
         (Some(u), true) => (u.to_owned(), DATABASE.to_owned()),
-        _ => (console.served.user.clone(), console.served.dbname.clone()),
+        _ => {
+            let (database, user) = census.labels(c.pool());
+            (user.to_owned(), database.to_owned())
+        }
     };
     let request = if c.request_us() > 0 { obs.unix_at(c.request_us()) } else { c.connected_unix() };
     let server = c.server();
@@ -146,7 +154,7 @@ fn holders(clients: &[Arc<ClientEntry>]) -> HashMap<u64, u64> {
 }
 
 fn server_row(
-    console: &Console,
+    (database, user): (&str, &str),
     s: &ServerEntry,
     client: Option<u64>,
     close_needed: bool,
@@ -154,8 +162,8 @@ fn server_row(
 ) -> Vec<Cell<'static>> {
     vec![
         "S".into(),
-        console.served.user.clone().into(),
-        console.served.dbname.clone().into(),
+        user.to_owned().into(),
+        database.to_owned().into(),
         "none".into(),
         state.into(),
         s.addr.ip().to_string().into(),

@@ -3,5 +3,6 @@
 
 mod columns;
 mod command;
+mod routes;
 mod settings;
 mod table;

@@ -36,9 +36,9 @@ public final class Main {
      */
     static final List<Driver> DRIVERS = List.of(
             new Driver("pgjdbc", 5, List.of("S1", "S2", "S3", "S4", "S5a", "S5c", "S5d", "S6", "S7", "S8", "S9",
-                    "S10", "S11", "S12", "S13", "S15", "S16")),
+                    "S10", "S11", "S12", "S13", "S15", "S16", "S17")),
             new Driver("pgjdbc-prepare0", 0, List.of("S1", "S3", "S4", "S5a", "S5c", "S5d", "S7", "S8", "S10",
-                    "S11", "S12", "S15")),
+                    "S11", "S12", "S15", "S17")),
             new Driver("pgjdbc-forcebinary", -1, List.of("S1", "S3", "S4", "S5a", "S5c", "S5d", "S7", "S8",
                     "S11", "S12", "S13", "S15")));
 
@@ -64,6 +64,7 @@ public final class Main {
         SCENARIOS.put("S13", Statements::s13NameCollisions);
         SCENARIOS.put("S15", Statements::s15Batch);
         SCENARIOS.put("S16", Sockets::s16UnixSocket);
+        SCENARIOS.put("S17", Routes::s17Routes);
     }
 
     /**

@@ -1,0 +1,215 @@
+//! Reader routes: one route's instances, each with a pool of its own, and which one a transaction goes to.
+//!
+//! A route with `readers` (say `app_ro` beside `app`) sends each transaction to the healthy reader with the
+//! fewest connections in use, ties broken at random — never by DNS, which lands a whole pool on one replica.
+//! Every `topology_interval` a connection of pgmux's own to each instance asks whether it is in recovery and,
+//! where `aurora_replica_status()` exists (Aurora, and the test harness's stand-in), how far behind it is. A
+//! reader that fails to answer, is no longer in recovery (promoted), or lags more than `max_replica_lag` takes
+//! no new transactions from the next poll on; one that was taken out comes back after two good polls in a
+//! row, so that a lag hovering at the limit does not flap. With no healthy reader, `reader_fallback` says
+//! where a transaction goes: the writer (counted), a reader anyway (waiting as for any connection), or
+//! nowhere (08006 at once). pgmux never reads a statement to route it: a write on a reader gets the server's
+//! own 25006, and the connection stays usable.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+use tokio::time::Instant;
+
+use super::{PoolId, Pools, ServerPool};
+use crate::config::ReaderFallback;
+use crate::runtime::stop::Level;
+use crate::server::ServerConn;
+
+/// How the topology connection names itself.
+const TOPOLOGY_NAME: &str = "pgmux-topology";
+
+/// Good polls in a row that bring a reader taken out back into the rotation.
+const POLLS_TO_RETURN: u8 = 2;
+
+/// Whether the instance is a reader, and whether this server has Aurora's topology function.
+const ROLE_SQL: &str = "SELECT pg_catalog.pg_is_in_recovery(), \
+    pg_catalog.to_regprocedure('pg_catalog.aurora_replica_status()') IS NOT NULL;";
+
+/// Aurora's lag for the instance the query runs on (its own row).
+const LAG_SQL: &str = "SELECT replica_lag_in_msec FROM pg_catalog.aurora_replica_status() \
+    WHERE server_id = pg_catalog.aurora_db_instance_identifier();";
+
+/// A reader route's instances and its writer.
+#[derive(Debug)]
+pub(crate) struct ReaderSet {
+    /// The route, for logs and errors.
+    pub(crate) route: String,
+    /// The route's own pool: its `host` and `port`, the writer.
+    pub(crate) writer: PoolId,
+    pub(crate) members: Vec<Member>,
+    pub(crate) fallback: ReaderFallback,
+    /// Spreads ties, with a random draw.
+    turn: AtomicUsize,
+    /// Transactions sent to the writer because no reader was healthy.
+    pub(crate) fell_back: AtomicU64,
+}
+
+/// One reader instance.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) id: PoolId,
+    /// `host:port`.
+    pub(crate) name: String,
+    healthy: AtomicBool,
+    /// Good polls in a row since it was taken out.
+    good: AtomicU8,
+    /// Its last lag reading, in milliseconds (0 where the server does not say).
+    pub(crate) lag_ms: AtomicU64,
+}
+
+impl Member {
+    pub(crate) fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+}
+
+/// Where a transaction of a reader route goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Choice {
+    To(PoolId),
+    /// No reader is healthy and `reader_fallback = error`.
+    Nowhere,
+}
+
+impl ReaderSet {
+    /// The set for `route`: its writer's pool and one pool per reader, none trusted before its first poll.
+    pub(crate) fn new(route: String, writer: PoolId, members: Vec<(PoolId, String)>, fallback: ReaderFallback) -> Self {
+        let members = members
+            .into_iter()
+            .map(|(id, name)| Member {
+                id,
+                name,
+                healthy: AtomicBool::new(false),
+                good: AtomicU8::new(POLLS_TO_RETURN - 1),
+                lag_ms: AtomicU64::new(0),
+            })
+            .collect();
+        ReaderSet { route, writer, members, fallback, turn: AtomicUsize::new(0), fell_back: AtomicU64::new(0) }
+    }
+
+    /// The pool of the next transaction: the healthy reader with the fewest connections in use (ties in
+    /// turn), else what `reader_fallback` says.
+    pub(crate) fn pick(&self, pools: &Pools) -> Choice {
+        let n = self.members.len();
+        // Ties are broken at random, not in turn: a client whose transactions come in pairs (a prepare, then
+        // its execution) would otherwise send every second one to the same reader.
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) ^ rand::random::<u16>() as usize;
+        let mut best: Option<(usize, PoolId)> = None;
+        for i in 0..n {
+            let member = &self.members[(start + i) % n];
+            let pool = pools.get(member.id);
+            if !member.healthy() || pool.is_unreachable() {
+                continue;
+            }
+            let status = pool.status();
+            let in_use = status.size - status.idle - status.opening;
+            if best.is_none_or(|(fewest, _)| in_use < fewest) {
+                best = Some((in_use, member.id));
+            }
+        }
+        match (best, self.fallback) {
+            (Some((_, id)), _) => Choice::To(id),
+            (None, ReaderFallback::Writer) => {
+                self.fell_back.fetch_add(1, Ordering::Relaxed);
+                Choice::To(self.writer)
+            }
+            (None, ReaderFallback::Wait) if n > 0 => Choice::To(self.members[start % n].id),
+            (None, _) => Choice::Nowhere,
+        }
+    }
+
+    /// What one poll found of `member`: `Some(lag_ms)` for a reader that answered, `None` otherwise.
+    fn polled(&self, member: &Member, reading: Option<u64>, max_lag_ms: u64) {
+        let good = reading.is_some_and(|lag| lag <= max_lag_ms);
+        tracing::trace!(route = %self.route, reader = %member.name, lag_ms = ?reading, good, "topology poll");
+        if let Some(lag) = reading {
+            member.lag_ms.store(lag, Ordering::Relaxed);
+        }
+        if !good {
+            member.good.store(0, Ordering::Relaxed);
+            if member.healthy.swap(false, Ordering::Relaxed) {
+                tracing::warn!(route = %self.route, reader = %member.name, lag_ms = ?reading,
+                    "reader taken out of the rotation (not answering, not a reader, or lagging)");
+            }
+            return;
+        }
+        let streak = member.good.load(Ordering::Relaxed).saturating_add(1);
+        member.good.store(streak, Ordering::Relaxed);
+        if streak >= POLLS_TO_RETURN && !member.healthy.swap(true, Ordering::Relaxed) {
+            tracing::info!(route = %self.route, reader = %member.name, "reader in the rotation");
+        }
+    }
+}
+
+/// Polls `set`'s readers every `topology_interval` until shutdown (see the module's comment).
+pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Vec<Arc<ServerPool>>) {
+    let Some(first) = pools.first() else { return };
+    let stop = first.globals().stop.clone();
+    let mut conns: Vec<Option<Box<ServerConn>>> = pools.iter().map(|_| None).collect();
+    loop {
+        let started = Instant::now();
+        let (interval, max_lag, timeout) = {
+            let config = first.config();
+            (config.topology_interval, config.max_replica_lag, config.server_connect_timeout)
+        };
+        let max_lag_ms = u64::try_from(max_lag.as_millis()).unwrap_or(u64::MAX);
+        for ((member, pool), conn) in set.members.iter().zip(&pools).zip(conns.iter_mut()) {
+            let reading = tokio::select! {
+                r = read(pool, conn, timeout.min(interval.max(std::time::Duration::from_millis(500)))) => r,
+                _ = stop.reached(Level::Graceful) => return,
+            };
+            if reading.is_some() {
+                pool.set_unreachable(false);
+            }
+            set.polled(member, reading, max_lag_ms);
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(started + interval) => {}
+            _ = stop.reached(Level::Graceful) => return,
+        }
+    }
+}
+
+/// One reading of an instance over the topology connection (opened if needed): its lag in milliseconds if
+/// it is a reader, `None` if it is not, or does not answer within `timeout`.
+async fn read(pool: &ServerPool, conn: &mut Option<Box<ServerConn>>, timeout: std::time::Duration) -> Option<u64> {
+    let result = tokio::time::timeout(timeout, async {
+        if conn.is_none() {
+            let opened = pool.open_control(TOPOLOGY_NAME).await;
+            let opened = opened.inspect_err(|e| tracing::debug!(error = %e, "topology: cannot connect")).ok()?;
+            *conn = Some(Box::new(opened));
+        }
+        let c = conn.as_mut()?;
+        let rows = c.run_guarded(ROLE_SQL, timeout).await;
+        let rows = rows.inspect_err(|e| tracing::debug!(error = %e, "topology: cannot read the role")).ok()?;
+        let row = rows.first()?;
+        let in_recovery = row.first()?.as_deref() == Some("t");
+        let aurora = row.get(1)?.as_deref() == Some("t");
+        if !in_recovery {
+            return Some(None);
+        }
+        if !aurora {
+            return Some(Some(0));
+        }
+        let rows = c.run_guarded(LAG_SQL, timeout).await.ok()?;
+        let lag = rows.first().and_then(|r| r.first()).and_then(|v| v.as_deref()).and_then(|v| v.parse::<f64>().ok());
+        Some(Some(lag.map_or(0, |l| l.max(0.0) as u64)))
+    })
+    .await;
+    match result {
+        Ok(Some(reading)) => reading,
+        // No answer, or the connection failed: a new one next time.
+        _ => {
+            if let Some(c) = conn.take() {
+                pool.retire(c);
+            }
+            None
+        }
+    }
+}

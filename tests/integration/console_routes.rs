@@ -1,0 +1,200 @@
+//! The admin console with two routes: a row per pool, per database and per user, and connections listed
+//! under the route and server user of their pool; no password anywhere in what it shows. With only
+//! `database_url`, the one pool's row as before routes.
+
+use std::collections::BTreeSet;
+
+use pgmux_testkit::{APP_USER, MD5_USER};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use crate::common::{self, Fixture, scalar};
+
+/// `app` logs in as the client, in transaction mode; `reports` always as the md5 user, in session mode.
+const ROUTES: &str = r#"
+[[databases]]
+name = "app"
+dbname = "pgmux"
+[[databases]]
+name = "reports"
+dbname = "pgmux"
+user = "pgmux_md5"
+password = "md5-pw-2"
+pool_mode = "session"
+max_db_connections = 3
+[[users]]
+name = "pgmux_app"
+password = "app-pw-1"
+[[users]]
+name = "pgmux_md5"
+password = "md5-pw-2"
+pool_size = 2
+"#;
+
+async fn connect_to(fx: &Fixture, database: &str) -> Client {
+    common::connect(fx.addr(), &APP_USER, |c| {
+        c.dbname(database);
+    })
+    .await
+    .unwrap_or_else(|e| panic!("pgmux_app into {database}: {e}"))
+}
+
+/// One SHOW's rows, each as (column, value) pairs in column order; NULL as `NULL`.
+async fn show(console: &Client, what: &str) -> Vec<Vec<(String, String)>> {
+    let messages = console.simple_query(&format!("SHOW {what}")).await.unwrap_or_else(|e| panic!("SHOW {what}: {e}"));
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                row.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name().to_owned(), row.get(i).unwrap_or("NULL").to_owned()))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The columns `names` of every row.
+fn pick(rows: &[Vec<(String, String)>], names: &[&str]) -> Vec<Vec<String>> {
+    rows.iter()
+        .map(|row| {
+            names
+                .iter()
+                .map(|n| row.iter().find(|(c, _)| c == n).unwrap_or_else(|| panic!("no column {n}")).1.clone())
+                .collect()
+        })
+        .collect()
+}
+
+fn strings(rows: &[&[&str]]) -> Vec<Vec<String>> {
+    rows.iter().map(|r| r.iter().map(|s| (*s).to_owned()).collect()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routes_have_their_own_pools_databases_users_and_connections() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    // A transaction open on each route: one active server connection per pool.
+    let app = connect_to(&fx, "app").await;
+    app.batch_execute("begin; select 1").await.unwrap();
+    let reports = connect_to(&fx, "reports").await;
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5");
+    let console = connect_to(&fx, "pgbouncer").await;
+
+    let pools = show(&console, "POOLS").await;
+    assert_eq!(
+        pick(&pools, &["database", "user", "cl_active", "cl_waiting", "sv_active", "pool_mode"]),
+        strings(&[
+            &["app", "pgmux_app", "1", "0", "1", "transaction"],
+            &["reports", "pgmux_md5", "1", "0", "1", "session"],
+            &["pgbouncer", "pgbouncer", "1", "0", "0", "statement"],
+        ]),
+        "one row per pool; the default pool, which no client can reach, has none"
+    );
+
+    let databases = show(&console, "DATABASES").await;
+    assert_eq!(
+        pick(&databases, &["name", "database", "force_user", "pool_mode", "max_connections", "current_connections"]),
+        strings(&[
+            &["pgmux", "pgmux", "pgmux_app", "transaction", "4", "0"],
+            &["app", "pgmux", "NULL", "transaction", "0", "1"],
+            &["reports", "pgmux", "pgmux_md5", "session", "3", "1"],
+            &["pgbouncer", "pgbouncer", "pgbouncer", "statement", "0", "0"],
+        ]),
+        "database_url's database, then each route"
+    );
+
+    let users = show(&console, "USERS").await;
+    assert_eq!(
+        pick(&users, &["name", "pool_size", "current_connections", "current_client_connections"]),
+        strings(&[&["pgmux_app", "", "1", "1"], &["pgmux_md5", "2", "1", "1"]]),
+    );
+
+    let servers = show(&console, "SERVERS").await;
+    let by_pool: BTreeSet<Vec<String>> = pick(&servers, &["database", "user"]).into_iter().collect();
+    assert_eq!(by_pool, strings(&[&["app", "pgmux_app"], &["reports", "pgmux_md5"]]).into_iter().collect());
+    let clients = show(&console, "CLIENTS").await;
+    let by_pool: BTreeSet<Vec<String>> = pick(&clients, &["database", "user"]).into_iter().collect();
+    assert_eq!(
+        by_pool,
+        strings(&[&["app", "pgmux_app"], &["reports", "pgmux_md5"], &["pgbouncer", "pgmux_app"]]).into_iter().collect(),
+        "clients under their pool's route and server user; the console session under its own"
+    );
+    let lists = show(&console, "LISTS").await;
+    let lists: Vec<Vec<String>> = pick(&lists, &["list", "items"]).into_iter().take(4).collect();
+    assert_eq!(lists, strings(&[&["databases", "4"], &["users", "3"], &["peers", "0"], &["pools", "3"]]));
+
+    // No password, of either user, in anything the console shows.
+    for what in ["POOLS", "DATABASES", "USERS", "SERVERS", "CLIENTS", "CONFIG", "STATS", "LISTS"] {
+        let text = format!("{:?}", show(&console, what).await);
+        for secret in [APP_USER.password, MD5_USER.password] {
+            assert!(!text.contains(secret), "SHOW {what} shows a password: {text}");
+        }
+    }
+    app.batch_execute("commit").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_only_database_url_the_one_pool_is_shown_as_before() {
+    let fx = common::start("").await;
+    let client = fx.client().await;
+    client.batch_execute("begin; select 1").await.unwrap();
+    let console = connect_to(&fx, "pgbouncer").await;
+    let pools = show(&console, "POOLS").await;
+    assert_eq!(
+        pick(&pools, &["database", "user", "cl_active", "sv_active", "pool_mode"]),
+        strings(&[
+            &["pgmux", "pgmux_app", "1", "1", "transaction"],
+            &["pgbouncer", "pgbouncer", "1", "0", "statement"]
+        ]),
+        "the client under the pool, the console session under the console"
+    );
+    let databases = show(&console, "DATABASES").await;
+    assert_eq!(
+        pick(&databases, &["name", "force_user", "pool_size", "max_connections", "current_connections"]),
+        strings(&[&["pgmux", "pgmux_app", "2", "2", "1"], &["pgbouncer", "pgbouncer", "2", "0", "0"]]),
+    );
+    let users = show(&console, "USERS").await;
+    assert_eq!(pick(&users, &["name", "current_connections"]), strings(&[&["pgmux_app", "1"]]));
+    let stats = show(&console, "STATS").await;
+    assert_eq!(pick(&stats, &["database"]), strings(&[&["pgmux"], &["pgbouncer"]]));
+    client.batch_execute("commit").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_reconnect_with_a_database_act_on_that_route_alone() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let app = connect_to(&fx, "app").await;
+    assert_eq!(scalar(&app, "select current_user").await, "pgmux_app");
+    // `reports` is in session mode: its client keeps its server connection (a PAUSE of it would wait for
+    // the client to leave, as PgBouncer's does).
+    let reports = connect_to(&fx, "reports").await;
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5");
+    let console = connect_to(&fx, "pgbouncer").await;
+
+    console.simple_query("PAUSE app").await.expect("PAUSE app");
+    let paused = pick(&show(&console, "DATABASES").await, &["name", "paused"]);
+    assert_eq!(
+        paused,
+        strings(&[&["pgmux", "0"], &["app", "1"], &["reports", "0"], &["pgbouncer", "0"]]),
+        "only the route named is paused"
+    );
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5", "the other route still serves");
+    let err = console.simple_query("PAUSE app").await.expect_err("paused already");
+    assert_eq!(err.code().map(|c| c.code()), Some("55000"), "{err}");
+    console.simple_query("RESUME app").await.expect("RESUME app");
+    assert!(pick(&show(&console, "DATABASES").await, &["paused"]).iter().all(|r| r[0] == "0"));
+    assert_eq!(scalar(&app, "select current_user").await, "pgmux_app", "served again after RESUME");
+
+    let err = console.simple_query("PAUSE nope").await.expect_err("no such route");
+    assert_eq!(err.code().map(|c| c.code()), Some("3D000"), "{err}");
+    let hint = err.as_db_error().and_then(|e| e.hint()).unwrap_or_default().to_owned();
+    assert_eq!(hint, "this pgmux serves the databases \"pgmux\", \"app\", \"reports\"");
+
+    // RECONNECT of one route marks its connections (the session client's, still lent), not the other's.
+    console.simple_query("RECONNECT reports").await.expect("RECONNECT reports");
+    let servers = pick(&show(&console, "SERVERS").await, &["database", "close_needed"]);
+    let marked: Vec<&str> = servers.iter().filter(|r| r[1] == "1").map(|r| r[0].as_str()).collect();
+    assert_eq!(marked, ["reports"], "{servers:?}");
+}
