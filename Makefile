@@ -9,12 +9,21 @@ demo: prereqs
 	target/release/pgmux-demo
 
 # Everything CI runs: formatting, lints, unit and integration tests, the observability checks against the real
-# tools, the chaos suite's short form, the driver compatibility matrix, and the benchmark driver in its quick
-# form (every workload once, in seconds, against pgmux, PgBouncer and PostgreSQL; figures not judged).
-test: prereqs lint unit observability chaos-quick drivers bench-quick
+# tools, the chaos suite's short form, the driver compatibility matrix, the benchmark driver in its quick
+# form (every workload once, in seconds, against pgmux, PgBouncer and PostgreSQL; figures not judged), and
+# PgBouncer's own test suite through pgmux.
+test: prereqs lint unit observability chaos-quick drivers bench-quick conformance
 
 prereqs:
 	tests/prereqs.sh
+
+# PgBouncer 1.25.2's own test suite (pytest) with pgmux in PgBouncer's place (tests/conformance/run.sh,
+# docs/compatibility.md): the test files issue 30 names, in a copy of the suite, in a pinned venv, as the
+# postgres user when root. Fails if a test that tests/conformance/expectations.txt expects to pass does not, or
+# a test is not listed there. A few minutes; `tests/conformance/run.sh --all` runs every file of the suite.
+.PHONY: conformance
+conformance: prereqs
+	tests/conformance/run.sh
 
 lint:
 	cargo fmt --all -- --check

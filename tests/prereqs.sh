@@ -34,6 +34,11 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)
 fi
+# PgBouncer's own test suite (make conformance, tests/conformance/run.sh) makes its test certificates with openssl
+# and runs as the postgres user through setpriv (util-linux).
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# Its test_misc.py (run by `tests/conformance/run.sh --all`) puts socat between the pooler and PostgreSQL.
+command -v socat >/dev/null 2>&1 || need+=(socat)
 # Go also builds Toxiproxy for the chaos suite (tests/harness/toxiproxy.rs); the suite's network namespace
 # needs `ip` (iproute2), in /usr/sbin, which is not on a normal user's PATH.
 command -v go >/dev/null 2>&1 || need+=(golang-go)

@@ -139,7 +139,10 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command>
 fn init_logging(cfg: &Config) -> anyhow::Result<reload::SetLogLevel> {
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .with_context(|| format!("invalid value for log_level: {:?}", cfg.log_level))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: a log file, journald or CloudWatch gets the text alone, which `grep` and
+    // log processors read as written.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let set = |new: &str| tracing_subscriber::EnvFilter::try_new(new);
     Ok(match cfg.log_format {
         LogFormat::Json => {

@@ -41,7 +41,9 @@ use pgmux_proto::frontend::StartupMessage;
 async fn deny(shared: &Shared, mut conn: Conn, denied: OpeningError) -> Option<Session> {
     if let OpeningError::Refused(err) = denied {
         shared.observer().login_denied(&err);
-        tracing::info!(code = %err.code, message = %err.message, "client login refused");
+        // "closing because: <reason>" is PgBouncer's wording for the same line: scripts and PgBouncer's own test
+        // suite (tests/conformance) look for it. The reason is what the client is told, never a secret.
+        tracing::info!(code = %err.code, "client login refused, closing because: {}", err.message);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
     }
     None

@@ -44,8 +44,13 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
         }
         Command::Reload => match reload::reload(&console.shared) {
             Ok(_) => Ok(Reply::Done),
-            Err(why) => Err(ErrorMessage::error(sqlstate::CONFIG_FILE_ERROR, format!("RELOAD failed: {why}"))
-                .with_hint("the running configuration stays in force; fix the file and RELOAD again")),
+            // PgBouncer's words first ("RELOAD failed, see logs for additional details"), which scripts and its
+            // test suite match; then the reason, also in the log.
+            Err(why) => Err(ErrorMessage::error(
+                sqlstate::CONFIG_FILE_ERROR,
+                format!("RELOAD failed, see logs for additional details: {why}"),
+            )
+            .with_hint("the running configuration stays in force; fix the file and RELOAD again")),
         },
         Command::KillClient(id) => kill(console, *id),
         Command::Shutdown(mode) => shutdown(console, *mode),
