@@ -197,24 +197,32 @@ async fn session_mode_keeps_a_server_per_client_and_lends_it_again_after() {
     let fx = common::start(&format!("pool_max = 4\npool_mode = \"session\"\n{ROUTES}")).await;
     let a = connect_to(&fx, &APP_USER, "app").await.unwrap();
     let b = connect_to(&fx, &APP_USER, "app").await.unwrap();
-    let mut pids = std::collections::HashSet::new();
+    let (mut pids, mut b_pids) = (std::collections::HashSet::new(), std::collections::HashSet::new());
     for _ in 0..5 {
         pids.insert(scalar(&a, "select pg_backend_pid()").await);
-        scalar(&b, "select pg_backend_pid()").await;
+        b_pids.insert(scalar(&b, "select pg_backend_pid()").await);
     }
-    assert_eq!(pids.len(), 1, "a session-mode client keeps one server connection");
+    assert_eq!((pids.len(), b_pids.len()), (1, 1), "a session-mode client keeps one server connection");
+    assert!(pids.is_disjoint(&b_pids), "and it is its own");
     // Session state that would pin in transaction mode is simply the session's.
     a.batch_execute("create temp table mine (x int); insert into mine values (1)").await.unwrap();
     assert_eq!(scalar(&a, "select count(*) from mine").await, "1");
-    let a_pid = pids.into_iter().next().unwrap();
     drop(a);
-    // Its connection goes back once it leaves (temporary objects gone with DISCARD, or the connection closed).
+    // Its connection goes back once it leaves, or closes: here it held a temporary table, so it closes, and
+    // the next client never sees the last one's table.
     let c = connect_to(&fx, &APP_USER, "app").await.unwrap();
-    assert!(
-        c.simple_query("select count(*) from mine").await.is_err(),
-        "the next client never sees the last one's temporary table"
-    );
-    let _ = a_pid;
+    let err = c.simple_query("select count(*) from mine").await.expect_err("no temporary table of another");
+    assert_eq!(code(&err), "42P01");
+    // b held nothing of its own: its connection goes back to the pool, open, for the next client.
+    let oracle = common::direct(&fx.pg).await;
+    let b_pid: i32 = b_pids.into_iter().next().unwrap().parse().unwrap();
+    drop((b, c));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let open = oracle.query("select 1 from pg_stat_activity where pid = $1", &[&b_pid]).await.unwrap();
+    assert_eq!(open.len(), 1, "b's server connection stays open in the pool");
+    let next = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    assert_eq!(scalar(&next, "select 1").await, "1");
+    // A user this pgmux does not know gets in nowhere, session mode or not.
     let su = common::connect(fx.addr(), &SUPERUSER, |c| {
         c.dbname("app");
     })

@@ -7,7 +7,7 @@
 //! reader that fails to answer, is no longer in recovery (promoted), or lags more than `max_replica_lag` takes
 //! no new transactions from the next poll on; one that was taken out comes back after two good polls in a
 //! row, so that a lag hovering at the limit does not flap. With no healthy reader, `reader_fallback` says
-//! where a transaction goes: the writer (counted), a reader anyway (waiting as for any connection), or
+//! where a transaction goes: the writer, a reader anyway (waiting as for any connection), or
 //! nowhere (08006 at once). Like sizing's control connection, the polls stop while no reader has held a
 //! connection for `server_idle_timeout`, so that the cluster may sleep. pgmux never reads a statement to route it: a write on a reader gets the server's
 //! own 25006, and the connection stays usable.
@@ -47,8 +47,6 @@ pub(crate) struct ReaderSet {
     pub(crate) fallback: ReaderFallback,
     /// Spreads ties, with a random draw.
     turn: AtomicUsize,
-    /// Transactions sent to the writer because no reader was healthy.
-    pub(crate) fell_back: AtomicU64,
 }
 
 /// One reader instance.
@@ -91,7 +89,7 @@ impl ReaderSet {
                 lag_ms: AtomicU64::new(0),
             })
             .collect();
-        ReaderSet { route, writer, members, fallback, turn: AtomicUsize::new(0), fell_back: AtomicU64::new(0) }
+        ReaderSet { route, writer, members, fallback, turn: AtomicUsize::new(0) }
     }
 
     /// The pool of the next transaction: the healthy reader with the fewest connections in use (ties in
@@ -116,10 +114,7 @@ impl ReaderSet {
         }
         match (best, self.fallback) {
             (Some((_, id)), _) => Choice::To(id),
-            (None, ReaderFallback::Writer) => {
-                self.fell_back.fetch_add(1, Ordering::Relaxed);
-                Choice::To(self.writer)
-            }
+            (None, ReaderFallback::Writer) => Choice::To(self.writer),
             (None, ReaderFallback::Wait) if n > 0 => Choice::To(self.members[start % n].id),
             (None, _) => Choice::Nowhere,
         }

@@ -172,53 +172,12 @@ async fn admit(
     let database = startup.get("database").filter(|d| !d.is_empty()).unwrap_or(user);
     let auth = shared.auth();
     let routed = routing::route(&shared.config(), auth.book(), database, user).map_err(|unknown| {
-        let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {database}"))
-            .with_hint(format!("this pgmux serves the databases {}", quoted_list(&unknown.names)));
-        refused(err)
+        refused(no_such_database(database, format!("this pgmux serves the databases {}", quoted_list(&unknown.names))))
     })?;
     let raw = params::from_startup(&startup.params).map_err(refused)?;
     let id = match routed {
-        Routed::Default => {
-            // The user and database pgmux logs in as (with a secret, read when the first client comes).
-            let served = shared.pools.first().credentials().login().await.map_err(|e| {
-                let message = format!("cannot get database credentials: {e}");
-                refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
-            })?;
-            if database != served.dbname {
-                let err = ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {database}"))
-                    .with_hint(format!("this pgmux serves the database \"{}\"", served.dbname));
-                return Err(refused(err));
-            }
-            match tokio::time::timeout_at(deadline, auth.authenticate(conn, user, &served.user)).await {
-                Err(_) => return Err(timed_out()),
-                Ok(result) => result?,
-            }
-            PoolId::default()
-        }
-        Routed::Route(plan) if plan.auth == ServerAuth::Passthrough => {
-            let make_pool = |plan| route_pool(shared, &auth, plan, None);
-            let login = passthrough::login(shared, &auth, conn, (user, *plan), private, make_pool);
-            tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())??
-        }
-        Routed::Route(plan) if auth.book().get(user).is_none() && plan.auth_user.is_some() => {
-            let stored = looked_up(shared, &auth, &plan, user).await?;
-            let check = auth.authenticate_looked_up(conn, user, stored.as_ref());
-            let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
-            // The server login of the client's own user's pool uses what was read, if the route has nothing.
-            let server_password = stored.filter(|_| plan.login.user == user && plan.login.password.is_none());
-            let id = route_pool(shared, &auth, *plan, server_password).map_err(refused)?;
-            passthrough::keep_keys(shared, id, user, keys);
-            id
-        }
-        Routed::Route(plan) => {
-            let keys = match tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await {
-                Err(_) => return Err(timed_out()),
-                Ok(result) => result?,
-            };
-            let id = route_pool(shared, &auth, *plan, None).map_err(refused)?;
-            passthrough::keep_keys(shared, id, user, keys);
-            id
-        }
+        Routed::Default => default_login(shared, &auth, conn, (user, database), deadline).await?,
+        Routed::Route(plan) => route_login(shared, &auth, conn, (user, *plan), private, deadline).await?,
     };
     let pool = shared.pools.get(id);
     if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !pool.defaults().is_empty()) {
@@ -228,6 +187,65 @@ async fn admit(
         r = check_params(shared, pool, &raw) => r.map(|params| (params, id)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
     }
+}
+
+/// 3D000, with the names a client may use in `hint`.
+fn no_such_database(database: &str, hint: String) -> ErrorMessage {
+    ErrorMessage::fatal(sqlstate::INVALID_CATALOG_NAME, format!("no such database: {database}")).with_hint(hint)
+}
+
+/// Login to the default pool (only `database_url`): the client must name its database and be its user.
+async fn default_login(
+    shared: &Shared,
+    auth: &Authenticator,
+    conn: &mut Conn,
+    (user, database): (&str, &str),
+    deadline: Instant,
+) -> Result<PoolId, OpeningError> {
+    // The user and database pgmux logs in as (with a secret, read when the first client comes).
+    let served = shared.pools.first().credentials().login().await.map_err(|e| {
+        let message = format!("cannot get database credentials: {e}");
+        OpeningError::Refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
+    })?;
+    if database != served.dbname {
+        let hint = format!("this pgmux serves the database \"{}\"", served.dbname);
+        return Err(OpeningError::Refused(no_such_database(database, hint)));
+    }
+    tokio::time::timeout_at(deadline, auth.authenticate(conn, user, &served.user)).await.map_err(|_| timed_out())??;
+    Ok(PoolId::default())
+}
+
+/// Login to a named database's pool: the client's password checked as its route says (passthrough, a user
+/// looked up with auth_query, or one pgmux knows), then the pool found or made.
+async fn route_login(
+    shared: &Shared,
+    auth: &Authenticator,
+    conn: &mut Conn,
+    (user, plan): (&str, RoutePlan),
+    private: bool,
+    deadline: Instant,
+) -> Result<PoolId, OpeningError> {
+    let refused = OpeningError::Refused;
+    if plan.auth == ServerAuth::Passthrough {
+        let make_pool = |plan| route_pool(shared, auth, plan, None);
+        let login = passthrough::login(shared, auth, conn, (user, plan), private, make_pool);
+        return tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
+    }
+    if auth.book().get(user).is_none() && plan.auth_user.is_some() {
+        let stored = looked_up(shared, auth, &plan, user).await?;
+        let check = auth.authenticate_looked_up(conn, user, stored.as_ref());
+        let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
+        // The server login of the client's own user's pool uses what was read, if the route has nothing.
+        let server_password = stored.filter(|_| plan.login.user == user && plan.login.password.is_none());
+        let id = route_pool(shared, auth, plan, server_password).map_err(refused)?;
+        passthrough::keep_keys(shared, id, user, keys);
+        return Ok(id);
+    }
+    let keys =
+        tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await.map_err(|_| timed_out())??;
+    let id = route_pool(shared, auth, plan, None).map_err(refused)?;
+    passthrough::keep_keys(shared, id, user, keys);
+    Ok(id)
 }
 
 /// The pool of a named database's plan (its writer's, for a reader route), made the first time a client
