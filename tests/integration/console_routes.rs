@@ -108,7 +108,8 @@ async fn two_routes_have_their_own_pools_databases_users_and_connections() {
     let users = show(&console, "USERS").await;
     assert_eq!(
         pick(&users, &["name", "pool_size", "current_connections", "current_client_connections"]),
-        strings(&[&["pgmux_app", "", "1", "1"], &["pgmux_md5", "2", "1", "1"]]),
+        strings(&[&["pgmux_app", "", "1", "3"], &["pgmux_md5", "2", "1", "0"]]),
+        "clients counted under the user they logged in as (the console session too), as PgBouncer counts them"
     );
 
     let servers = show(&console, "SERVERS").await;
@@ -197,4 +198,62 @@ async fn pause_resume_and_reconnect_with_a_database_act_on_that_route_alone() {
     let servers = pick(&show(&console, "SERVERS").await, &["database", "close_needed"]);
     let marked: Vec<&str> = servers.iter().filter(|r| r[1] == "1").map(|r| r[0].as_str()).collect();
     assert_eq!(marked, ["reports"], "{servers:?}");
+}
+
+/// The database's and the user's client count, as SHOW DATABASES and SHOW USERS give them.
+async fn client_counts(console: &Client, database: &str, user: &str) -> (String, String) {
+    let dbs = pick(&show(console, "DATABASES").await, &["name", "current_client_connections"]);
+    let users = pick(&show(console, "USERS").await, &["name", "current_client_connections"]);
+    let of = |rows: &[Vec<String>], name: &str| rows.iter().find(|r| r[0] == name).map(|r| r[1].clone());
+    (of(&dbs, database).unwrap_or_default(), of(&users, user).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_caps_refuse_the_next_client_of_a_full_database_or_user_until_one_leaves() {
+    let routes = ROUTES.replace("max_db_connections = 3", "max_db_connections = 3\nmax_db_client_connections = 1");
+    let fx = common::start(&format!("pool_max = 4\nmax_user_client_connections = 3\n{routes}")).await;
+    let first = connect_to(&fx, "reports").await;
+    let refused = |database: &'static str| {
+        let addr = fx.addr();
+        async move {
+            match common::connect(addr, &APP_USER, |c| {
+                c.dbname(database);
+            })
+            .await
+            {
+                Ok(_) => panic!("a client over the cap got in to {database}"),
+                Err(e) => e.as_db_error().map(|e| (e.code().code().to_owned(), e.message().to_owned())),
+            }
+        }
+    };
+    let (code, message) = refused("reports").await.expect("an error from pgmux");
+    assert_eq!(code, "53300");
+    assert!(message.contains("max_db_client_connections = 1"), "{message}");
+
+    // pgmux_app: the `reports` client, an `app` client and the console session (an admin: counted, never
+    // refused on the console) make three, the user's cap; the next client of any database is refused.
+    let _app = connect_to(&fx, "app").await;
+    let console = connect_to(&fx, "pgbouncer").await;
+    let (code, message) = refused("app").await.expect("an error from pgmux");
+    assert_eq!(code, "53300");
+    assert!(message.contains("max_user_client_connections = 3"), "{message}");
+    let dbs =
+        pick(&show(&console, "DATABASES").await, &["name", "max_client_connections", "current_client_connections"]);
+    assert!(dbs.contains(&strings(&[&["reports", "1", "1"]])[0]), "{dbs:?}");
+    assert!(dbs.contains(&strings(&[&["app", "0", "1"]])[0]), "{dbs:?}");
+    let users =
+        pick(&show(&console, "USERS").await, &["name", "max_user_client_connections", "current_client_connections"]);
+    assert!(users.contains(&strings(&[&["pgmux_app", "3", "3"]])[0]), "refused clients are not counted: {users:?}");
+
+    // One leaves: counted no more, and its room is taken again.
+    drop(first);
+    for _ in 0..100 {
+        if client_counts(&console, "reports", "pgmux_app").await == ("0".into(), "2".into()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(client_counts(&console, "reports", "pgmux_app").await, ("0".into(), "2".into()));
+    let again = connect_to(&fx, "reports").await;
+    assert_eq!(scalar(&again, "select current_user").await, "pgmux_md5");
 }

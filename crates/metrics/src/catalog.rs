@@ -63,6 +63,10 @@ crate::label_enum! {
     /// Why a client got SQLSTATE 53300.
     pub enum TooManyCause: "cause" {
         MaxClientConn => "max_client_conn",
+        /// Past its database's `max_db_client_connections`.
+        MaxDbClientConnections => "max_db_client_connections",
+        /// Past its user's `max_user_client_connections`.
+        MaxUserClientConnections => "max_user_client_connections",
         /// Waited past `query_wait_timeout` for a busy pool.
         QueryWaitTimeout => "query_wait_timeout",
         /// Waited past `query_wait_timeout` while the database refused new connections.

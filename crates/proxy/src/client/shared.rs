@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::client::auth::Authenticator;
 use crate::client::cancel::CancelRegistry;
+use crate::client::caps::ClientCounts;
 use crate::client::memory::MessageMemory;
 use crate::config::Config;
 use crate::config::source::ConfigSource;
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) clients: AtomicUsize,
     /// Admin console sessions now.
     pub(crate) consoles: AtomicUsize,
+    /// Logged-in clients by database and by user, and the caps on them.
+    pub(crate) counts: ClientCounts,
     /// What clients' large messages may hold while they arrive (`max_client_buffers`).
     pub(crate) message_memory: Arc<MessageMemory>,
     /// Every session, and the pool's background work: shutdown waits for them.
@@ -72,6 +75,7 @@ impl Shared {
             client_tls: RwLock::new(client_tls.map(ClientTls)),
             clients: AtomicUsize::new(0),
             consoles: AtomicUsize::new(0),
+            counts: ClientCounts::default(),
             message_memory: Arc::default(),
             tasks,
             source: OnceLock::new(),

@@ -154,6 +154,12 @@ config_keys! {
     /// Server connections all pools of one user together may hold, unless its entry says otherwise (0 = no
     /// limit).
     max_user_connections: usize = "0";
+    /// Client connections naming one database at once, unless its entry says otherwise (0 = no limit);
+    /// the next one gets SQLSTATE 53300. Users in admin_users are never refused by it on the console.
+    max_db_client_connections: usize = "0";
+    /// Client connections logged in as one user at once, unless its entry says otherwise (0 = no limit);
+    /// the next one gets SQLSTATE 53300.
+    max_user_client_connections: usize = "0";
     /// How long a client keeps its server connection: `transaction` (for one transaction at a time) or
     /// `session` (until it disconnects: migrations, session-level tools), unless its database or user entry
     /// says otherwise.

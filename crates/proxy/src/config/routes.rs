@@ -113,6 +113,8 @@ pub struct RouteSpec {
     pub min_pool_size: Option<usize>,
     /// All pools of this route together.
     pub max_db_connections: Option<usize>,
+    /// Client connections naming this database at once (PgBouncer's `max_db_client_connections`).
+    pub max_db_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
     pub auth_user: Option<String>,
@@ -173,6 +175,8 @@ pub struct UserSpec {
     pub pool_max: Option<usize>,
     /// All of this user's pools together.
     pub max_user_connections: Option<usize>,
+    /// Client connections logged in as this user at once (PgBouncer's `max_user_client_connections`).
+    pub max_user_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
 }
 
@@ -265,7 +269,6 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "load_balance_hosts",
     "auth_dbname",
     "auth_query",
-    "max_db_client_connections",
     "query_wait_timeout",
     "target_session_attrs",
 ];
@@ -277,7 +280,6 @@ const USER_KEYS_NOT_SUPPORTED: &[&str] = &[
     "idle_transaction_timeout",
     "transaction_timeout",
     "client_idle_timeout",
-    "max_user_client_connections",
     "query_wait_timeout",
 ];
 
@@ -303,6 +305,7 @@ impl RouteSpec {
             "pool_size" | "pool_max" => self.pool_max = Some(number(key, value)?),
             "min_pool_size" => self.min_pool_size = Some(number(key, value)?),
             "max_db_connections" => self.max_db_connections = Some(number(key, value)?),
+            "max_db_client_connections" => self.max_db_client_connections = Some(number(key, value)?),
             "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
             "auth_user" => self.auth_user = text(value),
             "readers" => {
@@ -333,6 +336,7 @@ impl UserSpec {
             }
             "pool_size" | "pool_max" => self.pool_max = Some(number(key, value)?),
             "max_user_connections" => self.max_user_connections = Some(number(key, value)?),
+            "max_user_client_connections" => self.max_user_client_connections = Some(number(key, value)?),
             "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
             k if USER_KEYS_NOT_SUPPORTED.contains(&k) => return Ok(Applied::Unsupported),
             _ => return Err(KeyError::Unknown),

@@ -211,7 +211,16 @@ impl Observer {
         let result = match &*error.code {
             sqlstate::INVALID_PASSWORD | sqlstate::INVALID_AUTHORIZATION_SPECIFICATION => LoginResult::AuthFailed,
             sqlstate::TOO_MANY_CONNECTIONS => {
-                self.metrics.too_many.inc(TooManyCause::MaxClientConn);
+                // The caps' messages name their setting (client/caps.rs); every other login 53300 is pgmux's
+                // own limit on clients.
+                let cause = if error.message.contains("(max_db_client_connections") {
+                    TooManyCause::MaxDbClientConnections
+                } else if error.message.contains("(max_user_client_connections") {
+                    TooManyCause::MaxUserClientConnections
+                } else {
+                    TooManyCause::MaxClientConn
+                };
+                self.metrics.too_many.inc(cause);
                 LoginResult::Refused
             }
             _ => LoginResult::Refused,

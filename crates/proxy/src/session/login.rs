@@ -17,6 +17,7 @@ use super::passthrough;
 use super::{ClientSlot, Session, shutting_down, timers};
 use crate::client::auth::Authenticator;
 use crate::client::cancel::Registration;
+use crate::client::caps::{Caps, Hold};
 use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, StaticCredentials};
@@ -78,10 +79,11 @@ pub(super) async fn login(
         return None;
     }
     let private = super::passthrough::is_private(&conn, &peer);
-    let (params, pool) = match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
-        Ok(admitted) => admitted,
-        Err(denied) => return deny(&shared, conn, denied).await,
-    };
+    let (params, pool, counted) =
+        match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
+            Ok(admitted) => admitted,
+            Err(denied) => return deny(&shared, conn, denied).await,
+        };
     let cancel = shared.cancels.register();
     if greet(&shared, pool, &mut conn, &params, &cancel).await.is_err() {
         return None;
@@ -108,6 +110,7 @@ pub(super) async fn login(
         reader_route: pool != PoolId::default() && shared.pools.get(pool).readers().is_some(),
         route: pool,
         pool,
+        _counted: counted,
     })
 }
 
@@ -146,8 +149,8 @@ async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<
 
 /// Everything between the start-up message and AuthenticationOk: room for one more client, a user, the
 /// right database, the password, and parameters a server accepts. Returns the client's parameters and the
-/// pool of its route. `count` is how many clients there are; `private`, whether the link is one a password
-/// may cross in clear text.
+/// pool of its route, and the client counted under its database and user. `count` is how many clients there
+/// are; `private`, whether the link is one a password may cross in clear text.
 async fn admit(
     shared: &Shared,
     stop: &Stop,
@@ -155,7 +158,7 @@ async fn admit(
     startup: &StartupMessage,
     (count, private): (usize, bool),
     deadline: Instant,
-) -> Result<(ClientParams, PoolId), OpeningError> {
+) -> Result<(ClientParams, PoolId, Hold), OpeningError> {
     let refused = OpeningError::Refused;
     let max_client_conn = shared.config().max_client_conn;
     if count > max_client_conn {
@@ -179,12 +182,14 @@ async fn admit(
         Routed::Default => default_login(shared, &auth, conn, (user, database), deadline).await?,
         Routed::Route(plan) => route_login(shared, &auth, conn, (user, *plan), private, deadline).await?,
     };
+    let caps = Caps::of(&shared.config(), auth.book(), database, user);
+    let counted = shared.counts.enter(database, user, caps, false).map_err(refused)?;
     let pool = shared.pools.get(id);
     if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !pool.defaults().is_empty()) {
-        return Ok((known, id));
+        return Ok((known, id, counted));
     }
     tokio::select! {
-        r = check_params(shared, pool, &raw) => r.map(|params| (params, id)).map_err(refused),
+        r = check_params(shared, pool, &raw) => r.map(|params| (params, id, counted)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
     }
 }

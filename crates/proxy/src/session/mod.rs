@@ -27,6 +27,7 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
 
 use crate::client::cancel::Registration;
+use crate::client::caps::Hold;
 use crate::client::memory::Reservation;
 use crate::client::shared::Shared;
 use crate::net::io::{Conn, Stream};
@@ -149,6 +150,8 @@ struct Session {
     reader_route: bool,
     /// The pool of its route (the writer's, for a reader route, which `pool` is not always).
     route: PoolId,
+    /// Counts it under its database and user (SHOW DATABASES, SHOW USERS, the client caps) while it lives.
+    _counted: Hold,
     /// What the sessions share; while it lives, the client counts toward max_client_conn. Last, so that it
     /// is dropped last: the client stops counting once everything else it held is gone.
     shared: ClientSlot,

@@ -241,8 +241,8 @@ pub const DATABASES: &[ColumnDef] = &[
     text("load_balance_hosts", "NULL"),
     int8("max_connections", "database_url's: the pool limit in force; a route's: max_db_connections (0 = none)"),
     int8("current_connections", "server connections open, over its pools"),
-    int8("max_client_connections", "max_client_conn"),
-    int8("current_client_connections", "client connections now"),
+    int8("max_client_connections", "max_db_client_connections in force (0: no limit)"),
+    int8("current_client_connections", "clients logged in to it now"),
     int8("paused", "1 while PAUSEd"),
     int8("disabled", "0"),
 ];
@@ -256,8 +256,8 @@ pub const USERS: &[ColumnDef] = &[
     text("pool_mode", "the user's own pool_mode, or NULL: the database's"),
     int8("max_user_connections", "server connections of all its pools at most (0: no limit)"),
     int8("current_connections", "server connections logged in as this user"),
-    int8("max_user_client_connections", "0: no per-user limit"),
-    int8("current_client_connections", "clients of the pools that log in as this user"),
+    int8("max_user_client_connections", "max_user_client_connections in force (0: no limit)"),
+    int8("current_client_connections", "clients logged in as this user now, console sessions included"),
 ];
 
 /// `SHOW LISTS`: one row per list, PgBouncer's rows in its order ([`LISTS_ROWS`]).

@@ -34,6 +34,7 @@ use pgmux_proto::frontend::StartupMessage;
 use pgmux_proto::{Step, TxStatus, sqlstate};
 use tokio::time::Instant;
 
+use crate::client::caps::{Caps, Hold};
 use crate::client::shared::Shared;
 use crate::client::startup::OpeningError;
 use crate::config::{Config, LoginInfo};
@@ -82,6 +83,8 @@ struct Console {
     served: LoginInfo,
     /// Its entry in SHOW CLIENTS.
     seen: ClientTicket,
+    /// Counts it under `pgbouncer` and its user while it lives.
+    _counted: Hold,
 }
 
 /// Counts a console session for as long as it lives.
@@ -104,7 +107,7 @@ pub(crate) async fn serve(
 ) {
     let _slot = ConsoleSlot(Arc::clone(&shared));
     let console = match admit(&shared, &mut conn, &startup, &stop).await {
-        Ok((access, served, user)) => {
+        Ok((access, served, user, counted)) => {
             let seen = ClientBook::add(
                 shared.observer(),
                 NewClient {
@@ -116,7 +119,7 @@ pub(crate) async fn serve(
                     console: true,
                 },
             );
-            Console { shared, conn, stop, access, served, seen }
+            Console { shared, conn, stop, access, served, seen, _counted: counted }
         }
         Err(OpeningError::Refused(err)) => {
             shared.observer().login_denied(&err);
@@ -130,13 +133,14 @@ pub(crate) async fn serve(
     console.run().await;
 }
 
-/// Room, user, rights and password; then the greeting. Returns the rights, the served login and the user.
+/// Room, user, rights and password; then the greeting. Returns the rights, the served login, the user and
+/// the session counted under the console's database and the user.
 async fn admit(
     shared: &Shared,
     conn: &mut Conn,
     startup: &StartupMessage,
     stop: &Stop,
-) -> Result<(Access, LoginInfo, String), OpeningError> {
+) -> Result<(Access, LoginInfo, String, Hold), OpeningError> {
     let refused = |code, message: String| OpeningError::Refused(ErrorMessage::fatal(code, message));
     if shared.consoles.fetch_add(1, Ordering::Relaxed) >= MAX_CONSOLES {
         return Err(refused(
@@ -168,8 +172,11 @@ async fn admit(
     let Some(access) = access else {
         return Err(refused(sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, format!("user \"{user}\" is not allowed")));
     };
+    // Counted as PgBouncer counts its console: under its database and the user; admins are never refused.
+    let caps = Caps::of_console(&shared.config(), shared.auth().book(), user);
+    let counted = shared.counts.enter(DATABASE, user, caps, access == Access::Admin).map_err(OpeningError::Refused)?;
     conn.send(greeting()).await.map_err(|_| OpeningError::Gone)?;
-    Ok((access, served, user.to_owned()))
+    Ok((access, served, user.to_owned(), counted))
 }
 
 /// AuthenticationOk, PgBouncer's parameters (psycopg wants a DateStyle starting with ISO), a key that

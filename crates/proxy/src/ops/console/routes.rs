@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use super::census::{self, Census};
 use super::columns;
 use super::table::{Cell, ResultSet, TableError};
-use super::{Console, DATABASE, MAX_CONSOLES};
+use super::{Console, DATABASE};
+use crate::client::caps::Caps;
 use crate::config::{Config, PoolMode};
 use crate::pools::routing::{self, Routed};
 
@@ -67,11 +68,13 @@ pub(super) struct DatabaseFigures {
     /// Its own limit over all its pools (0: none of its own).
     pub(super) max_connections: usize,
     pub(super) current_connections: usize,
+    /// Its cap on clients (max_db_client_connections in force; 0: none).
+    pub(super) max_client_connections: usize,
     pub(super) current_client_connections: usize,
     pub(super) paused: bool,
 }
 
-/// SHOW DATABASES' rows for `dbs`, then the console's.
+/// SHOW DATABASES' rows for `dbs`, then the console's (`consoles`: its sessions now).
 pub(super) fn database_rows(config: &Config, dbs: &[DatabaseFigures], consoles: usize) -> Built {
     let mut set = ResultSet::new(columns::DATABASES);
     for d in dbs {
@@ -89,7 +92,7 @@ pub(super) fn database_rows(config: &Config, dbs: &[DatabaseFigures], consoles: 
             Cell::Null,
             d.max_connections.into(),
             d.current_connections.into(),
-            config.max_client_conn.into(),
+            d.max_client_connections.into(),
             d.current_client_connections.into(),
             i64::from(d.paused).into(),
             0i64.into(),
@@ -109,7 +112,7 @@ pub(super) fn database_rows(config: &Config, dbs: &[DatabaseFigures], consoles: 
         Cell::Null,
         0i64.into(),
         0i64.into(),
-        MAX_CONSOLES.into(),
+        config.max_db_client_connections.into(),
         consoles.into(),
         0i64.into(),
         0i64.into(),
@@ -128,6 +131,8 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
     let config = console.shared.config();
     let auth = console.shared.auth();
     let gauges = console.shared.pools.gauges();
+    let counts = &console.shared.counts;
+    let caps = |name: &str| Caps::of(&config, auth.book(), name, "").database;
     let mut out = Vec::new();
     let served = &console.served;
     if has_default(&config) || config.databases.is_empty() {
@@ -144,7 +149,8 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
             mode: default.mode,
             max_connections: limit,
             current_connections: default.open,
-            current_client_connections: default.clients(),
+            max_client_connections: caps(&served.dbname),
+            current_client_connections: counts.database(&served.dbname),
             paused: default.paused,
         });
     }
@@ -165,8 +171,8 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
         let Ok(Routed::Route(plan)) = routing::route(&config, auth.book(), &name, &user) else { continue };
         let forced = config.databases.iter().find(|s| s.name == name).and_then(|s| s.user.clone());
         let pools = census.every.iter().filter(|p| p.key.database == name);
-        let (open, clients, paused) =
-            pools.fold((0, 0, false), |(o, c, z), p| (o + p.open, c + p.clients(), z || p.paused));
+        let (open, paused) = pools.fold((0, false), |(o, z), p| (o + p.open, z || p.paused));
+        let (max_client_connections, current_client_connections) = (caps(&name), counts.database(&name));
         out.push(DatabaseFigures {
             name,
             host: plan.login.host,
@@ -178,7 +184,8 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
             mode: plan.mode,
             max_connections: plan.route_limit.unwrap_or(0),
             current_connections: open,
-            current_client_connections: clients,
+            max_client_connections,
+            current_client_connections,
             paused,
         });
     }
@@ -188,7 +195,7 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
 pub(super) fn databases(console: &Console) -> Built {
     let census = census::take(console);
     let figures = database_figures(console, &census);
-    database_rows(&console.shared.config(), &figures, census.consoles)
+    database_rows(&console.shared.config(), &figures, console.shared.counts.database(DATABASE))
 }
 
 /// One row of SHOW USERS.
@@ -201,7 +208,9 @@ pub(super) struct UserFigures {
     pub(super) max_user_connections: usize,
     /// Server connections logged in as it.
     pub(super) current_connections: usize,
-    /// Clients of the pools that log in as it.
+    /// Its cap on clients (max_user_client_connections in force; 0: none).
+    pub(super) max_user_client_connections: usize,
+    /// Clients logged in as it (console sessions included).
     pub(super) current_client_connections: usize,
 }
 
@@ -215,15 +224,15 @@ pub(super) fn user_rows(users: &[UserFigures]) -> Built {
             u.mode.map(|m| m.to_string()).into(),
             u.max_user_connections.into(),
             u.current_connections.into(),
-            0i64.into(),
+            u.max_user_client_connections.into(),
             u.current_client_connections.into(),
         ])?;
     }
     Ok(set)
 }
 
-/// Every user pgmux knows (`[[users]]`, the auth file, `database_url`'s) and every user a pool logs in as,
-/// by name. Never a password: only names, sizes and counts.
+/// Every user pgmux knows (`[[users]]`, the auth file, `database_url`'s), every user a pool logs in as and
+/// every user a client is logged in as, by name. Never a password: only names, sizes and counts.
 pub(super) fn user_figures(console: &Console, census: &Census) -> Vec<UserFigures> {
     let config = console.shared.config();
     let auth = console.shared.auth();
@@ -236,9 +245,10 @@ pub(super) fn user_figures(console: &Console, census: &Census) -> Vec<UserFigure
         names.entry(console.served.user.clone()).or_default();
     }
     for p in &census.every {
-        let u = names.entry(p.user.clone()).or_default();
-        u.current_connections += p.open;
-        u.current_client_connections += p.clients();
+        names.entry(p.user.clone()).or_default().current_connections += p.open;
+    }
+    for (name, clients) in console.shared.counts.users() {
+        names.entry(name).or_default().current_client_connections = clients;
     }
     names
         .into_iter()
@@ -247,6 +257,7 @@ pub(super) fn user_figures(console: &Console, census: &Census) -> Vec<UserFigure
             let spec = book.get(&name).and_then(|k| k.spec.as_ref());
             let own = spec.and_then(|s| s.max_user_connections);
             UserFigures {
+                max_user_client_connections: Caps::of_console(&config, book, &name).user,
                 pool_size: spec.and_then(|s| s.pool_max),
                 mode: spec.and_then(|s| s.pool_mode),
                 max_user_connections: own.unwrap_or(config.max_user_connections),

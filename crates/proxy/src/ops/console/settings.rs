@@ -69,8 +69,10 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("listen_port", Source::Derived(Derived::ListenPort)),
     ("max_client_conn", Source::Key("max_client_conn", Unit::Same)),
     // 0 is PgBouncer's "unlimited", as pgmux's; pgbouncer_exporter reads these rows as numbers.
+    ("max_db_client_connections", Source::Key("max_db_client_connections", Unit::Same)),
     ("max_db_connections", Source::Key("max_db_connections", Unit::Same)),
     ("max_prepared_statements", Source::Key("max_prepared_statements", Unit::Same)),
+    ("max_user_client_connections", Source::Key("max_user_client_connections", Unit::Same)),
     ("max_user_connections", Source::Key("max_user_connections", Unit::Same)),
     ("min_pool_size", Source::Key("min_pool_size", Unit::Same)),
     ("pool_mode", Source::Key("pool_mode", Unit::Same)),

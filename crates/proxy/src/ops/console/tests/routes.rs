@@ -115,6 +115,7 @@ fn databases_show_each_route_with_its_mode_user_and_limits() {
         mode: PoolMode::Transaction,
         max_connections: 8,
         current_connections: 3,
+        max_client_connections: 4,
         current_client_connections: 3,
         paused: false,
     };
@@ -150,6 +151,7 @@ fn users_show_their_own_sizes_and_counts() {
             mode: Some(PoolMode::Session),
             max_user_connections: 6,
             current_connections: 2,
+            max_user_client_connections: 7,
             current_client_connections: 5,
         },
         UserFigures { name: "reader".into(), ..Default::default() },
