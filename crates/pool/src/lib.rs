@@ -500,6 +500,13 @@ impl<C> Inner<C> {
                     }
                     None => {
                         st.idle.push_back(item);
+                        // A pool under a shared limit may be waiting for this connection's room.
+                        if st.limits.iter().any(|l| l.wanted()) {
+                            let wanted: Vec<Arc<SharedLimit>> =
+                                st.limits.iter().filter(|l| l.wanted()).cloned().collect();
+                            drop(st);
+                            wanted.iter().for_each(|l| l.idle_now());
+                        }
                         return;
                     }
                 }
@@ -606,6 +613,7 @@ impl<C> State<C> {
         for (i, limit) in self.limits.iter().enumerate() {
             let took = limit.try_take() || (reclaim && limit.reclaim(me) && limit.try_take());
             if !took {
+                limit.turned_away();
                 self.limits[..i].iter().for_each(|taken| taken.give_back(1));
                 self.turned_away_at = Some(self.generations());
                 inner.turned_away.store(true, Ordering::Relaxed);

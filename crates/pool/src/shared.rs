@@ -12,7 +12,7 @@
 //! back while it holds its own lock. Taking an idle connection from another pool only tries that pool's
 //! lock: two pools each short of room never wait for each other.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -34,6 +34,9 @@ pub struct SharedLimit {
     held: AtomicUsize,
     /// Bumped whenever room may have come back; a pool turned away remembers the value it saw.
     generation: AtomicU64,
+    /// A pool was turned away since the pools were last rung: a connection that goes idle anywhere under
+    /// the limit rings them, since an idle connection can be given up for a waiting pool.
+    wanted: AtomicBool,
     members: Mutex<Vec<Weak<dyn Member>>>,
 }
 
@@ -50,6 +53,7 @@ impl SharedLimit {
             limit: AtomicUsize::new(limit),
             held: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
+            wanted: AtomicBool::new(false),
             members: Mutex::new(Vec::new()),
         })
     }
@@ -94,9 +98,29 @@ impl SharedLimit {
     /// Room may have come back: every pool under the limit is rung (each ignores it unless it was turned
     /// away).
     fn ring(&self) {
+        self.wanted.store(false, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Relaxed);
         for member in self.live_members() {
             member.room();
+        }
+    }
+
+    /// A pool was turned away: it waits for room, or for an idle connection another pool could give up.
+    pub(crate) fn turned_away(&self) {
+        self.wanted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a pool turned away waits (one load: asked each time a connection goes idle).
+    #[inline]
+    pub(crate) fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed)
+    }
+
+    /// A connection went idle under the limit: if a pool was turned away, it is rung to try again (taking
+    /// that connection's room, or another idle one's).
+    pub(crate) fn idle_now(&self) {
+        if self.wanted.swap(false, Ordering::Relaxed) {
+            self.ring();
         }
     }
 

@@ -75,6 +75,28 @@ async fn a_pool_turned_away_is_woken_when_room_comes_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_pool_turned_away_takes_the_room_of_a_connection_that_goes_idle_elsewhere() {
+    // PgBouncer's test_max_db_connections: every connection of a database was in use when a new user's pool
+    // asked; one coming back idle in another pool (not closed) must serve the waiting pool.
+    let db = SharedLimit::new(1);
+    let (a, a_closed) = pool_with_closer(10, 0);
+    let (b, _) = pool_with_closer(10, 0);
+    a.share(vec![Arc::clone(&db)]);
+    b.share(vec![Arc::clone(&db)]);
+    let a1 = open(&a, 1).await;
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { wait(&b, 1_000).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "b waits while a's one connection is in use");
+    drop(a1);
+    let grant = tokio::time::timeout(Duration::from_millis(10), waiter).await.expect("woken at once").unwrap();
+    assert!(matches!(grant, Ok(Grant::Open(_))), "{grant:?}");
+    assert_eq!(*a_closed.lock().unwrap(), vec![1], "a's idle connection was given up for it");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_raised_limit_lets_lazy_growth_go_on() {
     let budget = SharedLimit::new(1);
     let (a, _) = pool_with_closer(10, 5);
