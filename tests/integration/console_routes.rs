@@ -257,3 +257,61 @@ async fn client_caps_refuse_the_next_client_of_a_full_database_or_user_until_one
     let again = connect_to(&fx, "reports").await;
     assert_eq!(scalar(&again, "select current_user").await, "pgmux_md5");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_default_pool_size_resizes_a_routes_pool_live() {
+    // PgBouncer's test_pool_size ends so: SET default_pool_size, and the pool grows to it, no reconnect.
+    let fx = common::start(&format!("pool_max = 8\ndefault_pool_size = 1\n{ROUTES}")).await;
+    let first = connect_to(&fx, "app").await;
+    first.batch_execute("begin; select 1").await.unwrap();
+    let second = connect_to(&fx, "app").await;
+    let console = connect_to(&fx, "pgbouncer").await;
+    let waiting = tokio::spawn(async move { scalar(&second, "select 'served'").await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a pool of one, in use: the second client waits");
+    console.simple_query("SET default_pool_size = 2").await.expect("SET default_pool_size");
+    let served = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await;
+    assert_eq!(served.expect("served once the pool may grow").unwrap(), "served");
+    let pools = pick(&show(&console, "POOLS").await, &["database", "sv_active", "sv_idle"]);
+    assert!(pools.contains(&strings(&[&["app", "1", "1"]])[0]), "the first connection kept: {pools:?}");
+    first.batch_execute("commit").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_ends_a_routes_clients_and_holds_it_until_resume() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let app = connect_to(&fx, "app").await;
+    assert_eq!(scalar(&app, "select 'before'").await, "before");
+    let reports = connect_to(&fx, "reports").await;
+    let console = connect_to(&fx, "pgbouncer").await;
+
+    console.simple_query("KILL app").await.expect("KILL app");
+    let clients = pick(&show(&console, "CLIENTS").await, &["database"]);
+    assert!(!clients.iter().any(|r| r[0] == "app"), "the route's clients are gone when KILL returns: {clients:?}");
+    let err = app.simple_query("select 1").await.expect_err("killed");
+    assert!(err.is_closed() || err.code().is_some(), "{err}");
+    assert_eq!(scalar(&reports, "select current_user").await, "pgmux_md5", "the other route still serves");
+    let servers = pick(&show(&console, "SERVERS").await, &["database"]);
+    assert!(!servers.iter().any(|r| r[0] == "app"), "its server connections closed: {servers:?}");
+
+    // Held, as PgBouncer holds a killed database, until RESUME.
+    let later = tokio::spawn({
+        let addr = fx.addr();
+        async move {
+            let c = common::connect(addr, &APP_USER, |c| {
+                c.dbname("app");
+            })
+            .await
+            .expect("a new client logs in");
+            scalar(&c, "select 'after'").await
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!later.is_finished(), "a new client of a killed database waits for RESUME");
+    console.simple_query("RESUME app").await.expect("RESUME app");
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), later).await.expect("served after RESUME");
+    assert_eq!(answer.unwrap(), "after");
+
+    let err = console.simple_query("KILL nope").await.expect_err("no such database");
+    assert_eq!(err.code().map(|c| c.code()), Some("3D000"), "{err}");
+}

@@ -168,8 +168,12 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
         }
         shared.replace_client_tls(client_tls);
     }
+    let logins_changed = auth.is_some();
     if let Some(auth) = auth {
         shared.replace_auth(auth);
+    }
+    shared.pools.resize_routes(&shared.config(), shared.auth().book());
+    if logins_changed {
         shared.pools.retire_changed(&shared.config(), shared.auth().book());
     }
     for pool in shared.pools.all() {

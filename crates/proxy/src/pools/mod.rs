@@ -240,6 +240,12 @@ impl ServerPool {
         limit
     }
 
+    /// A named database's pool takes a new size of its own (unset: only the limits it shares bound it).
+    pub(crate) fn set_cap(&self, cap: Option<usize>) {
+        let limit = self.limit.plan(cap.unwrap_or(NO_CAP));
+        self.enforce(limit);
+    }
+
     /// Raises a ceiling set by a refusal, one step at a time; `Some(limit)` when the limit changed.
     pub(crate) fn probe(&self) -> Option<usize> {
         let limit = self.limit.probe()?;

@@ -263,6 +263,25 @@ impl Pools {
         self.globals.tasks.spawn(Box::new(conn).terminate());
     }
 
+    /// After a reload or a SET: a named database's pool whose plan changed in its size alone (`pool_size`,
+    /// `default_pool_size`) takes the new size at once and keeps its connections, as PgBouncer applies a new
+    /// size live; any other change is [`retire_changed`](Self::retire_changed)'s.
+    pub(crate) fn resize_routes(&self, config: &Config, book: &UserBook) {
+        let mut made = self.made.lock();
+        let made = &mut *made;
+        for (key, plan) in &mut made.plans {
+            let Ok(Routed::Route(now)) = routing::route(config, book, &key.database, &key.user) else { continue };
+            if now.cap == plan.cap || (RoutePlan { cap: plan.cap, ..(*now).clone() }) != *plan {
+                continue;
+            }
+            plan.cap = now.cap;
+            if let Some(id) = made.by_key.get(key) {
+                tracing::info!(database = %key.database, user = %key.user, pool_size = ?now.cap, "pool resized");
+                self.get(*id).set_cap(now.cap);
+            }
+        }
+    }
+
     /// After a reload: the pools of named databases whose route or user changed (or went) take no new
     /// clients and drain: their idle connections close now, the rest as they come back. Their clients stay
     /// until they leave; new clients get a pool made from the new plan.

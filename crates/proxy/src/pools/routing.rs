@@ -122,9 +122,11 @@ fn plan(
         key: PoolKey { database: database.to_owned(), user: server_user.clone() },
         auth,
         secret_arn: spec.secret_arn.clone().or_else(|| user_spec.and_then(|u| u.secret_arn.clone())),
-        cap: spec.pool_max.or(user_spec.and_then(|u| u.pool_max)).or(config.default_pool_size),
+        // The server user's own entry first, then the database's, as PgBouncer: a forced user's entry applies
+        // to the route's pool, the client's own does not.
+        cap: user_spec.and_then(|u| u.pool_max).or(spec.pool_max).or(config.default_pool_size),
         min_pool_size: spec.min_pool_size.unwrap_or(config.min_pool_size),
-        mode: spec.pool_mode.or(user_spec.and_then(|u| u.pool_mode)).unwrap_or(config.pool_mode),
+        mode: user_spec.and_then(|u| u.pool_mode).or(spec.pool_mode).unwrap_or(config.pool_mode),
         route_limit: spec.max_db_connections.or(some(config.max_db_connections)).filter(|n| *n > 0),
         user_limit: user_spec
             .and_then(|u| u.max_user_connections)
@@ -236,16 +238,19 @@ mod tests {
     }
 
     #[test]
-    fn sizes_and_modes_come_from_the_route_then_the_user_then_the_defaults() {
+    fn sizes_and_modes_come_from_the_server_user_then_the_route_then_the_defaults() {
         let c = config(
             "default_pool_size = 7\nmax_user_connections = 9\npool_mode = \"transaction\"\n\
-             [[databases]]\nname = \"app\"\n[[databases]]\nname = \"mig\"\npool_mode = \"session\"\n\
-             max_db_connections = 2\n[[users]]\nname = \"report\"\npool_size = 3\nmax_user_connections = 4\n",
+             [[databases]]\nname = \"app\"\npool_size = 2\n[[databases]]\nname = \"mig\"\npool_mode = \"session\"\n\
+             max_db_connections = 2\n[[databases]]\nname = \"forced\"\nuser = \"app\"\npool_size = 5\n\
+             [[users]]\nname = \"report\"\npool_size = 3\nmax_user_connections = 4\n",
         );
         let book = UserBook::build(&c, Vec::new());
         let p = plan_of(route(&c, &book, "app", "report").unwrap());
         assert_eq!((p.cap, p.user_limit, p.route_limit, p.mode), (Some(3), Some(4), None, PoolMode::Transaction));
         let p = plan_of(route(&c, &book, "mig", "app").unwrap());
         assert_eq!((p.cap, p.user_limit, p.route_limit, p.mode), (Some(7), Some(9), Some(2), PoolMode::Session));
+        let p = plan_of(route(&c, &book, "forced", "report").unwrap());
+        assert_eq!(p.cap, Some(5), "a forced server user: the client's own pool_size does not apply");
     }
 }

@@ -245,7 +245,7 @@ impl Drop for ClientSlot {
 fn goodbye(kill: &KillSwitch) -> ErrorMessage {
     if kill.fired() {
         ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "terminating connection due to administrator command")
-            .with_detail("An admin ran KILL_CLIENT on the pgmux console.")
+            .with_detail("An admin ran KILL or KILL_CLIENT on the pgmux console.")
     } else {
         shutting_down()
     }

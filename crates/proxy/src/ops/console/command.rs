@@ -141,6 +141,9 @@ pub enum Command {
     /// Wait until the connections marked by RECONNECT or RELOAD are closed.
     WaitClose(Option<String>),
     Reload,
+    /// End every client of a database (or of all) and close its server connections; the database is then
+    /// paused, new clients waiting, until RESUME.
+    Kill(Option<String>),
     KillClient(u64),
     Shutdown(ShutdownMode),
     /// `SET key = value`: change a setting that may change live. The key is lower-cased.
@@ -184,6 +187,7 @@ impl Command {
             Command::Reconnect(_) => "RECONNECT".into(),
             Command::WaitClose(_) => "WAIT_CLOSE".into(),
             Command::Reload => "RELOAD".into(),
+            Command::Kill(_) => "KILL".into(),
             Command::KillClient(_) => "KILL_CLIENT".into(),
             Command::Shutdown(_) => "SHUTDOWN".into(),
             Command::Set { .. } | Command::SetIgnored(_) => "SET".into(),

@@ -1,6 +1,6 @@
-//! The console's commands that act: PAUSE, RESUME, RECONNECT, WAIT_CLOSE, RELOAD, KILL_CLIENT, SHUTDOWN
-//! and SET; and SHOW SIZING, which reads the sizing loop's last look at the database. PAUSE, RESUME,
-//! RECONNECT and WAIT_CLOSE act on every pool, or with a database on that route's pools alone.
+//! The console's commands that act: PAUSE, RESUME, RECONNECT, WAIT_CLOSE, RELOAD, KILL, KILL_CLIENT,
+//! SHUTDOWN and SET; and SHOW SIZING, which reads the sizing loop's last look at the database. PAUSE,
+//! RESUME, RECONNECT, WAIT_CLOSE and KILL act on every pool, or with a database on that route's pools alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +52,7 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
             )
             .with_hint("the running configuration stays in force; fix the file and RELOAD again")),
         },
+        Command::Kill(db) => kill_database(console, db.as_deref()).await,
         Command::KillClient(id) => kill(console, *id),
         Command::Shutdown(mode) => shutdown(console, *mode),
         Command::Set { key, value } => set(console, key, value),
@@ -123,6 +124,39 @@ fn kill(console: &Console, id: u64) -> Result<Reply, ErrorMessage> {
     };
     tracing::info!(client_id = id, "KILL_CLIENT");
     console.stop.kill(&client.kill);
+    Ok(Reply::Done)
+}
+
+/// Longest KILL waits for the sessions it ended to be gone (each ends at its next wake-up, at once unless
+/// its task is starved).
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// KILL [db], as PgBouncer: the database's pools are paused (new clients wait until RESUME), every client
+/// of them is ended (57P01, as KILL_CLIENT ends one) and every server connection of them closed: idle ones
+/// now, lent ones as their clients end. Returns once the clients are gone from SHOW CLIENTS.
+async fn kill_database(console: &Console, db: Option<&str>) -> Result<Reply, ErrorMessage> {
+    let pools = chosen(console, db)?;
+    let ids: Vec<u16> = pools.iter().map(|pool| pool.id().index()).collect();
+    for pool in &pools {
+        pool.pause();
+        pool.reconnect();
+    }
+    let clients = console.shared.observer().clients.all();
+    let doomed: Vec<u64> = clients.iter().filter(|c| !c.console && ids.contains(&c.pool())).map(|c| c.id).collect();
+    for client in clients.iter().filter(|c| doomed.contains(&c.id)) {
+        console.stop.kill(&client.kill);
+    }
+    tracing::info!(
+        database = db.unwrap_or("(all)"),
+        clients = doomed.len(),
+        "KILL: clients ended, pool paused until RESUME"
+    );
+    let book = &console.shared.observer().clients;
+    let gone = tokio::time::timeout(KILL_WAIT, until(console, || doomed.iter().all(|id| book.get(*id).is_none())));
+    gone.await.map_err(|_| {
+        ErrorMessage::error(sqlstate::QUERY_CANCELED, "KILL: some clients had not ended within 5 s")
+            .with_hint("they end at their next wake-up; SHOW CLIENTS lists them until then")
+    })??;
     Ok(Reply::Done)
 }
 

@@ -59,9 +59,7 @@ pub(super) fn command(query: &str, tokens: &[Token]) -> Result<Command, CommandE
         "reload" => Err(syntax(query, "RELOAD takes no argument")),
         "kill_client" => kill_client(query, args),
         "shutdown" => shutdown(query, args),
-        "kill" => {
-            Err(unsupported("KILL", "RECONNECT replaces every server connection; KILL_CLIENT <id> ends one client"))
-        }
+        "kill" => optional_database(query, "KILL", args).map(Command::Kill),
         "suspend" => Err(unsupported("SUSPEND", "PAUSE holds new transactions until RESUME")),
         "disable" | "enable" => Err(unsupported(
             &verb.to_ascii_uppercase(),

@@ -206,8 +206,16 @@ fn every_pgbouncer_show_is_a_command_a_script_can_run() {
 }
 
 #[test]
+fn kill_takes_an_optional_database() {
+    assert_eq!(ok("KILL"), Command::Kill(None));
+    assert_eq!(ok("kill appdb;"), Command::Kill(Some("appdb".into())));
+    assert_eq!(err("KILL a b").code, SYNTAX_ERROR);
+    assert_eq!(ok("KILL appdb").tag().as_deref(), Some("KILL"));
+}
+
+#[test]
 fn pgbouncer_commands_pgmux_has_no_equivalent_of_say_what_to_do_instead() {
-    for q in ["KILL", "KILL appdb", "SUSPEND", "DISABLE appdb", "ENABLE appdb"] {
+    for q in ["SUSPEND", "DISABLE appdb", "ENABLE appdb"] {
         let e = err(q);
         assert_eq!(e.code, "0A000", "{q}");
         assert!(e.hint.is_some(), "{q}: says what to do instead");
