@@ -321,3 +321,27 @@ async fn a_console_user_logs_in_with_its_own_password() {
     // A user pgmux knows but who is no admin fails as an unknown one does.
     assert_eq!(code(&connect_to(&fx, &APP_USER, "pgbouncer").await.expect_err("not an admin")), "28P01");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_user_database_keeps_min_pool_size_open_before_any_client() {
+    // PgBouncer's test_min_pool_size: a database with a forced user and min_pool_size has its connections
+    // before a client comes; one without a forced user (a pool per client user) has none until then.
+    let routes =
+        ROUTES.replace("password = \"md5-pw-2\"\n[[users]]", "password = \"md5-pw-2\"\nmin_pool_size = 2\n[[users]]");
+    let fx = common::start(&format!("pool_max = 4\nserver_idle_timeout = \"0\"\n{routes}")).await;
+    let oracle = common::direct(&fx.pg).await;
+    let opened = common::eventually(Duration::from_secs(5), || async {
+        let row = oracle
+            .query_one(
+                "select count(*) from pg_stat_activity where backend_type = 'client backend' \
+                 and usename = 'pgmux_md5' and application_name is distinct from 'pgmux-probe'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) == 2
+    })
+    .await;
+    assert!(opened, "reports' two connections open with no client");
+    assert_eq!(backends(&oracle).await, 2, "and none for app, whose pools are per client user");
+}

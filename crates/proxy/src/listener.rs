@@ -248,6 +248,7 @@ impl Listener {
         // Unix clients are shown with the port their socket file is named after, as PgBouncer does.
         let unix_peer = Peer::Unix { port: socket.local_addr().map(|a| a.port()).unwrap_or_default() };
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
+        session::prewarm(&shared);
         let sizing = tokio::spawn(sizing::run(Arc::clone(shared.pools.first()), stop.clone(), gate));
         let metrics = tokio::spawn(metrics_http::serve(Arc::clone(&shared), stop.clone()));
         let next_id = Arc::new(AtomicU64::new(1));

@@ -116,6 +116,8 @@ pub struct RouteSpec {
     /// Client connections naming this database at once (PgBouncer's `max_db_client_connections`).
     pub max_db_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
+    /// Its own `server_lifetime` (unset: the global one).
+    pub server_lifetime: Option<std::time::Duration>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
     pub auth_user: Option<String>,
     /// A reader route's instances, `host[:port]` each (the port defaults to the route's): each transaction
@@ -265,7 +267,6 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "datestyle",
     "timezone",
     "application_name",
-    "server_lifetime",
     "load_balance_hosts",
     "auth_dbname",
     "auth_query",
@@ -307,6 +308,13 @@ impl RouteSpec {
             "max_db_connections" => self.max_db_connections = Some(number(key, value)?),
             "max_db_client_connections" => self.max_db_client_connections = Some(number(key, value)?),
             "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
+            "server_lifetime" => {
+                let expected = ValueError::Expected {
+                    expected: "a duration like 30s, 1h or a number of seconds",
+                    got: value.to_owned(),
+                };
+                self.server_lifetime = Some(super::value::parse_duration(value.trim()).ok_or(expected)?);
+            }
             "auth_user" => self.auth_user = text(value),
             "readers" => {
                 self.readers = value.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect();

@@ -181,7 +181,8 @@ impl ConfigValue for Duration {
     }
 }
 
-fn parse_duration(s: &str) -> Option<Duration> {
+/// `500ms`, `5s`, `2m`, `1h`, or a bare number of seconds (PgBouncer's unit).
+pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
     let n: u64 = digits.parse().ok()?;

@@ -182,6 +182,7 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
             pool.reconnect();
         }
     }
+    crate::session::prewarm(shared);
     shared.observer().metrics.reloads.inc(ReloadResult::Ok);
     let outcome = Outcome { changed, kept, reconnect };
     tracing::info!(%outcome, "configuration reloaded");

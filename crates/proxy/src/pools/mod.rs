@@ -75,6 +75,8 @@ pub(crate) struct ServerPool {
     jitter: std::collections::hash_map::RandomState,
     /// How long its clients keep a server connection.
     mode: PoolMode,
+    /// A named database's own `server_lifetime` (unset: the global one, read at each open).
+    server_lifetime: Option<Duration>,
     /// Its own cap, for the pool of a named database (the default pool's limit is sizing's plan).
     cap: Option<usize>,
     /// Connections kept warm, if its database or user says (else min_pool_size).
@@ -116,6 +118,7 @@ impl ServerPool {
             probes: probe::Probes::default(),
             jitter: Default::default(),
             mode: config.pool_mode,
+            server_lifetime: None,
             cap: None,
             min_pool_size: None,
             target: None,
@@ -142,6 +145,7 @@ impl ServerPool {
         pool.pool.set_max_size(own);
         pool.pool.share(limits);
         pool.mode = plan.mode;
+        pool.server_lifetime = plan.server_lifetime;
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
         pool.id = id;
@@ -386,7 +390,7 @@ impl ServerPool {
         if self.login_micros.swap(login, Ordering::Relaxed).abs_diff(login) > 1000 {
             self.pool.set_grow_after(grow_after(&config, login), config.pool_grow_after);
         }
-        conn.lifetime = jittered(config.server_lifetime, self.jitter.hash_one(id));
+        conn.lifetime = jittered(self.server_lifetime.unwrap_or(config.server_lifetime), self.jitter.hash_one(id));
         let tls = matches!(conn.io.stream, crate::net::io::Stream::TlsToServer(_));
         conn.ticket = Some(self.globals.observer.servers.add(ServerEntry {
             id: conn.id,
@@ -403,7 +407,10 @@ impl ServerPool {
         if self.defaults().is_empty() {
             *self.defaults.write() = Arc::new(Defaults::from_reported(&conn.params.reported));
         }
-        tracing::debug!(server_id = conn.id, addr = %conn.addr, "opened server connection");
+        // PgBouncer's words for the same line (scripts, and its test suite, count them).
+        let local = conn.local.map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(server_id = conn.id, addr = %conn.addr, database = %self.key.database, user = %self.key.user,
+            "new connection to server (from {local})");
         Ok(conn)
     }
 

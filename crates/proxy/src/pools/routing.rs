@@ -44,6 +44,8 @@ pub(crate) struct RoutePlan {
     pub(crate) cap: Option<usize>,
     pub(crate) min_pool_size: usize,
     pub(crate) mode: PoolMode,
+    /// The route's own `server_lifetime`, if it has one.
+    pub(crate) server_lifetime: Option<std::time::Duration>,
     pub(crate) route_limit: Option<usize>,
     pub(crate) user_limit: Option<usize>,
     /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
@@ -127,6 +129,7 @@ fn plan(
         cap: user_spec.and_then(|u| u.pool_max).or(spec.pool_max).or(config.default_pool_size),
         min_pool_size: spec.min_pool_size.unwrap_or(config.min_pool_size),
         mode: user_spec.and_then(|u| u.pool_mode).or(spec.pool_mode).unwrap_or(config.pool_mode),
+        server_lifetime: spec.server_lifetime,
         route_limit: spec.max_db_connections.or(some(config.max_db_connections)).filter(|n| *n > 0),
         user_limit: user_spec
             .and_then(|u| u.max_user_connections)

@@ -253,6 +253,25 @@ async fn route_login(
     Ok(id)
 }
 
+/// Makes the pool of every database with a forced server user and a `min_pool_size`, and warms it: as in
+/// PgBouncer, such a pool keeps its connections open before any client comes (at start-up and after a
+/// reload). A database without a forced user has one pool per client user, made at its first client.
+pub(crate) fn prewarm(shared: &Shared) {
+    let config = shared.config();
+    let auth = shared.auth();
+    for spec in config.databases.iter().filter(|s| s.name != "*") {
+        let Some(user) = spec.user.as_deref() else { continue };
+        if spec.min_pool_size.unwrap_or(config.min_pool_size) == 0 {
+            continue;
+        }
+        let Ok(Routed::Route(plan)) = routing::route(&config, auth.book(), &spec.name, user) else { continue };
+        match route_pool(shared, &auth, *plan, None) {
+            Ok(id) => shared.pools.get(id).warm(),
+            Err(e) => tracing::warn!(database = %spec.name, error = %e.message, "cannot keep min_pool_size open"),
+        }
+    }
+}
+
 /// The pool of a named database's plan (its writer's, for a reader route), made the first time a client
 /// needs it; for a reader route, the pools of its instances too, and the set that picks among them.
 fn route_pool(

@@ -8,6 +8,7 @@
 mod line;
 mod link;
 mod login;
+pub(crate) use login::prewarm;
 mod meter;
 mod passthrough;
 mod relay;

@@ -96,6 +96,7 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
         (Some("127.0.0.1"), Some(6666), Some("p0"), Some("bouncer"), Some(2))
     );
     assert_eq!(route("p3").pool_mode, Some(PoolMode::Session));
+    assert_eq!((route("p9").server_lifetime, route("p0").server_lifetime), (Some(Duration::from_secs(2)), None));
     assert_eq!(route("p3x").pool_mode, Some(PoolMode::Transaction));
     assert_eq!((route("p0y").min_pool_size, route("p0y").max_db_connections), (Some(5), Some(2)));
     assert_eq!(route("p4").password.as_ref().map(|p| p.expose()), Some("foo"));
@@ -128,7 +129,6 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
         "database p0: reserve_pool_size",
         "database p0a: reserve_pool",
         "database p8: connect_query",
-        "database p9: server_lifetime",
         "database pauthz: auth_dbname",
         "database hostlist1: host",
         "database hostlist2: host",
@@ -151,7 +151,7 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     let logfile = c.unsupported.iter().find(|u| u.setting == "logfile").unwrap();
     assert_eq!(logfile.at, Some(At { file: "pgbouncer.ini".into(), line: HEADER_LINES + 70 }));
     let warning = c.warning().expect("a warning");
-    assert!(warning.starts_with("21 PgBouncer setting(s) pgmux does not have"), "{warning}");
+    assert!(warning.starts_with("20 PgBouncer setting(s) pgmux does not have"), "{warning}");
     assert!(warning.contains("logfile (pgbouncer.ini:90)"), "{warning}");
     assert!(!warning.contains("foo") && !warning.contains("wrong"), "no value, no password: {warning}");
 }
