@@ -387,6 +387,11 @@ fn every_setting_is_one_pgmux_has_and_the_migration_guide_covers_it() {
             assert!(crate::config::KEYS.iter().any(|k| k.name == *key), "{name} maps to {key}, not a pgmux key");
         }
     }
+    for (name, meaning) in PGMUX_ONLY {
+        assert!(guide.contains(&format!("`{name}`")), "docs/migrating-from-pgbouncer.md does not cover {name}");
+        assert!(matches!(meaning, Meaning::Key(key, _) if crate::config::KEYS.iter().any(|k| k.name == *key)));
+        assert!(SETTINGS.iter().all(|(n, _)| n != name), "{name} is PgBouncer's, not pgmux's own");
+    }
     for (key, _) in PGBOUNCER_DEFAULTS {
         assert!(crate::config::KEYS.iter().any(|k| k.name == *key), "{key} is not a pgmux key");
     }
