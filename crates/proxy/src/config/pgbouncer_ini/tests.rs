@@ -426,3 +426,14 @@ fn every_setting_the_reader_rules_on_is_ruled_on() {
         }
     }
 }
+
+#[test]
+fn pgmux_s_own_overload_guard_reads_from_the_file_and_the_environment_wins() {
+    let text = format!("{ONE_DB}[pgbouncer]\nmax_active_servers = 8\n");
+    assert_eq!(parse(&text).unwrap().config.max_active_servers, 8);
+    let c = parse_env(&text, &[("PGMUX_MAX_ACTIVE_SERVERS", "3")]).unwrap();
+    assert_eq!(c.config.max_active_servers, 3);
+    assert!(!settings_of(&c).contains(&"max_active_servers"), "not listed as left out");
+    let err = parse(&format!("{ONE_DB}[pgbouncer]\nmax_active_servers = many\n")).unwrap_err();
+    assert!(err.to_string().contains("max_active_servers"), "{err}");
+}
