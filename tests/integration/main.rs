@@ -8,6 +8,7 @@ mod basics;
 mod console_routes;
 mod failures;
 mod figures;
+mod overload;
 mod params;
 mod pgbouncer_ini;
 mod pooling;

@@ -71,6 +71,8 @@ crate::label_enum! {
         QueryWaitTimeout => "query_wait_timeout",
         /// Waited past `query_wait_timeout` while the database refused new connections.
         DatabaseRefused => "database_refused",
+        /// Waited past `query_wait_timeout` for a turn under `max_active_servers`.
+        MaxActiveServers => "max_active_servers",
     }
 }
 
@@ -149,6 +151,8 @@ pub struct Metrics {
     pub pinned_clients: Gauge,
     pub pool_limit: Gauge,
     pub pool_budget: Gauge,
+    pub active_limit: Gauge,
+    pub active_waiting: Gauge,
     pub fleet_instances: Gauge,
     pub server_wait: Histogram,
     pub transaction_time: Histogram,
@@ -187,6 +191,8 @@ impl Metrics {
             pinned_clients: Gauge::new(),
             pool_limit: Gauge::new(),
             pool_budget: Gauge::new(),
+            active_limit: Gauge::new(),
+            active_waiting: Gauge::new(),
             fleet_instances: Gauge::new(),
             server_wait: Histogram::new(),
             transaction_time: Histogram::new(),
@@ -248,6 +254,8 @@ impl Metrics {
             pinned_clients: self.pinned_clients.get(),
             pool_limit: self.pool_limit.get(),
             pool_budget: self.pool_budget.get(),
+            active_limit: self.active_limit.get(),
+            active_waiting: self.active_waiting.get(),
             fleet_instances: self.fleet_instances.get(),
             server_wait: self.server_wait.snapshot(),
             transaction_time: self.transaction_time.snapshot(),
@@ -312,6 +320,10 @@ pub struct Snapshot {
     pub pinned_clients: i64,
     pub pool_limit: i64,
     pub pool_budget: i64,
+    /// `max_active_servers` in force (0: no cap).
+    pub active_limit: i64,
+    /// Clients waiting for their turn under `max_active_servers`.
+    pub active_waiting: i64,
     pub fleet_instances: i64,
     pub server_wait: HistogramSnapshot,
     pub transaction_time: HistogramSnapshot,
@@ -328,6 +340,8 @@ impl Snapshot {
         self.pinned_clients = at.pinned_clients;
         self.pool_limit = at.pool_limit;
         self.pool_budget = at.pool_budget;
+        self.active_limit = at.active_limit;
+        self.active_waiting = at.active_waiting;
         self.fleet_instances = at.fleet_instances;
         self
     }
@@ -369,6 +383,8 @@ descs! {
     LIMIT = "pgmux_pool_limit", None, "Server connections pgmux may hold now (the limit in force).";
     BUDGET = "pgmux_pool_budget", None, "Server connections the fleet of pgmux instances may hold, from max_connections.";
     FLEET = "pgmux_fleet_instances", None, "pgmux instances seen sharing the database, this one included.";
+    ACTIVE_LIMIT = "pgmux_active_servers_limit", None, "max_active_servers in force: server connections in use at once, all pools together, compared with pgmux_server_connections{state=\"active\"} (0: no cap).";
+    ACTIVE_WAITING = "pgmux_active_servers_waiting_clients", None, "Clients waiting for their turn under max_active_servers.";
     SERVER_WAIT = "pgmux_server_wait_seconds", Seconds, "Time a transaction waited for a server connection.";
     XACT_TIME = "pgmux_transaction_duration_seconds", Seconds, "Time a server connection was linked to one transaction.";
     QUERY_TIME = "pgmux_query_duration_seconds", Seconds, "Time a query spent on a server connection, up to its ReadyForQuery (the wait for a connection is pgmux_server_wait_seconds).";
@@ -411,6 +427,8 @@ pub fn encode_all(e: &mut Encoder, snap: &Snapshot) {
     e.gauge(&LIMIT, snap.pool_limit);
     e.gauge(&BUDGET, snap.pool_budget);
     e.gauge(&FLEET, snap.fleet_instances);
+    e.gauge(&ACTIVE_LIMIT, snap.active_limit);
+    e.gauge(&ACTIVE_WAITING, snap.active_waiting);
     e.histogram(&SERVER_WAIT, &snap.server_wait);
     e.histogram(&XACT_TIME, &snap.transaction_time);
     e.histogram(&QUERY_TIME, &snap.query_time);

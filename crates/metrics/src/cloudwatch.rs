@@ -59,6 +59,8 @@ fn gauges(c: &Snapshot) -> Vec<EmfMetric> {
         gauge("MaxDatabaseConnectionsAllowed", c.pool_limit),
         gauge("DatabaseConnectionsBudget", c.pool_budget),
         gauge("FleetInstances", c.fleet_instances),
+        gauge("MaxActiveDatabaseConnections", c.active_limit),
+        gauge("ClientConnectionsWaitingForActiveLimit", c.active_waiting),
     ]
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::Inner;
+use crate::active::ActivePermit;
 
 /// Facts about a pooled connection that eviction policies look at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,12 +34,15 @@ pub enum Grant<C> {
 pub struct Lease<C> {
     conn: Option<(C, Meta)>,
     pool: Arc<Inner<C>>,
+    /// Its place under an [`ActiveCap`](crate::ActiveCap), if it is under one: dropped after the connection
+    /// went back, so that the caller it goes to finds the connection idle.
+    permit: Option<ActivePermit>,
 }
 
 impl<C> Lease<C> {
     pub(crate) fn new(pool: &Arc<Inner<C>>, conn: C, mut meta: Meta) -> Self {
         meta.lends += 1;
-        Lease { conn: Some((conn, meta)), pool: Arc::clone(pool) }
+        Lease { conn: Some((conn, meta)), pool: Arc::clone(pool), permit: None }
     }
 
     /// The connection's pool facts.
@@ -47,6 +51,20 @@ impl<C> Lease<C> {
             Some((_, meta)) => meta,
             None => unreachable!("a lease holds its connection until it is consumed"),
         }
+    }
+
+    /// Puts the lease under an [`ActiveCap`](crate::ActiveCap): `permit` is given back when the connection
+    /// is.
+    #[inline]
+    pub fn hold(&mut self, permit: Option<ActivePermit>) {
+        if permit.is_some() {
+            self.permit = permit;
+        }
+    }
+
+    /// Whether the lease counts under an [`ActiveCap`](crate::ActiveCap).
+    pub fn holds_permit(&self) -> bool {
+        self.permit.is_some()
     }
 
     /// Takes the connection out of the pool for good (it is broken, or being closed). Its place is freed.

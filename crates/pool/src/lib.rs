@@ -22,10 +22,15 @@
 //! The pool can be paused ([`Pool::pause`]): nothing is handed out, connections that come back stay idle,
 //! and waiters keep their place in line until [`Pool::resume`] serves them in order.
 //!
+//! Several pools may also share a cap on connections *in use* at once ([`ActiveCap`]): a caller takes a
+//! permit before it borrows and [`Lease::hold`]s it, and callers over the cap wait in one line across the
+//! pools, first come, first served (see the `active` module).
+//!
 //! The bookkeeping sits behind a short synchronous mutex that is never held across an `.await`, and a lease
 //! returns its connection inline on drop (no task is spawned: inside Lambda a spawned task may only run after
 //! the environment thaws).
 
+mod active;
 mod busy;
 mod clock;
 mod lease;
@@ -42,6 +47,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+pub use active::{ActiveCap, ActivePermit};
 pub use lease::{Grant, Lease, Meta, Slot};
 pub use line::{Joined, Ticket};
 use shared::Member;
@@ -674,3 +680,6 @@ mod growth_tests;
 
 #[cfg(test)]
 mod shared_tests;
+
+#[cfg(test)]
+mod active_tests;

@@ -54,6 +54,8 @@ fn populated() -> Metrics {
     m.pool_limit.set(20);
     m.pool_budget.set(80);
     m.fleet_instances.set(3);
+    m.active_limit.set(8);
+    m.active_waiting.set(2);
     for (n, latency) in Latency::ALL.iter().enumerate() {
         let h = m.histogram(*latency);
         for v in [0, 3, 15, 16, 17, 250, 999, 4_096, 1_000_000, 70_000_000, u64::MAX / 4] {
@@ -110,6 +112,8 @@ fn expected(s: &Snapshot) -> BTreeMap<Key, f64> {
         ("pgmux_pool_limit", s.pool_limit),
         ("pgmux_pool_budget", s.pool_budget),
         ("pgmux_fleet_instances", s.fleet_instances),
+        ("pgmux_active_servers_limit", s.active_limit),
+        ("pgmux_active_servers_waiting_clients", s.active_waiting),
     ] {
         put(&mut want, name, &[], v as f64);
     }

@@ -160,6 +160,11 @@ config_keys! {
     /// Client connections logged in as one user at once, unless its entry says otherwise (0 = no limit);
     /// the next one gets SQLSTATE 53300.
     max_user_client_connections: usize = "0";
+    /// Server connections in use at once (lent to a client for a transaction, or pinned to one), all pools
+    /// together, readers included; clients over it wait their turn, first come first served, up to
+    /// query_wait_timeout. Idle connections do not count. 0 = no cap. Set it near what the database can run
+    /// at once (a few per vCPU), not from max_connections.
+    max_active_servers: usize = "0";
     /// How long a client keeps its server connection: `transaction` (for one transaction at a time) or
     /// `session` (until it disconnects: migrations, session-level tools), unless its database or user entry
     /// says otherwise.

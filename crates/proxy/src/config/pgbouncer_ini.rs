@@ -32,7 +32,7 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use settings::{Converted, Meaning, NO_LIMIT, PGBOUNCER_DEFAULTS, SETTINGS, Unit};
+pub use settings::{Converted, Meaning, NO_LIMIT, PGBOUNCER_DEFAULTS, PGMUX_ONLY, SETTINGS, Unit};
 pub use syntax::Section;
 
 use super::routes::EntryError;

@@ -32,6 +32,8 @@ pub(crate) struct PoolGauges {
     pub(crate) budget: Option<usize>,
     /// pgmux instances the last reading saw, this one included.
     pub(crate) members: Option<usize>,
+    /// `max_active_servers` in force (0: no cap), and the clients waiting for a turn under it.
+    pub(crate) active: (usize, usize),
 }
 
 /// How often PgBouncer-style averages are refreshed (PgBouncer's default `stats_period`).
@@ -242,7 +244,7 @@ impl Observer {
 
     /// Every metric now, gauges counted from the books and from what the pools say now.
     pub(crate) fn snapshot(&self, pools: PoolGauges) -> Snapshot {
-        let PoolGauges { status, limit, own, budget, members } = pools;
+        let PoolGauges { status, limit, own, budget, members, active: cap } = pools;
         let mut snap = self.metrics.snapshot();
         let mut clients = [0i64; 3];
         let mut pinned = 0;
@@ -270,6 +272,7 @@ impl Observer {
         snap.pool_limit = limit as i64;
         snap.pool_budget = budget.map_or(0, |b| b as i64);
         snap.fleet_instances = members.map_or(1, |m| m as i64);
+        (snap.active_limit, snap.active_waiting) = (cap.0 as i64, cap.1 as i64);
         snap.server_closed = self.servers.closed.values();
         let st = self.servers.statement_totals();
         snap.statement_parses = st.client_parses;

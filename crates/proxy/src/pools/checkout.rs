@@ -10,7 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use pgmux_metrics::ServerCloseReason;
-use pgmux_pool::{Grant, Joined, Ticket, WaitError};
+use pgmux_pool::{ActivePermit, Grant, Joined, Ticket, WaitError};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 use tokio::time::Instant;
@@ -30,6 +30,15 @@ pub(crate) enum CheckoutError {
         limit: usize,
         /// The database's last refusal of a new connection, if that is why.
         refused: Option<Box<ServerError>>,
+    },
+    #[error(
+        "no server connection became free within query_wait_timeout ({}s): max_active_servers ({limit}) were in use",
+        .waited.as_secs_f32()
+    )]
+    ActiveCap {
+        waited: Duration,
+        /// `max_active_servers` at the time.
+        limit: usize,
     },
     #[error(transparent)]
     Connect(#[from] ConnectError),
@@ -53,6 +62,8 @@ impl CheckoutError {
                 format!("{self}: all {limit} server connections stayed busy"),
             )
             .with_hint("raise query_wait_timeout or the pool limit (pool_max, max_connections_percent), or shorten transactions"),
+            CheckoutError::ActiveCap { .. } => ErrorMessage::error(sqlstate::TOO_MANY_CONNECTIONS, self.to_string())
+                .with_hint("the database is kept from overload: raise query_wait_timeout or max_active_servers, or shorten transactions"),
             CheckoutError::Connect(_) | CheckoutError::Credentials(_) => {
                 ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string())
             }
@@ -155,10 +166,14 @@ impl ServerPool {
     ) -> Result<ServerLease, CheckoutError> {
         let mut wait = Wait::new(self.config().query_wait_timeout);
         (wait.first, wait.deadline) = (first, deadline);
+        // Under max_active_servers the client's turn comes first, in the one line of every pool, and only
+        // then a connection of its pool: a client that waits for its turn holds nothing.
+        let permit = if self.globals.active.is_on() { Some(self.active_turn(&mut wait).await?) } else { None };
         loop {
             match self.grant(&mut wait).await? {
                 Grant::Idle(mut lease) => {
                     if self.fit_to_lend(&mut lease).await {
+                        lease.hold(permit);
                         return Ok(lease);
                     }
                     tracing::debug!(server_id = lease.id, "idle server connection failed its check; closing it");
@@ -171,7 +186,11 @@ impl ServerPool {
                         continue;
                     }
                     match Box::pin(self.open()).await {
-                        Ok(conn) => return Ok(slot.fill(Box::new(conn))),
+                        Ok(conn) => {
+                            let mut lease = slot.fill(Box::new(conn));
+                            lease.hold(permit);
+                            return Ok(lease);
+                        }
                         Err(CheckoutError::Connect(e)) => {
                             drop(slot);
                             Box::pin(self.after_failed_open(e, &mut wait)).await?;
@@ -179,6 +198,24 @@ impl ServerPool {
                         Err(e) => return Err(e),
                     }
                 }
+            }
+        }
+    }
+
+    /// The client's turn under `max_active_servers`: at once if one is free and nobody waits, else in the
+    /// one line of every pool until the client's deadline.
+    fn active_turn(&self, wait: &mut Wait) -> impl Future<Output = Result<ActivePermit, CheckoutError>> + use<> {
+        let cap = std::sync::Arc::clone(&self.globals.active);
+        let now = cap.try_take();
+        let (deadline, waited) = (wait.deadline(), wait.timeout);
+        async move {
+            if let Some(permit) = now {
+                return Ok(permit);
+            }
+            // Boxed, as a login is: the wait's timer would grow every checkout's future.
+            match Box::pin(cap.take_until(deadline)).await {
+                Some(permit) => Ok(permit),
+                None => Err(CheckoutError::ActiveCap { waited, limit: cap.limit() }),
             }
         }
     }
@@ -259,13 +296,19 @@ impl ServerPool {
     /// The common case of [`checkout`](Self::checkout), without waiting: an idle connection that passes
     /// the checks that need no round trip. `None` means "take the slow path".
     pub(crate) fn try_checkout(&self) -> Option<ServerLease> {
+        // Under max_active_servers, a turn free now and nobody waiting for one (else the slow path queues).
+        let permit = if self.globals.active.is_on() { Some(self.globals.active.try_take()?) } else { None };
         loop {
             let Ok(Some(Grant::Idle(mut lease))) = self.pool.try_acquire() else {
-                // Nothing idle (a slot, if granted, is dropped and taken again by the slow path).
+                // Nothing idle (a slot, if granted, is dropped and taken again by the slow path; the turn is
+                // given back with it).
                 return None;
             };
             match self.quick_check(&mut lease) {
-                Fitness::Fit => return Some(lease),
+                Fitness::Fit => {
+                    lease.hold(permit);
+                    return Some(lease);
+                }
                 Fitness::Unfit => self.retire(lease.discard()),
                 // Back to the pool; the slow path takes it again and checks it properly.
                 Fitness::NeedsRoundTrip => return None,
@@ -279,6 +322,11 @@ impl ServerPool {
     /// path must run instead: something came free meanwhile (given back at once, for the slow path to take
     /// again), or the pool is closed.
     pub(crate) fn join_line(&self, since: Instant) -> Option<(ServerTicket, Instant)> {
+        // Under max_active_servers the wait is for a turn first, in the slow path: the pool's line would
+        // hand out a connection without one.
+        if self.globals.active.is_on() {
+            return None;
+        }
         let deadline = since + self.config().query_wait_timeout;
         match self.pool.join_line_since(since, Some(deadline)) {
             Ok(Joined::Line(ticket)) => Some((ticket, deadline)),

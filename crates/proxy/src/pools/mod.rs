@@ -325,6 +325,8 @@ impl ServerPool {
     /// Puts a new configuration's pool settings into force: lazy growth and, when sizing is off, the limit.
     pub(crate) fn resize(&self) {
         let config = self.config();
+        // Once for all pools (a repeat of the same value does nothing).
+        self.globals.active.set_limit(config.max_active_servers);
         self.pool
             .set_grow_after(grow_after(&config, self.login_micros.load(Ordering::Relaxed)), config.pool_grow_after);
         let limit = budget::initial_limit(config.max_connections_percent, pool_cap(&config));

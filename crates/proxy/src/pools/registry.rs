@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use arc_swap::Guard;
 use parking_lot::Mutex;
-use pgmux_pool::SharedLimit;
+use pgmux_pool::{ActiveCap, SharedLimit};
 use tokio_util::task::TaskTracker;
 
 use super::limit::BudgetClock;
@@ -41,6 +41,8 @@ pub(crate) struct Globals {
     /// What the pools of named databases hold together: sizing's plan, or pool_max (`None` while only the
     /// default pool exists, whose own limit is the plan).
     pub(crate) budget_limit: Option<Arc<SharedLimit>>,
+    /// `max_active_servers`: server connections in use at once, every pool together (see `checkout`).
+    pub(crate) active: Arc<ActiveCap>,
     /// Sessions are woken through it when a node is declared dead, to give up its connections.
     pub(crate) stop: Stop,
     /// Background work (closing retired connections) that shutdown waits for.
@@ -140,7 +142,9 @@ impl Pools {
         // Routes share one budget (sizing's plan, or pool_max); the default pool alone needs none.
         let budget_limit = (!config.databases.is_empty())
             .then(|| SharedLimit::new(budget::initial_limit(config.max_connections_percent, super::pool_cap(&config))));
+        let active = ActiveCap::new(config.max_active_servers);
         let globals = Arc::new(Globals {
+            active,
             config: LiveConfig::new(config),
             observer: Arc::default(),
             budget: BudgetClock::default(),
@@ -344,6 +348,7 @@ impl Pools {
             own: 0,
             budget: plan.map(|(budget, _)| budget),
             members: plan.map(|(_, members)| members),
+            active: (self.globals.active.limit(), self.globals.active.waiting()),
         };
         for pool in self.all() {
             let status = pool.status();

@@ -348,8 +348,9 @@ async fn a_checkout_future_stays_small() {
     let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 1")));
     let checkout = pool.checkout();
     let size = std::mem::size_of_val(&checkout);
-    // 928 bytes in a debug build (4,496 with the login inline).
-    assert!(size <= 1024, "the checkout future is {size} bytes");
+    // 1,032 bytes in a debug build (4,496 with the login inline); a lease that carries its turn under
+    // max_active_servers (8 bytes more) took it past 1,024.
+    assert!(size <= 1056, "the checkout future is {size} bytes");
     drop(checkout);
 }
 

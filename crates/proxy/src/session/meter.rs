@@ -97,10 +97,13 @@ impl Meter {
     pub(super) fn no_server(&mut self, error: &CheckoutError) {
         self.seen.unlinked();
         self.query_start = None;
-        if let CheckoutError::Timeout { refused, .. } = error {
-            let cause = if refused.is_some() { TooManyCause::DatabaseRefused } else { TooManyCause::QueryWaitTimeout };
-            self.obs().metrics.too_many.inc(cause);
-        }
+        let cause = match error {
+            CheckoutError::Timeout { refused: Some(_), .. } => TooManyCause::DatabaseRefused,
+            CheckoutError::Timeout { refused: None, .. } => TooManyCause::QueryWaitTimeout,
+            CheckoutError::ActiveCap { .. } => TooManyCause::MaxActiveServers,
+            _ => return,
+        };
+        self.obs().metrics.too_many.inc(cause);
     }
 
     /// A transaction ended (ReadyForQuery idle with nothing owed); `received` and `sent` are the client

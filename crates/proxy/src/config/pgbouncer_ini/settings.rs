@@ -214,9 +214,14 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("verbose", Rule),
 ];
 
-/// What pgmux does with the setting `name`; `None` if PgBouncer has no such setting.
+/// pgmux's own settings that an ini's `[pgbouncer]` section may carry too, though PgBouncer has nothing
+/// like them (such a file no longer runs under PgBouncer): the ones an operator moving over is most likely
+/// to want in the file rather than in the environment.
+pub const PGMUX_ONLY: &[(&str, Meaning)] = &[("max_active_servers", Key("max_active_servers", Unit::Same))];
+
+/// What pgmux does with the setting `name`; `None` if neither PgBouncer nor [`PGMUX_ONLY`] has it.
 pub fn meaning(name: &str) -> Option<Meaning> {
-    SETTINGS.iter().find(|(n, _)| *n == name).map(|&(_, m)| m)
+    SETTINGS.iter().chain(PGMUX_ONLY).find(|(n, _)| *n == name).map(|&(_, m)| m)
 }
 
 /// PgBouncer's defaults where they differ from pgmux's, as (pgmux key, value): applied before the file, so

@@ -388,6 +388,11 @@ fn every_setting_is_one_pgmux_has_and_the_migration_guide_covers_it() {
             assert!(crate::config::KEYS.iter().any(|k| k.name == *key), "{name} maps to {key}, not a pgmux key");
         }
     }
+    for (name, meaning) in PGMUX_ONLY {
+        assert!(guide.contains(&format!("`{name}`")), "docs/migrating-from-pgbouncer.md does not cover {name}");
+        assert!(matches!(meaning, Meaning::Key(key, _) if crate::config::KEYS.iter().any(|k| k.name == *key)));
+        assert!(SETTINGS.iter().all(|(n, _)| n != name), "{name} is PgBouncer's, not pgmux's own");
+    }
     for (key, _) in PGBOUNCER_DEFAULTS {
         assert!(crate::config::KEYS.iter().any(|k| k.name == *key), "{key} is not a pgmux key");
     }
@@ -421,4 +426,15 @@ fn every_setting_the_reader_rules_on_is_ruled_on() {
             }
         }
     }
+}
+
+#[test]
+fn pgmux_s_own_overload_guard_reads_from_the_file_and_the_environment_wins() {
+    let text = format!("{ONE_DB}[pgbouncer]\nmax_active_servers = 8\n");
+    assert_eq!(parse(&text).unwrap().config.max_active_servers, 8);
+    let c = parse_env(&text, &[("PGMUX_MAX_ACTIVE_SERVERS", "3")]).unwrap();
+    assert_eq!(c.config.max_active_servers, 3);
+    assert!(!settings_of(&c).contains(&"max_active_servers"), "not listed as left out");
+    let err = parse(&format!("{ONE_DB}[pgbouncer]\nmax_active_servers = many\n")).unwrap_err();
+    assert!(err.to_string().contains("max_active_servers"), "{err}");
 }
