@@ -119,8 +119,8 @@ async fn two_routes_have_their_own_pools_databases_users_and_connections() {
     let by_pool: BTreeSet<Vec<String>> = pick(&clients, &["database", "user"]).into_iter().collect();
     assert_eq!(
         by_pool,
-        strings(&[&["app", "pgmux_app"], &["reports", "pgmux_md5"], &["pgbouncer", "pgmux_app"]]).into_iter().collect(),
-        "clients under their pool's route and server user; the console session under its own"
+        strings(&[&["app", "pgmux_app"], &["reports", "pgmux_app"], &["pgbouncer", "pgmux_app"]]).into_iter().collect(),
+        "clients under their route and the user they logged in as (reports forces pgmux_md5 on the server)"
     );
     let lists = show(&console, "LISTS").await;
     let lists: Vec<Vec<String>> = pick(&lists, &["list", "items"]).into_iter().take(4).collect();

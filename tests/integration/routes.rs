@@ -345,3 +345,26 @@ async fn a_forced_user_database_keeps_min_pool_size_open_before_any_client() {
     assert!(opened, "reports' two connections open with no client");
     assert_eq!(backends(&oracle).await, 2, "and none for app, whose pools are per client user");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waited_reserve_pool_timeout_gets_a_reserve_connection() {
+    // PgBouncer's reserve pool: `app` may hold one connection, and one more for a client that waited 200 ms.
+    let config = format!(
+        "pool_max = 4\ndefault_pool_size = 1\nreserve_pool_size = 1\nreserve_pool_timeout = \"200ms\"\n\
+         query_wait_timeout = \"3s\"\n{ROUTES}"
+    );
+    let fx = common::start(&config).await;
+    let mut holder = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let held = holder.transaction().await.unwrap();
+    held.simple_query("select 1").await.unwrap();
+    let mut second = connect_to(&fx, &APP_USER, "app").await.unwrap();
+    let reserve = second.transaction().await.unwrap();
+    reserve.simple_query("select 1").await.expect("served from the reserve while the one is held");
+    let oracle = common::direct(&fx.pg).await;
+    assert_eq!(backends(&oracle).await, 2, "the pool's one and the reserve's one");
+    reserve.commit().await.unwrap();
+    // Back with nobody waiting: the reserve's connection closes, the pool is at its size again.
+    let shrunk = common::eventually(Duration::from_secs(5), || async { backends(&oracle).await == 1 }).await;
+    assert!(shrunk, "the reserve connection closed when it came back");
+    held.commit().await.unwrap();
+}

@@ -47,14 +47,14 @@ impl<C> State<C> {
     /// its arrival re-counts, see `Inner::opened`). A steady line (see `PoolConfig::steady_after`) waits
     /// only `steady_grow_after`.
     pub(crate) fn growth_due(&self) -> Option<Instant> {
+        if self.closed || self.paused || self.held_back() {
+            return None;
+        }
+        if self.size >= self.config.max_size {
+            return self.reserve_due();
+        }
         let grow_after = self.config.grow_after;
-        if grow_after.is_zero()
-            || self.closed
-            || self.paused
-            || self.opening > 0
-            || self.size >= self.config.max_size
-            || self.held_back()
-        {
+        if grow_after.is_zero() || self.opening > 0 {
             return None;
         }
         let first = self.waiters.front()?.since;
@@ -70,6 +70,26 @@ impl<C> State<C> {
                 Some(due.min(steady))
             }
             _ => Some(due),
+        }
+    }
+
+    /// When the first waiter in line may open a reserve connection (see [`Pool::set_reserve`]): once it has
+    /// waited `reserve_after`, while the pool is at its limit and the reserve is not spent.
+    ///
+    /// [`Pool::set_reserve`]: crate::Pool::set_reserve
+    pub(crate) fn reserve_due(&self) -> Option<Instant> {
+        if self.reserve == 0 || self.size >= self.config.max_size + self.reserve {
+            return None;
+        }
+        Some(self.waiters.front()?.since + self.reserve_after)
+    }
+
+    /// How far above the limit the pool may be at `now`: the reserve while the first waiter has waited for
+    /// it, else nothing.
+    pub(crate) fn reserve_in_use(&self, now: Instant) -> usize {
+        match self.waiters.front() {
+            Some(first) if self.reserve > 0 && first.since + self.reserve_after <= now => self.reserve,
+            _ => 0,
         }
     }
 

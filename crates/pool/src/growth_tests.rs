@@ -286,3 +286,24 @@ async fn lazy_growth_resumes_when_a_connection_being_opened_arrives() {
     assert_eq!(p.status().size, 3);
     drop((second, third));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_waited_reserve_after_opens_a_reserve_connection_which_closes_when_it_comes_back() {
+    let closed = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&closed);
+    let p = Pool::with_closer(PoolConfig::new(1, Duration::ZERO), move |c: u32| seen.lock().unwrap().push(c));
+    p.set_reserve(1, Duration::from_millis(100));
+    let first = open(&p, 1).await;
+    let start = Instant::now();
+    let reserve = open(&p, 2).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(100), "opened once it had waited reserve_after");
+    assert_eq!(p.status().size, 2);
+    // The reserve is spent: a third caller waits for a return, and gets none in 300 ms.
+    let third = p.acquire_until(Instant::now() + Duration::from_millis(300)).await;
+    assert!(matches!(third, Err(WaitError::TimedOut)), "{third:?}");
+    // Back with nobody waiting: above the limit, so closed; the pool is at its limit again.
+    drop(reserve);
+    assert_eq!((closed.lock().unwrap().clone(), p.status().size), (vec![2], 1));
+    drop(first);
+    assert_eq!(p.status().size, 1, "the one within the limit stays");
+}

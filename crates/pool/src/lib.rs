@@ -184,6 +184,10 @@ struct State<C> {
     closed: bool,
     paused: bool,
     clock: clock::Clock,
+    /// Connections above `max_size` a caller may open once it has waited `reserve_after` (PgBouncer's
+    /// reserve pool); 0: none.
+    reserve: usize,
+    reserve_after: Duration,
 }
 
 #[derive(Debug)]
@@ -231,6 +235,8 @@ impl<C> Pool<C> {
             closed: false,
             paused: false,
             clock: clock::Clock::default(),
+            reserve: 0,
+            reserve_after: Duration::ZERO,
         };
         Pool {
             shared: Arc::new(Inner {
@@ -386,6 +392,21 @@ impl<C> Pool<C> {
         Inner::deliver_slots(&self.shared, slots);
     }
 
+    /// Sets the reserve: `size` connections above the limit that a caller may open once it has waited
+    /// `after` with none free (0: no reserve). A reserve connection is closed when it comes back with nobody
+    /// waiting that long, and an idle one above the limit is evicted: the pool shrinks back to its limit.
+    pub fn set_reserve(&self, size: usize, after: Duration) {
+        let mut st = self.shared.lock();
+        st.reserve = size;
+        st.reserve_after = after;
+        if let Some(at) = st.growth_due()
+            && st.due_at(at)
+        {
+            drop(st);
+            self.shared.bell.notify_one();
+        }
+    }
+
     /// Removes idle connections for which `expired` says yes, and the oldest idle ones while the pool is
     /// over its limit, and returns them for the caller to close.
     pub fn evict_idle(&self, mut expired: impl FnMut(&C, &Meta) -> bool) -> Vec<C> {
@@ -489,7 +510,7 @@ impl<C> Inner<C> {
                 st.last_returned = Some(item.1.idle_since);
                 if let Some(closer) = &self.closer
                     && !st.closed
-                    && st.size > st.config.max_size
+                    && st.size > st.config.max_size + st.reserve_in_use(item.1.idle_since)
                 {
                     st.shrink(1);
                     drop(st);

@@ -334,6 +334,9 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
         // A lowered budget takes back idle connections from whichever pools hold them; the pools of named
         // databases keep their min_pool_size warm (sizing's loop warms the default pool).
         shared.pools.keep_to_budget();
+        // A forced-user database with min_pool_size has its pool before any client (one a reload added,
+        // from the next tick).
+        session::prewarm(&shared);
         shared.pools.all().iter().skip(1).for_each(ServerPool::warm);
         shared.observer().tick();
         for pool in shared.pools.all() {

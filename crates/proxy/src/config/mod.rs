@@ -7,6 +7,7 @@
 
 pub mod auth_file;
 pub mod credentials;
+mod duration;
 mod error;
 pub mod learned;
 mod live;
@@ -154,6 +155,12 @@ config_keys! {
     /// Server connections all pools of one user together may hold, unless its entry says otherwise (0 = no
     /// limit).
     max_user_connections: usize = "0";
+    /// Server connections a pool may open above its size once a client has waited reserve_pool_timeout
+    /// with none free (PgBouncer's reserve pool), unless its database or user entry says otherwise (0 =
+    /// none). They close as they come back once nobody waits that long.
+    reserve_pool_size: usize = "0";
+    /// How long a client waits for a server connection before its pool may use the reserve.
+    reserve_pool_timeout: Duration = "5s";
     /// Client connections naming one database at once, unless its entry says otherwise (0 = no limit);
     /// the next one gets SQLSTATE 53300. Users in admin_users are never refused by it on the console.
     max_db_client_connections: usize = "0";

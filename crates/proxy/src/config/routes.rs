@@ -116,6 +116,8 @@ pub struct RouteSpec {
     /// Client connections naming this database at once (PgBouncer's `max_db_client_connections`).
     pub max_db_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
+    /// Its pools' reserve (PgBouncer's `reserve_pool_size`, also `reserve_pool`).
+    pub reserve_pool_size: Option<usize>,
     /// Its own `server_lifetime` (unset: the global one).
     pub server_lifetime: Option<std::time::Duration>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
@@ -177,6 +179,8 @@ pub struct UserSpec {
     pub pool_max: Option<usize>,
     /// All of this user's pools together.
     pub max_user_connections: Option<usize>,
+    /// Its pools' reserve (PgBouncer's `reserve_pool_size`).
+    pub reserve_pool_size: Option<usize>,
     /// Client connections logged in as this user at once (PgBouncer's `max_user_client_connections`).
     pub max_user_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
@@ -260,8 +264,6 @@ fn text(v: &str) -> Option<String> {
 
 /// Keys of PgBouncer's `[databases]` entries that pgmux does not have.
 const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
-    "reserve_pool_size",
-    "reserve_pool",
     "connect_query",
     "client_encoding",
     "datestyle",
@@ -275,14 +277,8 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
 ];
 
 /// Keys of PgBouncer's `[users]` entries that pgmux does not have.
-const USER_KEYS_NOT_SUPPORTED: &[&str] = &[
-    "reserve_pool_size",
-    "query_timeout",
-    "idle_transaction_timeout",
-    "transaction_timeout",
-    "client_idle_timeout",
-    "query_wait_timeout",
-];
+const USER_KEYS_NOT_SUPPORTED: &[&str] =
+    &["query_timeout", "idle_transaction_timeout", "transaction_timeout", "client_idle_timeout", "query_wait_timeout"];
 
 impl RouteSpec {
     /// Applies one key of a route entry.
@@ -305,6 +301,7 @@ impl RouteSpec {
             }
             "pool_size" | "pool_max" => self.pool_max = Some(number(key, value)?),
             "min_pool_size" => self.min_pool_size = Some(number(key, value)?),
+            "reserve_pool_size" | "reserve_pool" => self.reserve_pool_size = Some(number(key, value)?),
             "max_db_connections" => self.max_db_connections = Some(number(key, value)?),
             "max_db_client_connections" => self.max_db_client_connections = Some(number(key, value)?),
             "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
@@ -313,7 +310,7 @@ impl RouteSpec {
                     expected: "a duration like 30s, 1h or a number of seconds",
                     got: value.to_owned(),
                 };
-                self.server_lifetime = Some(super::value::parse_duration(value.trim()).ok_or(expected)?);
+                self.server_lifetime = Some(super::duration::parse_duration(value.trim()).ok_or(expected)?);
             }
             "auth_user" => self.auth_user = text(value),
             "readers" => {
@@ -344,6 +341,7 @@ impl UserSpec {
             }
             "pool_size" | "pool_max" => self.pool_max = Some(number(key, value)?),
             "max_user_connections" => self.max_user_connections = Some(number(key, value)?),
+            "reserve_pool_size" => self.reserve_pool_size = Some(number(key, value)?),
             "max_user_client_connections" => self.max_user_client_connections = Some(number(key, value)?),
             "pool_mode" => self.pool_mode = Some(PoolMode::parse(value)?),
             k if USER_KEYS_NOT_SUPPORTED.contains(&k) => return Ok(Applied::Unsupported),
@@ -603,8 +601,8 @@ mod tests {
     #[test]
     fn keys_pgmux_lacks_are_returned_and_unknown_ones_refused() {
         let e = Entry::parse_connstr("p", "dbname=p reserve_pool_size=3 connect_query='select 1'").unwrap();
-        let (_, unsupported) = route_from(&e).unwrap();
-        assert_eq!(unsupported, vec!["reserve_pool_size", "connect_query"]);
+        let (route, unsupported) = route_from(&e).unwrap();
+        assert_eq!((route.reserve_pool_size, unsupported), (Some(3), vec!["connect_query".to_owned()]));
         let e = Entry::parse_connstr("p", "dbname=p colour=blue").unwrap();
         let err = route_from(&e).unwrap_err();
         assert_eq!((err.kind, err.key.as_deref()), (EntryErrorKind::UnknownKey, Some("colour")));

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::duration::parse_duration;
+
 use super::error::ValueError;
 pub use super::role::{NodeRole, TargetSessionAttrs};
 pub use super::secret::Secret;
@@ -179,21 +181,6 @@ impl ConfigValue for Duration {
     fn show(&self) -> String {
         format_duration(*self)
     }
-}
-
-/// `500ms`, `5s`, `2m`, `1h`, or a bare number of seconds (PgBouncer's unit).
-pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: u64 = digits.parse().ok()?;
-    let ms = match unit.trim() {
-        "ms" => n,
-        "" | "s" => n.checked_mul(1000)?,
-        "m" | "min" => n.checked_mul(60_000)?,
-        "h" => n.checked_mul(3_600_000)?,
-        _ => return None,
-    };
-    Some(Duration::from_millis(ms))
 }
 
 /// A duration in the largest unit that shows it exactly.

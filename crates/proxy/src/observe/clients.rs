@@ -62,7 +62,8 @@ pub(crate) struct ClientEntry {
     /// `user` they keep the entry in jemalloc's 128-byte class, which every idle client pays).
     connected_unix: u32,
     pub(crate) application_name: Option<Box<str>>,
-    /// The user it logged in as, when it is not the user pgmux serves (console users only).
+    /// The user it logged in as, when it is not the user its pool logs in as (console users, and clients of
+    /// a database with a forced user).
     #[expect(clippy::box_collection, reason = "a thin pointer: 8 bytes in every client's entry, not 16")]
     user: Option<Box<String>>,
     /// An admin console session rather than a pooled client.
@@ -119,7 +120,7 @@ impl ClientEntry {
         u64::from(self.connected_unix)
     }
 
-    /// The user it logged in as, when it is not the user pgmux serves (console users).
+    /// The user it logged in as, when it is not the user its pool logs in as.
     pub(crate) fn user(&self) -> Option<&str> {
         self.user.as_deref().map(String::as_str)
     }

@@ -125,13 +125,21 @@ fn failed(shared: &Shared, why: ReloadError) -> ReloadError {
 }
 
 /// `SET key = value` (the console): the configuration in force with `key` changed, checked again and put
-/// in force. Keys that change how pgmux logs in need a `RELOAD`, and restart-only keys a restart.
+/// in force. Keys that change how pgmux logs in rebuild the logins as `RELOAD` does (new server connections
+/// from then on); restart-only keys need a restart.
 pub(crate) fn set(shared: &Shared, key: &str, value: &str) -> Result<Outcome, ReloadError> {
-    if let Some(refused) = not_settable(key) {
+    if let Some(refused) = not_settable(key, shared.source.get().is_some()) {
         return Err(refused);
     }
     let new = shared.pools.live_config().full().with_value(key, value)?;
-    let outcome = apply(shared, new, None)?;
+    // A key that changes how pgmux logs in to the server (sslmode, ...) is put in force as RELOAD puts it,
+    // with the access (credentials, certificates) the configuration's source gives; without a source, only
+    // RELOAD may change it.
+    let access = match shared.source.get() {
+        Some(source) if LOGIN_KEYS.contains(&key) => Some(source.load().map_err(ReloadError::from)?.1),
+        _ => None,
+    };
+    let outcome = apply(shared, new, access)?;
     if let Some(source) = shared.source.get() {
         source.applied(&shared.config());
     }
@@ -182,7 +190,6 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
             pool.reconnect();
         }
     }
-    crate::session::prewarm(shared);
     shared.observer().metrics.reloads.inc(ReloadResult::Ok);
     let outcome = Outcome { changed, kept, reconnect };
     tracing::info!(%outcome, "configuration reloaded");
@@ -206,11 +213,12 @@ const LOGIN_KEYS: &[&str] = &[
 ];
 
 /// Why `SET` may not change `key`, if it may not: it needs a RELOAD, or a restart.
-fn not_settable(key: &str) -> Option<ReloadError> {
+fn not_settable(key: &str, has_source: bool) -> Option<ReloadError> {
     if let Some(key) = RESTART_ONLY.iter().find(|k| **k == key) {
         return Some(ReloadError::NeedsRestart { key });
     }
-    LOGIN_KEYS.iter().find(|k| **k == key).map(|key| ReloadError::ChangesLogin { key })
+    let login = LOGIN_KEYS.iter().find(|k| **k == key).filter(|_| !has_source);
+    login.map(|key| ReloadError::ChangesLogin { key })
 }
 
 /// Credentials and TLS for `config`; an error leaves everything as it was.
@@ -367,7 +375,11 @@ mod tests {
         let mut none = config("");
         assert_eq!(keep_restart_only(&old, &mut none), ["unix_socket_dir"]);
         assert_eq!(none.unix_socket_dir, old.unix_socket_dir);
-        assert!(matches!(not_settable("unix_socket_dir"), Some(ReloadError::NeedsRestart { key: "unix_socket_dir" })));
+        let restart = not_settable("unix_socket_dir", true);
+        assert!(matches!(restart, Some(ReloadError::NeedsRestart { key: "unix_socket_dir" })));
+        // A login key: SET rebuilds the logins where there is a source to read credentials from, else no.
+        assert!(not_settable("sslmode", true).is_none());
+        assert!(matches!(not_settable("sslmode", false), Some(ReloadError::ChangesLogin { key: "sslmode" })));
     }
 
     #[test]

@@ -143,6 +143,16 @@ impl Wait {
 }
 
 impl ServerPool {
+    /// Logs a connection opened from the reserve (above the pool's limit), in PgBouncer's words, which
+    /// scripts and its test suite look for. Not async: nothing of it stays in the checkout's future.
+    fn note_reserve(&self) {
+        let status = self.pool.status();
+        if status.size > status.max_size {
+            tracing::info!(size = status.size, limit = status.max_size, database = %self.key().database,
+                "taking connection from reserve_pool");
+        }
+    }
+
     /// A server connection for one client: idle and checked, or newly opened; waits in line up to
     /// `query_wait_timeout`.
     pub(crate) fn checkout(&self) -> impl Future<Output = Result<ServerLease, CheckoutError>> + '_ {
@@ -185,6 +195,7 @@ impl ServerPool {
                     if !Box::pin(self.room_to_grow()).await {
                         continue;
                     }
+                    self.note_reserve();
                     match Box::pin(self.open()).await {
                         Ok(conn) => {
                             let mut lease = slot.fill(Box::new(conn));

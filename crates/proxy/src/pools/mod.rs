@@ -75,6 +75,10 @@ pub(crate) struct ServerPool {
     jitter: std::collections::hash_map::RandomState,
     /// How long its clients keep a server connection.
     mode: PoolMode,
+    /// A named database's reserve (unset: reserve_pool_size, read at each resize).
+    reserve: std::sync::atomic::AtomicUsize,
+    /// Whether `reserve` is the pool's own (a named database's plan) rather than the global setting's.
+    own_reserve: bool,
     /// A named database's own `server_lifetime` (unset: the global one, read at each open).
     server_lifetime: Option<Duration>,
     /// Its own cap, for the pool of a named database (the default pool's limit is sizing's plan).
@@ -105,6 +109,7 @@ impl ServerPool {
             conn.closing(ServerCloseReason::OverLimit);
             closer_tasks.spawn(conn.terminate());
         });
+        pool.set_reserve(config.reserve_pool_size, config.reserve_pool_timeout);
         ServerPool {
             globals,
             pool,
@@ -119,6 +124,8 @@ impl ServerPool {
             jitter: Default::default(),
             mode: config.pool_mode,
             server_lifetime: None,
+            reserve: Default::default(),
+            own_reserve: false,
             cap: None,
             min_pool_size: None,
             target: None,
@@ -146,6 +153,9 @@ impl ServerPool {
         pool.pool.share(limits);
         pool.mode = plan.mode;
         pool.server_lifetime = plan.server_lifetime;
+        pool.reserve = plan.reserve.into();
+        pool.own_reserve = true;
+        pool.pool.set_reserve(plan.reserve, pool.config().reserve_pool_timeout);
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
         pool.id = id;
@@ -244,10 +254,13 @@ impl ServerPool {
         limit
     }
 
-    /// A named database's pool takes a new size of its own (unset: only the limits it shares bound it).
-    pub(crate) fn set_cap(&self, cap: Option<usize>) {
+    /// A named database's pool takes a new size of its own (unset: only the limits it shares bound it) and a
+    /// new reserve.
+    pub(crate) fn set_sizes(&self, cap: Option<usize>, reserve: usize) {
         let limit = self.limit.plan(cap.unwrap_or(NO_CAP));
         self.enforce(limit);
+        self.reserve.store(reserve, Ordering::Relaxed);
+        self.pool.set_reserve(reserve, self.config().reserve_pool_timeout);
     }
 
     /// Raises a ceiling set by a refusal, one step at a time; `Some(limit)` when the limit changed.
@@ -325,6 +338,8 @@ impl ServerPool {
     /// Puts a new configuration's pool settings into force: lazy growth and, when sizing is off, the limit.
     pub(crate) fn resize(&self) {
         let config = self.config();
+        let reserve = if self.own_reserve { self.reserve.load(Ordering::Relaxed) } else { config.reserve_pool_size };
+        self.pool.set_reserve(reserve, config.reserve_pool_timeout);
         // Once for all pools (a repeat of the same value does nothing).
         self.globals.active.set_limit(config.max_active_servers);
         self.pool

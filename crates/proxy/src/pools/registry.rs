@@ -267,21 +267,23 @@ impl Pools {
         self.globals.tasks.spawn(Box::new(conn).terminate());
     }
 
-    /// After a reload or a SET: a named database's pool whose plan changed in its size alone (`pool_size`,
-    /// `default_pool_size`) takes the new size at once and keeps its connections, as PgBouncer applies a new
+    /// After a reload or a SET: a named database's pool whose plan changed in its sizes alone (`pool_size`,
+    /// `default_pool_size`, `reserve_pool_size`) takes the new sizes at once and keeps its connections, as PgBouncer applies a new
     /// size live; any other change is [`retire_changed`](Self::retire_changed)'s.
     pub(crate) fn resize_routes(&self, config: &Config, book: &UserBook) {
         let mut made = self.made.lock();
         let made = &mut *made;
         for (key, plan) in &mut made.plans {
             let Ok(Routed::Route(now)) = routing::route(config, book, &key.database, &key.user) else { continue };
-            if now.cap == plan.cap || (RoutePlan { cap: plan.cap, ..(*now).clone() }) != *plan {
+            let sizes_only = RoutePlan { cap: plan.cap, reserve: plan.reserve, ..(*now).clone() } == *plan;
+            if !sizes_only || (now.cap, now.reserve) == (plan.cap, plan.reserve) {
                 continue;
             }
-            plan.cap = now.cap;
+            (plan.cap, plan.reserve) = (now.cap, now.reserve);
             if let Some(id) = made.by_key.get(key) {
-                tracing::info!(database = %key.database, user = %key.user, pool_size = ?now.cap, "pool resized");
-                self.get(*id).set_cap(now.cap);
+                tracing::info!(database = %key.database, user = %key.user, pool_size = ?now.cap,
+                    reserve_pool_size = now.reserve, "pool resized");
+                self.get(*id).set_sizes(now.cap, now.reserve);
             }
         }
     }

@@ -44,6 +44,8 @@ pub(crate) struct RoutePlan {
     pub(crate) cap: Option<usize>,
     pub(crate) min_pool_size: usize,
     pub(crate) mode: PoolMode,
+    /// Connections above `cap` its pool may open for a client that waited `reserve_pool_timeout`.
+    pub(crate) reserve: usize,
     /// The route's own `server_lifetime`, if it has one.
     pub(crate) server_lifetime: Option<std::time::Duration>,
     pub(crate) route_limit: Option<usize>,
@@ -130,6 +132,10 @@ fn plan(
         min_pool_size: spec.min_pool_size.unwrap_or(config.min_pool_size),
         mode: user_spec.and_then(|u| u.pool_mode).or(spec.pool_mode).unwrap_or(config.pool_mode),
         server_lifetime: spec.server_lifetime,
+        reserve: user_spec
+            .and_then(|u| u.reserve_pool_size)
+            .or(spec.reserve_pool_size)
+            .unwrap_or(config.reserve_pool_size),
         route_limit: spec.max_db_connections.or(some(config.max_db_connections)).filter(|n| *n > 0),
         user_limit: user_spec
             .and_then(|u| u.max_user_connections)

@@ -126,8 +126,6 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     // What pgmux does not have, in the file's order: entries first (their sections come first), then the
     // [pgbouncer] settings.
     let expected = [
-        "database p0: reserve_pool_size",
-        "database p0a: reserve_pool",
         "database p8: connect_query",
         "database pauthz: auth_dbname",
         "database hostlist1: host",
@@ -139,7 +137,6 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
         "database load_balance_hosts_update: load_balance_hosts",
         "database load_balance_hosts_update: host",
         "database varcache_change: client_encoding",
-        "user respoolsize1: reserve_pool_size",
         "logfile",
         "pidfile",
         "tcp_defer_accept",
@@ -151,7 +148,7 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     let logfile = c.unsupported.iter().find(|u| u.setting == "logfile").unwrap();
     assert_eq!(logfile.at, Some(At { file: "pgbouncer.ini".into(), line: HEADER_LINES + 70 }));
     let warning = c.warning().expect("a warning");
-    assert!(warning.starts_with("20 PgBouncer setting(s) pgmux does not have"), "{warning}");
+    assert!(warning.starts_with("17 PgBouncer setting(s) pgmux does not have"), "{warning}");
     assert!(warning.contains("logfile (pgbouncer.ini:90)"), "{warning}");
     assert!(!warning.contains("foo") && !warning.contains("wrong"), "no value, no password: {warning}");
 }

@@ -108,12 +108,12 @@ pub const TOTALS: &[ColumnDef] = &[text("name", "figure, as in SHOW STATS"), int
 /// `SHOW CLIENTS` and `SHOW SERVERS`: one row per connection.
 pub const CONNECTIONS: &[ColumnDef] = &[
     text("type", "`C` client, `S` server"),
-    text("user", "the pool's server user (console sessions: the user logged in)"),
+    text("user", "clients: the user logged in; servers: the pool's server user"),
     text("database", "the pool's route (console sessions: `pgbouncer`)"),
     text("replication", "`none`"),
     text(
         "state",
-        "clients: active, waiting, active_cancel_req, waiting_cancel_req; servers: active, idle, used, tested, new, active_cancel, being_canceled",
+        "clients: idle, active (in a transaction), waiting, active_cancel_req, waiting_cancel_req; servers: active, idle, used, tested, new, active_cancel, being_canceled",
     ),
     text("addr", "peer address"),
     int8("port", "peer port"),
@@ -234,7 +234,7 @@ pub const DATABASES: &[ColumnDef] = &[
     int8("min_pool_size", "connections kept open per pool"),
     int8(
         "reserve_pool_size",
-        "0: pgmux has no reserve pool (one column only: the exporter maps this and reserve_pool to one metric)",
+        "its pools' reserve_pool_size (one column only: the exporter maps this and reserve_pool to one metric)",
     ),
     int8("server_lifetime", "server_lifetime, seconds"),
     text("pool_mode", "`transaction` or `session`"),
@@ -252,7 +252,7 @@ pub const DATABASES: &[ColumnDef] = &[
 pub const USERS: &[ColumnDef] = &[
     text("name", "user name"),
     text("pool_size", "the user's own pool_size, or empty"),
-    text("reserve_pool_size", "empty"),
+    text("reserve_pool_size", "the user's own reserve_pool_size, or empty"),
     text("pool_mode", "the user's own pool_mode, or NULL: the database's"),
     int8("max_user_connections", "server connections of all its pools at most (0: no limit)"),
     int8("current_connections", "server connections logged in as this user"),

@@ -64,6 +64,7 @@ pub(super) struct DatabaseFigures {
     pub(super) force_user: Option<String>,
     pub(super) pool_size: usize,
     pub(super) min_pool_size: usize,
+    pub(super) reserve_pool_size: usize,
     pub(super) mode: PoolMode,
     /// Its own limit over all its pools (0: none of its own).
     pub(super) max_connections: usize,
@@ -86,7 +87,7 @@ pub(super) fn database_rows(config: &Config, dbs: &[DatabaseFigures], consoles: 
             d.force_user.as_deref().into(),
             d.pool_size.into(),
             d.min_pool_size.into(),
-            0i64.into(),
+            d.reserve_pool_size.into(),
             config.server_lifetime.as_secs().into(),
             d.mode.to_string().into(),
             Cell::Null,
@@ -146,6 +147,7 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
             force_user: Some(served.user.clone()),
             pool_size: limit,
             min_pool_size: config.min_pool_size,
+            reserve_pool_size: config.reserve_pool_size,
             mode: default.mode,
             max_connections: limit,
             current_connections: default.open,
@@ -181,6 +183,7 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
             force_user: forced,
             pool_size: plan.cap.unwrap_or(gauges.limit),
             min_pool_size: plan.min_pool_size,
+            reserve_pool_size: plan.reserve,
             mode: plan.mode,
             max_connections: plan.route_limit.unwrap_or(0),
             current_connections: open,
@@ -204,6 +207,8 @@ pub(super) struct UserFigures {
     pub(super) name: String,
     /// Its own `pool_size`, if it has one.
     pub(super) pool_size: Option<usize>,
+    /// Its own `reserve_pool_size`, if it has one.
+    pub(super) reserve_pool_size: Option<usize>,
     pub(super) mode: Option<PoolMode>,
     pub(super) max_user_connections: usize,
     /// Server connections logged in as it.
@@ -220,7 +225,7 @@ pub(super) fn user_rows(users: &[UserFigures]) -> Built {
         set.push([
             u.name.as_str().into(),
             u.pool_size.map_or_else(String::new, |n| n.to_string()).into(),
-            "".into(),
+            u.reserve_pool_size.map_or_else(String::new, |n| n.to_string()).into(),
             u.mode.map(|m| m.to_string()).into(),
             u.max_user_connections.into(),
             u.current_connections.into(),
@@ -259,6 +264,7 @@ pub(super) fn user_figures(console: &Console, census: &Census) -> Vec<UserFigure
             UserFigures {
                 max_user_client_connections: Caps::of_console(&config, book, &name).user,
                 pool_size: spec.and_then(|s| s.pool_max),
+                reserve_pool_size: spec.and_then(|s| s.reserve_pool_size),
                 mode: spec.and_then(|s| s.pool_mode),
                 max_user_connections: own.unwrap_or(config.max_user_connections),
                 name,

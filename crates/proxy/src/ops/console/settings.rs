@@ -78,6 +78,8 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("pool_mode", Source::Key("pool_mode", Unit::Same)),
     ("query_timeout", Source::Key("query_timeout", Unit::Seconds)),
     ("query_wait_timeout", Source::Key("query_wait_timeout", Unit::Seconds)),
+    ("reserve_pool_size", Source::Key("reserve_pool_size", Unit::Same)),
+    ("reserve_pool_timeout", Source::Key("reserve_pool_timeout", Unit::Seconds)),
     ("server_check_delay", Source::Key("server_check_delay", Unit::Seconds)),
     ("server_connect_timeout", Source::Key("server_connect_timeout", Unit::Seconds)),
     ("server_idle_timeout", Source::Key("server_idle_timeout", Unit::Seconds)),

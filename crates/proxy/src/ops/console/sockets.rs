@@ -92,12 +92,13 @@ pub(super) fn fds() -> Built {
     Ok(ResultSet::new(columns::FDS))
 }
 
-/// PgBouncer calls a logged-in client `active` whether or not it holds a server; `waiting` while it waits.
-/// SOCKETS says which of its lists the client is on: `cl_active`, `cl_waiting`.
+/// As PgBouncer 1.25 shows them: `idle` between transactions, `active` in one, `waiting` while it waits for
+/// a server connection. SOCKETS says which of its lists the client is on: `cl_active`, `cl_waiting`.
 fn client_state(c: &ClientEntry, low_level: bool) -> &'static str {
     match (c.state(), low_level) {
         (ClientState::Waiting, false) => "waiting",
-        (ClientState::Active | ClientState::Idle, false) => "active",
+        (ClientState::Active, false) => "active",
+        (ClientState::Idle, false) => "idle",
         (ClientState::Waiting, true) => "cl_waiting",
         (ClientState::Active | ClientState::Idle, true) => "cl_active",
     }
@@ -115,7 +116,9 @@ fn client_row(
     let waited = c.wait_since_us().map_or(0, |since| now_us.saturating_sub(since));
     let (user, database) = match (c.user(), c.console) {
         (Some(u), true) => (u.to_owned(), DATABASE.to_owned()),
-        _ => {
+        // A client of a database with a forced user: the user it logged in as, as PgBouncer shows it.
+        (Some(u), false) => (u.to_owned(), census.labels(c.pool()).0.to_owned()),
+        (None, _) => {
             let (database, user) = census.labels(c.pool());
             (user.to_owned(), database.to_owned())
         }

@@ -112,6 +112,7 @@ fn databases_show_each_route_with_its_mode_user_and_limits() {
         force_user: Some("app_rw".into()),
         pool_size: 5,
         min_pool_size: 1,
+        reserve_pool_size: 0,
         mode: PoolMode::Transaction,
         max_connections: 8,
         current_connections: 3,
@@ -148,6 +149,7 @@ fn users_show_their_own_sizes_and_counts() {
         UserFigures {
             name: "app_rw".into(),
             pool_size: Some(4),
+            reserve_pool_size: None,
             mode: Some(PoolMode::Session),
             max_user_connections: 6,
             current_connections: 2,
