@@ -421,3 +421,12 @@ fn every_setting_the_reader_rules_on_is_ruled_on() {
         }
     }
 }
+
+#[test]
+fn a_reader_route_is_written_in_an_entry_as_in_toml() {
+    let c = parse("[databases]\napp_ro = host=app.cluster-abc.eu-west-1.rds.amazonaws.com dbname=app readers=aurora\n")
+        .expect("a reader route in an ini");
+    let route = &c.config.databases[0];
+    assert!(route.discovers_readers());
+    assert!(!c.unsupported.iter().any(|u| u.setting.contains("reader")), "{:?}", c.unsupported);
+}
