@@ -4,9 +4,6 @@
 //! `<server_id>.XYZ.region.rds.amazonaws.com`, on the same port; a route whose host is an address, a CNAME
 //! or a domain of its own says where instances are with `instance_domain`. Pure functions, tested here.
 
-/// The `readers` value that makes a reader route find its instances in the cluster's topology.
-pub const DISCOVER: &str = "aurora";
-
 /// The longest label a host name may have (RFC 1035); Aurora's instance identifiers are at most 63 too.
 const MAX_LABEL: usize = 63;
 
@@ -38,6 +35,30 @@ pub fn instance_host(server_id: &str, domain: &str) -> Option<String> {
         && !server_id.starts_with('-')
         && !server_id.ends_with('-');
     fits.then(|| format!("{}.{domain}", server_id.to_ascii_lowercase()))
+}
+
+/// Every route with `readers = "aurora"` knows where its instances are: from its cluster endpoint (its own
+/// host, else `database_host`, else `database_url`'s) or its `instance_domain`.
+pub(super) fn validate(config: &super::Config) -> Result<(), super::ConfigError> {
+    for spec in config.databases.iter().filter(|r| r.discovers_readers()) {
+        let fallback = match config.database_host.as_str() {
+            "" => config.database_url.login.host.as_str(),
+            host => host,
+        };
+        let host = spec.host.as_deref().unwrap_or(fallback);
+        if instance_domain(spec.instance_domain.as_deref(), host).is_none() {
+            return Err(super::ConfigError::Entry(super::routes::EntryError {
+                entry: format!("database {}", spec.name),
+                key: Some("instance_domain".to_owned()),
+                kind: super::routes::EntryErrorKind::Invalid,
+                reason: format!(
+                    "readers = \"aurora\" names instances <server_id>.<domain>, and the host {host:?} is not an \
+                     Aurora cluster endpoint (name.cluster-XYZ.region.rds.amazonaws.com): set instance_domain"
+                ),
+            }));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -436,7 +436,7 @@ impl Config {
             return Err(ConfigError::Missing("database_url"));
         }
         routes::validate(&self.databases, &self.users)?;
-        self.validate_discovery()?;
+        aurora::validate(self)?;
         self.validate_pool(&invalid)?;
         if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
             return Err(invalid(
@@ -494,30 +494,6 @@ impl Config {
     }
 
     /// The pool's size settings, which bound one another and the control connection.
-    /// A route with `readers = "aurora"` must know where its instances are: from its cluster endpoint or
-    /// its `instance_domain`.
-    fn validate_discovery(&self) -> Result<(), ConfigError> {
-        for spec in self.databases.iter().filter(|r| r.discovers_readers()) {
-            let host = spec.host.as_deref().unwrap_or(if self.database_host.is_empty() {
-                &self.database_url.login.host
-            } else {
-                &self.database_host
-            });
-            if aurora::instance_domain(spec.instance_domain.as_deref(), host).is_none() {
-                return Err(ConfigError::Entry(routes::EntryError {
-                    entry: format!("database {}", spec.name),
-                    key: Some("instance_domain".to_owned()),
-                    kind: routes::EntryErrorKind::Invalid,
-                    reason: format!(
-                        "readers = \"aurora\" names instances <server_id>.<domain>, and the host {host:?} is not an \
-                         Aurora cluster endpoint (name.cluster-XYZ.region.rds.amazonaws.com): set instance_domain"
-                    ),
-                }));
-            }
-        }
-        Ok(())
-    }
-
     fn validate_pool(&self, invalid: &impl Fn(&'static str, &'static str) -> ConfigError) -> Result<(), ConfigError> {
         if self.pool_max == Some(0) {
             return Err(invalid("pool_max", "must be at least 1 (leave it unset to size from the database)"));

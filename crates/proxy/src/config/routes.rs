@@ -256,6 +256,9 @@ fn text(v: &str) -> Option<String> {
     (!v.is_empty()).then(|| v.to_owned())
 }
 
+/// The `readers` value that makes a reader route find its instances in the cluster's topology.
+const DISCOVER_READERS: &str = "aurora";
+
 /// Keys of PgBouncer's `[databases]` entries that pgmux does not have.
 const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "reserve_pool_size",
@@ -288,7 +291,7 @@ const USER_KEYS_NOT_SUPPORTED: &[&str] = &[
 impl RouteSpec {
     /// Whether its readers come from the cluster's topology (`readers = "aurora"`).
     pub fn discovers_readers(&self) -> bool {
-        matches!(self.readers.as_slice(), [one] if one.eq_ignore_ascii_case(super::aurora::DISCOVER))
+        matches!(self.readers.as_slice(), [one] if one.eq_ignore_ascii_case(DISCOVER_READERS))
     }
 
     /// Applies one key of a route entry.

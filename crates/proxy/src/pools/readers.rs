@@ -12,9 +12,10 @@
 //! no new transactions from the next poll on; one that was taken out comes back after two good polls in a
 //! row, so that a lag hovering at the limit does not flap. With no healthy reader, `reader_fallback` says
 //! where a transaction goes: the writer, a reader anyway (waiting as for any connection), or
-//! nowhere (08006 at once). Like sizing's control connection, the polls stop while no reader has held a
-//! connection for `server_idle_timeout`, so that the cluster may sleep. pgmux never reads a statement to route it: a write on a reader gets the server's
-//! own 25006, and the connection stays usable.
+//! nowhere (08006 at once), counted in `pgmux_reader_fallbacks_total`. Like sizing's control connection,
+//! the polls stop while nothing of the route (a reader, or the writer's pool that fallbacks use) has held a
+//! connection for `server_idle_timeout`, so that the cluster may sleep. pgmux never reads a statement to
+//! route it: a write on a reader gets the server's own 25006, and the connection stays usable.
 
 mod topology;
 
