@@ -323,7 +323,7 @@ async fn discovered_readers_split_the_reads_a_joining_one_takes_its_share_and_a_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_the_topology_drops_takes_no_new_transaction_and_drains() {
+async fn a_reader_the_topology_drops_or_stops_updating_takes_no_new_transaction_and_drains() {
     let cluster = cluster(2).await;
     let endpoints = Arc::new(StandInEndpoints::default());
     let handle = discovering(&cluster, &endpoints).await;
@@ -356,5 +356,14 @@ async fn a_reader_the_topology_drops_takes_no_new_transaction_and_drains() {
     })
     .await;
     assert!(drained, "pgmux's connections to {leaving} closed");
+
+    // A row not updated for over 300 s counts as gone too (the AWS JDBC wrapper's filter): with the other
+    // reader stale, the route has none, and reads fall back to the writer.
+    let other = if leaving == "reader-1" { "reader-2" } else { "reader-1" };
+    cluster.set_update_age(other, Some(Duration::from_secs(400)));
+    tokio::task::block_in_place(|| cluster.wait_replayed());
+    let stale = common::eventually(Duration::from_secs(10), || async { readers_in_metrics(&handle).is_empty() });
+    assert!(stale.await, "{other}, stale, left the route");
+    assert!(!where_read(&ro).await.1, "with no reader left, a read runs on the writer");
     handle.shutdown().await;
 }
