@@ -235,7 +235,7 @@ fn server_access(cfg: &Config) -> Result<ServerAccess, AccessError> {
     let pool_credentials =
         Some(Arc::new(pool_login::AwsPoolLogins::from_env())
             as Arc<dyn pgmux_proxy::config::credentials::PoolCredentials>);
-    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials })
+    Ok(ServerAccess { credentials, extra_root_certs, pool_credentials, instance_endpoints: None })
 }
 
 /// `pgmux check`: prints the report; exit 0 if pgmux can size its pool, 1 with the problems otherwise.

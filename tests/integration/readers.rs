@@ -1,14 +1,20 @@
 //! Reader routes on the Aurora stand-in (a writer and two streaming readers whose `aurora_replica_status()`
 //! the test controls): reads spread over the readers by connections in use, a lagging reader out and back,
-//! every reader down with each fallback, and a write refused by the server itself.
+//! every reader down with each fallback, and a write refused by the server itself; and a route whose readers
+//! come from the topology (`readers = "aurora"`): found, joining, removed and promoted.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use pgmux_metrics::{Format, ReaderFallbackOutcome as Outcome, value_of};
+use pgmux_proxy::config::credentials::{InstanceEndpoints, ServerAccess};
 use pgmux_proxy::{Config, Listener, ListenerHandle};
 use pgmux_testkit::APP_USER;
-use pgmux_testkit::aurora::AuroraStandIn;
-use tokio_postgres::Client;
+use pgmux_testkit::aurora::{AuroraStandIn, CLUSTER_DOMAIN};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::common::{self, code, scalar};
 
@@ -26,20 +32,26 @@ async fn pgmux(cluster: &AuroraStandIn, fallback: &str) -> ListenerHandle {
 }
 
 async fn pgmux_with(cluster: &AuroraStandIn, fallback: &str, extra: &str) -> ListenerHandle {
-    let writer = cluster.endpoint(cluster.writer());
     let readers: Vec<String> = cluster.readers().iter().map(|r| cluster.endpoint(r).to_string()).collect();
-    let text = format!(
+    let text = config_text(cluster, fallback, &format!("readers = \"{}\"", readers.join(",")), extra);
+    Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux")
+}
+
+/// `app` on the writer and `app_ro` with `readers` (a line of its entry), polled every 100 ms; the client
+/// user is an admin too (the console's SHOW POOLS).
+fn config_text(cluster: &AuroraStandIn, fallback: &str, readers: &str, extra: &str) -> String {
+    let writer = cluster.endpoint(cluster.writer());
+    format!(
         "listen = \"127.0.0.1:0\"\nclient_auth = \"trust\"\nmax_connections_percent = 0\npool_max = 12\n\
-         topology_interval = \"100ms\"\nmax_replica_lag = \"1s\"\nreader_fallback = \"{fallback}\"\n{extra}\n\
+         topology_interval = \"100ms\"\nmax_replica_lag = \"1s\"\nreader_fallback = \"{fallback}\"\n\
+         admin_users = \"{user}\"\n{extra}\n\
          [[databases]]\nname = \"app\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\n\
-         [[databases]]\nname = \"app_ro\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\nreaders = \"{}\"\n\
+         [[databases]]\nname = \"app_ro\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\n{readers}\n\
          [[users]]\nname = \"{user}\"\npassword = \"{password}\"\n",
-        readers.join(","),
         wport = writer.port(),
         user = APP_USER.user,
         password = APP_USER.password,
-    );
-    Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux")
+    )
 }
 
 async fn connect(handle: &ListenerHandle, database: &'static str) -> Client {
@@ -143,6 +155,10 @@ async fn with_every_reader_down_reads_go_to_the_writer_or_fail_at_once_as_reader
     let (a, b) = (connect(&to_writer, "app_ro").await, connect(&refusing, "app_ro").await);
     settles(&a, "on readers", |_, reader| reader).await;
     settles(&b, "on readers", |_, reader| reader).await;
+    // Before the first polls every read fell back (to the writer, or refused): counted from here on.
+    let fallbacks = |h: &ListenerHandle, outcome| value_of(&h.admin().metrics().reader_fallbacks, outcome);
+    let (to_writer_before, refused_before) =
+        (fallbacks(&to_writer, Outcome::Writer), fallbacks(&refusing, Outcome::Error));
     tokio::task::block_in_place(|| {
         cluster.stop("reader-1");
         cluster.stop("reader-2");
@@ -157,6 +173,9 @@ async fn with_every_reader_down_reads_go_to_the_writer_or_fail_at_once_as_reader
         assert!(started.elapsed() < Duration::from_secs(5), "reads never settled on the writer");
     }
     assert!(started.elapsed() < Duration::from_secs(2), "reads on the writer after {:?}", started.elapsed());
+    let counted = fallbacks(&to_writer, Outcome::Writer) - to_writer_before;
+    assert!(counted >= 20, "each read on the writer is a fallback counted: {counted}");
+    assert_eq!(fallbacks(&to_writer, Outcome::Error), 0, "reader_fallback = writer refuses nothing");
     // ... or each read fails at once with 08006, never waiting out query_wait_timeout.
     let refused = common::eventually(Duration::from_secs(10), || async {
         let started = std::time::Instant::now();
@@ -168,6 +187,9 @@ async fn with_every_reader_down_reads_go_to_the_writer_or_fail_at_once_as_reader
     .await;
     assert!(refused, "reader_fallback = error refuses at once");
     assert!(common::message(&b.simple_query("select 1").await.unwrap_err()).contains("no reader"));
+    let refused = fallbacks(&refusing, Outcome::Error) - refused_before;
+    assert!(refused >= 2, "each refusal is a fallback counted: {refused}");
+    assert_eq!(fallbacks(&refusing, Outcome::Writer), 0, "reader_fallback = error sends nothing to the writer");
     to_writer.shutdown().await;
     refusing.shutdown().await;
 }
@@ -193,5 +215,155 @@ async fn the_topology_polls_stop_while_no_reader_is_used_so_the_cluster_may_slee
     // The next read is served, and the polls resume.
     assert!(where_read(&ro).await.1);
     assert!(common::eventually(Duration::from_secs(5), || async { polls().await == 1 }).await, "polls resumed");
+    handle.shutdown().await;
+}
+
+/// Where the stand-in's instances are: each on 127.0.0.1 with a port of its own, which no topology says
+/// (Aurora's instances share the cluster's port). pgmux finds the instances and names their endpoints
+/// itself; this only tells it the port of a name, as the test learns them.
+#[derive(Debug, Default)]
+struct StandInEndpoints(Mutex<HashMap<String, SocketAddr>>);
+
+impl InstanceEndpoints for StandInEndpoints {
+    fn locate(&self, host: &str) -> Option<(String, u16)> {
+        self.0.lock().unwrap().get(host).map(|a| (a.ip().to_string(), a.port()))
+    }
+}
+
+impl StandInEndpoints {
+    fn learn(&self, cluster: &AuroraStandIn) {
+        let mut known = self.0.lock().unwrap();
+        for id in cluster.readers().into_iter().chain([cluster.writer()]) {
+            let host = AuroraStandIn::instance_host(id);
+            known.insert(host.clone(), cluster.endpoint_of(&host).expect("an instance of the cluster"));
+        }
+    }
+}
+
+/// pgmux with `app_ro` discovering its readers in the stand-in's topology.
+async fn discovering(cluster: &AuroraStandIn, endpoints: &Arc<StandInEndpoints>) -> ListenerHandle {
+    endpoints.learn(cluster);
+    let readers = format!("readers = \"aurora\"\ninstance_domain = \"{CLUSTER_DOMAIN}\"");
+    let text = config_text(cluster, "writer", &readers, "");
+    let access = ServerAccess { instance_endpoints: Some(Arc::clone(endpoints) as _), ..Default::default() };
+    Listener::start_with(Config::from_toml_str(&text).expect("valid"), access).await.expect("start pgmux")
+}
+
+/// The reader instances the metrics name for `app_ro`, with whether each is in the rotation.
+fn readers_in_metrics(handle: &ListenerHandle) -> Vec<(String, bool)> {
+    let text = handle.admin().metrics_text(Format::Prometheus);
+    let prefix = "pgmux_reader_in_rotation{database=\"app_ro\",instance=\"";
+    let mut out: Vec<(String, bool)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|rest| rest.split_once("\"} ").map(|(id, v)| (id.to_owned(), v == "1")))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The `database` column of SHOW POOLS.
+async fn pool_rows(handle: &ListenerHandle) -> Vec<String> {
+    let console = connect(handle, "pgbouncer").await;
+    let rows = console.simple_query("SHOW POOLS").await.expect("SHOW POOLS");
+    rows.iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovered_readers_split_the_reads_a_joining_one_takes_its_share_and_a_promoted_one_leaves() {
+    let mut cluster = cluster(2).await;
+    let endpoints = Arc::new(StandInEndpoints::default());
+    let handle = discovering(&cluster, &endpoints).await;
+    let (r1, r2) = (cluster.endpoint("reader-1").port(), cluster.endpoint("reader-2").port());
+    let ro = connect(&handle, "app_ro").await;
+    settles(&ro, "on readers", |_, reader| reader).await;
+
+    // Both readers found; the writer is not one of them.
+    let seen = spread(&ro, 1000).await;
+    let on = |seen: &HashMap<u16, usize>, port| seen.get(&port).copied().unwrap_or(0);
+    assert_eq!(on(&seen, r1) + on(&seen, r2), 1000, "every read on a discovered reader: {seen:?}");
+    assert!((400..=600).contains(&on(&seen, r1)), "split 50 ± 10 %: {seen:?}");
+    let both = vec![("reader-1".to_owned(), true), ("reader-2".to_owned(), true)];
+    assert_eq!(readers_in_metrics(&handle), both, "each reader named in the metrics, the writer not");
+    let pools = pool_rows(&handle).await;
+    for id in ["app_ro@reader-1", "app_ro@reader-2"] {
+        assert!(pools.iter().any(|p| p == id), "SHOW POOLS has a row {id}: {pools:?}");
+    }
+
+    // A third reader joins the cluster: it takes reads, with no client reconnecting.
+    let joined = tokio::task::block_in_place(|| {
+        let name = cluster.add_reader();
+        cluster.wait_replayed();
+        name
+    });
+    let r3 = cluster.endpoint(&joined).port();
+    endpoints.learn(&cluster);
+    let started = std::time::Instant::now();
+    let wanted = (joined.clone(), true);
+    let joins = common::eventually(Duration::from_secs(10), || async { readers_in_metrics(&handle).contains(&wanted) });
+    assert!(joins.await, "{joined} never joined the rotation");
+    // A figure, not a verdict (the machine is shared): the issue asks for two polls at most.
+    eprintln!("{joined} in the rotation {:?} after its endpoint was known (polls every 100 ms)", started.elapsed());
+    let seen = spread(&ro, 300).await;
+    assert!(on(&seen, r3) >= 50, "{joined} takes its share: {seen:?}");
+
+    // reader-1 is promoted (the old writer leaves the cluster): it is the writer now, not a reader.
+    tokio::task::block_in_place(|| cluster.promote("reader-1"));
+    settles(&ro, "on the readers left", |port, reader| reader && port != r1).await;
+    let seen = spread(&ro, 200).await;
+    assert_eq!(on(&seen, r2) + on(&seen, r3), 200, "nothing on the promoted reader: {seen:?}");
+    let left: Vec<String> = readers_in_metrics(&handle).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(left, vec!["reader-2".to_owned(), joined], "reader-1 left the route");
+    handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_the_topology_drops_or_stops_updating_takes_no_new_transaction_and_drains() {
+    let cluster = cluster(2).await;
+    let endpoints = Arc::new(StandInEndpoints::default());
+    let handle = discovering(&cluster, &endpoints).await;
+    let (ro, held) = (connect(&handle, "app_ro").await, connect(&handle, "app_ro").await);
+    settles(&ro, "on readers", |_, reader| reader).await;
+    settles(&held, "on readers", |_, reader| reader).await;
+
+    // A transaction in flight on one reader when the topology stops listing it.
+    held.simple_query("begin").await.expect("begin");
+    let (port, _) = where_read(&held).await;
+    let leaving = if port == cluster.endpoint("reader-1").port() { "reader-1" } else { "reader-2" };
+    cluster.remove_row(leaving);
+    tokio::task::block_in_place(|| cluster.wait_replayed());
+    let dropped = common::eventually(Duration::from_secs(10), || async {
+        readers_in_metrics(&handle).iter().all(|(id, _)| id != leaving)
+    });
+    assert!(dropped.await, "{leaving} left the route");
+    // The transaction finishes where it began.
+    assert_eq!(where_read(&held).await.0, port, "still on {leaving} inside its transaction");
+    held.simple_query("commit").await.expect("the transaction in flight commits");
+    // No new transaction goes there (with nothing in flight, half would if it were still a member).
+    let seen = spread(&ro, 200).await;
+    assert_eq!(seen.get(&port), None, "no new transaction on {leaving}: {seen:?}");
+    assert_ne!(where_read(&held).await.0, port, "the next transaction of the client that was there goes elsewhere");
+    // And the pool drains: no connection of pgmux's is left on the instance.
+    let oracle = common::direct(cluster.server(leaving)).await;
+    let sql = format!("select count(*) from pg_stat_activity where usename = '{}'", APP_USER.user);
+    let drained = common::eventually(Duration::from_secs(10), || async {
+        oracle.query_one(sql.as_str(), &[]).await.unwrap().get::<_, i64>(0) == 0
+    })
+    .await;
+    assert!(drained, "pgmux's connections to {leaving} closed");
+
+    // A row not updated for over 300 s counts as gone too (the AWS JDBC wrapper's filter): with the other
+    // reader stale, the route has none, and reads fall back to the writer.
+    let other = if leaving == "reader-1" { "reader-2" } else { "reader-1" };
+    cluster.set_update_age(other, Some(Duration::from_secs(400)));
+    tokio::task::block_in_place(|| cluster.wait_replayed());
+    let stale = common::eventually(Duration::from_secs(10), || async { readers_in_metrics(&handle).is_empty() });
+    assert!(stale.await, "{other}, stale, left the route");
+    assert!(!where_read(&ro).await.1, "with no reader left, a read runs on the writer");
     handle.shutdown().await;
 }

@@ -110,6 +110,18 @@ crate::label_enum! {
 }
 
 crate::label_enum! {
+    /// Where a reader route's transaction went when no reader was in the rotation (`reader_fallback`).
+    pub enum ReaderFallbackOutcome: "outcome" {
+        /// To the writer.
+        Writer => "writer",
+        /// To a reader anyway, to wait for it.
+        Wait => "wait",
+        /// Nowhere: refused with 08006.
+        Error => "error",
+    }
+}
+
+crate::label_enum! {
     /// The latencies pgmux measures.
     pub enum Latency: "latency" {
         /// From a transaction's first message until a server connection is linked.
@@ -146,6 +158,8 @@ pub struct Metrics {
     /// Statements closed on a server to keep within `max_prepared_statements`.
     pub statement_evictions: Counter,
     pub reloads: CounterFamily<ReloadResult>,
+    /// Reader-route transactions that found no reader in the rotation, by where they went.
+    pub reader_fallbacks: CounterFamily<ReaderFallbackOutcome>,
     pub clients: GaugeFamily<ClientState>,
     pub servers: GaugeFamily<ServerState>,
     pub pinned_clients: Gauge,
@@ -186,6 +200,7 @@ impl Metrics {
             statement_cache_hits: Counter::new(),
             statement_evictions: Counter::new(),
             reloads: CounterFamily::new(),
+            reader_fallbacks: CounterFamily::new(),
             clients: GaugeFamily::new(),
             servers: GaugeFamily::new(),
             pinned_clients: Gauge::new(),
@@ -249,6 +264,7 @@ impl Metrics {
             statement_cache_hits: self.statement_cache_hits.get(),
             statement_evictions: self.statement_evictions.get(),
             reloads: self.reloads.values(),
+            reader_fallbacks: self.reader_fallbacks.values(),
             clients: self.clients.values(),
             servers: self.servers.values(),
             pinned_clients: self.pinned_clients.get(),
@@ -315,6 +331,7 @@ pub struct Snapshot {
     pub statement_cache_hits: u64,
     pub statement_evictions: u64,
     pub reloads: Vec<(ReloadResult, u64)>,
+    pub reader_fallbacks: Vec<(ReaderFallbackOutcome, u64)>,
     pub clients: Vec<(ClientState, i64)>,
     pub servers: Vec<(ServerState, i64)>,
     pub pinned_clients: i64,
@@ -377,6 +394,7 @@ descs! {
     CACHE_HITS = "pgmux_statement_cache_hits", None, "Client Parses that needed no Parse on the server.";
     EVICTIONS = "pgmux_statement_evictions", None, "Prepared statements closed on a server to stay within max_prepared_statements.";
     RELOADS = "pgmux_reloads", None, "Configuration reloads (SIGHUP, RELOAD), by result.";
+    READER_FALLBACKS = "pgmux_reader_fallbacks", None, "Reader-route transactions that found no reader in the rotation, by where reader_fallback sent them: the writer, a reader to wait for, or an error (08006).";
     CLIENTS = "pgmux_clients", None, "Client connections now, by state: active (linked), waiting for a server connection, idle.";
     SERVERS = "pgmux_server_connections", None, "Server connections now, by state: active (lent), idle, opening, control (pgmux's own: the control connection and probes).";
     PINNED = "pgmux_pinned_clients", None, "Clients pinned to a server connection now.";
@@ -421,6 +439,7 @@ pub fn encode_all(e: &mut Encoder, snap: &Snapshot) {
     e.counter(&CACHE_HITS, snap.statement_cache_hits);
     e.counter(&EVICTIONS, snap.statement_evictions);
     e.counter_family(&RELOADS, &snap.reloads);
+    e.counter_family(&READER_FALLBACKS, &snap.reader_fallbacks);
     e.gauge_family(&CLIENTS, &snap.clients);
     e.gauge_family(&SERVERS, &snap.servers);
     e.gauge(&PINNED, snap.pinned_clients);

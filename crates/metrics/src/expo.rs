@@ -230,6 +230,14 @@ impl Encoder {
         }
     }
 
+    /// A gauge of fractional values (seconds), with any labels, one sample each.
+    pub fn gauge_float_samples(&mut self, desc: &Desc, samples: &[(Labels<'_>, f64)]) {
+        self.header(desc, "gauge");
+        for (labels, value) in samples {
+            self.sample(desc.name, labels, &float(*value));
+        }
+    }
+
     /// A latency histogram recorded in microseconds, exposed in seconds (`desc.unit` is `Seconds`).
     pub fn histogram(&mut self, desc: &Desc, snap: &HistogramSnapshot) {
         self.header(desc, "histogram");

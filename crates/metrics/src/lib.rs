@@ -12,12 +12,13 @@ mod emf;
 mod expo;
 mod family;
 mod histogram;
+mod readers;
 mod scalar;
 mod window;
 
 pub use catalog::{
-    ClientState, DESCS, Latency, LatencyRow, LoginResult, Metrics, PinReason, ReloadResult, ServerCloseReason,
-    ServerState, Snapshot, TooManyCause, encode_all, render, value_of,
+    ClientState, DESCS, Latency, LatencyRow, LoginResult, Metrics, PinReason, ReaderFallbackOutcome, ReloadResult,
+    ServerCloseReason, ServerState, Snapshot, TooManyCause, encode_all, render, value_of,
 };
 pub use cloudwatch::{DEFAULT_MAX_LATENCY_VALUES, RDS_PROXY_NAMES, cloudwatch_lines, cloudwatch_metrics};
 pub use emf::{
@@ -29,5 +30,6 @@ pub use family::{CounterFamily, GaugeFamily, Label};
 pub use histogram::{
     BUCKETS, Histogram, HistogramSnapshot, MAX_TRACKED_US, PROMETHEUS_BOUNDS_US, bucket_bounds, bucket_index,
 };
+pub use readers::{READER_DESCS, ReaderSample, encode_readers};
 pub use scalar::{Counter, Gauge};
 pub use window::{Window, WindowView};

@@ -130,6 +130,11 @@ impl Admin {
         obs.snapshot(self.shared.pools.gauges())
     }
 
+    /// Every metric now as `/metrics` serves it, per-reader families included.
+    pub fn metrics_text(&self, format: pgmux_metrics::Format) -> String {
+        crate::ops::metrics_http::metrics_text(&self.shared, format)
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         self.shared.pools.live_config().full()
@@ -185,7 +190,8 @@ impl Listener {
         let listen = config.listen;
         let config = Arc::new(config);
         let tasks = TaskTracker::new();
-        let pools = Pools::new(config, credentials, server_tls, tasks.clone(), stop.clone());
+        let mut pools = Pools::new(config, credentials, server_tls, tasks.clone(), stop.clone());
+        pools.locate_instances_with(access.instance_endpoints);
         let shared = Arc::new(Shared::new(pools, tasks, client_tls, auth));
         Ok((shared, listen))
     }

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 
 use pgmux_metrics::{
     ClientState, Desc, Encoder, Format, Label, Latency, LoginResult, Metrics, PROMETHEUS_BOUNDS_US, PinReason,
-    ReloadResult, ServerCloseReason, ServerState, Snapshot, TooManyCause, Unit, encode_all,
+    ReaderFallbackOutcome, ReaderSample, ReloadResult, ServerCloseReason, ServerState, Snapshot, TooManyCause, Unit,
+    encode_all, encode_readers,
 };
 use pgmux_observability_tests::pgmux::Pgmux;
 use pgmux_observability_tests::tools::tools;
@@ -45,6 +46,7 @@ fn populated() -> Metrics {
     m.statement_evictions.add(1);
     m.reloads.add(ReloadResult::Ok, 2);
     m.reloads.add(ReloadResult::Failed, 1);
+    ReaderFallbackOutcome::ALL.iter().enumerate().for_each(|(i, o)| m.reader_fallbacks.add(*o, 5 + i as u64));
     m.clients.set(ClientState::Active, 3);
     m.clients.set(ClientState::Waiting, 1);
     m.clients.set(ClientState::Idle, 5);
@@ -65,10 +67,23 @@ fn populated() -> Metrics {
     m
 }
 
-/// The registry's text: the catalogue plus a gauge with a label that needs escaping.
+/// Two reader instances of a reader route, as `/metrics` writes them beside the catalogue.
+fn readers() -> Vec<ReaderSample> {
+    let sample = |instance: &str, transactions, in_rotation, lag_seconds| ReaderSample {
+        database: "app_ro".into(),
+        instance: instance.into(),
+        transactions,
+        in_rotation,
+        lag_seconds,
+    };
+    vec![sample("reader-1", 41, true, 0.02), sample("10.0.0.7:5432", 0, false, 5.5)]
+}
+
+/// The registry's text: the catalogue, the per-reader families, and a gauge with a label that needs escaping.
 fn render(snap: &Snapshot, format: Format) -> String {
     let mut e = Encoder::new(format).with_created(CREATED);
     encode_all(&mut e, snap);
+    encode_readers(&mut e, &readers());
     e.gauge_samples(&ESCAPES, &[(&[("value", HOSTILE)], 42)]);
     e.finish()
 }
@@ -122,6 +137,13 @@ fn expected(s: &Snapshot) -> BTreeMap<Key, f64> {
     family(&mut want, "pgmux_pins_total", s.pins.iter().map(|v| (v.0, v.1 as f64)));
     family(&mut want, "pgmux_too_many_connections_errors_total", s.too_many.iter().map(|v| (v.0, v.1 as f64)));
     family(&mut want, "pgmux_reloads_total", s.reloads.iter().map(|v| (v.0, v.1 as f64)));
+    family(&mut want, "pgmux_reader_fallbacks_total", s.reader_fallbacks.iter().map(|v| (v.0, v.1 as f64)));
+    for r in readers() {
+        let labels = [("database", r.database.as_str()), ("instance", r.instance.as_str())];
+        put(&mut want, "pgmux_reader_transactions_total", &labels, r.transactions as f64);
+        put(&mut want, "pgmux_reader_in_rotation", &labels, f64::from(u8::from(r.in_rotation)));
+        put(&mut want, "pgmux_reader_lag_seconds", &labels, r.lag_seconds);
+    }
     family(&mut want, "pgmux_clients", s.clients.iter().map(|v| (v.0, v.1 as f64)));
     family(&mut want, "pgmux_server_connections", s.servers.iter().map(|v| (v.0, v.1 as f64)));
     for (name, h) in [

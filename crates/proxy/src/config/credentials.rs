@@ -56,6 +56,16 @@ pub struct ServerAccess {
     pub extra_root_certs: Vec<CertificateDer<'static>>,
     /// Where the pools of named databases get IAM tokens or secrets; without it such a pool cannot log in.
     pub pool_credentials: Option<Arc<dyn PoolCredentials>>,
+    /// Where a discovered reader instance is reached; by its endpoint's name (DNS) at the route's port when
+    /// `None`. The test harness's Aurora stand-in puts each instance on a port of its own.
+    pub instance_endpoints: Option<Arc<dyn InstanceEndpoints>>,
+}
+
+/// Where the instance endpoint `host` (`<server_id>.<instance_domain>`, from the cluster's topology) is
+/// reached: a host and port to connect to, or `None` while it is not known (the instance is left out of
+/// the rotation until it is). Without one, an instance is reached by its endpoint's name at the route's port.
+pub trait InstanceEndpoints: Send + Sync + fmt::Debug {
+    fn locate(&self, host: &str) -> Option<(String, u16)>;
 }
 
 /// Where the logins of one pool come from when its database or user asks for IAM or a Secrets Manager

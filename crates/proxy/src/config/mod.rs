@@ -5,6 +5,7 @@
 //! parser all come from that table, so they cannot drift apart. A bad value stops start-up with an error
 //! that names the key and where it came from.
 
+pub(crate) mod aurora;
 pub mod auth_file;
 pub mod credentials;
 mod duration;
@@ -453,6 +454,7 @@ impl Config {
             return Err(ConfigError::Missing("database_url"));
         }
         routes::validate(&self.databases, &self.users)?;
+        aurora::validate(self)?;
         self.validate_pool(&invalid)?;
         if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
             return Err(invalid(

@@ -122,9 +122,13 @@ pub struct RouteSpec {
     pub server_lifetime: Option<std::time::Duration>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
     pub auth_user: Option<String>,
-    /// A reader route's instances, `host[:port]` each (the port defaults to the route's): each transaction
-    /// goes to a healthy one; `host`/`port` stay the writer, for `reader_fallback = writer`.
+    /// A reader route's instances, `host[:port]` each (the port defaults to the route's), or `aurora`:
+    /// those the cluster's topology lists. Each transaction goes to a healthy one; `host`/`port` stay the
+    /// writer, for `reader_fallback = writer`.
     pub readers: Vec<String>,
+    /// Where `readers = "aurora"` finds instance endpoints (`<server_id>.<instance_domain>`); default: the
+    /// domain the route's cluster endpoint implies.
+    pub instance_domain: Option<String>,
     pub reader_fallback: Option<ReaderFallback>,
 }
 
@@ -262,6 +266,9 @@ fn text(v: &str) -> Option<String> {
     (!v.is_empty()).then(|| v.to_owned())
 }
 
+/// The `readers` value that makes a reader route find its instances in the cluster's topology.
+const DISCOVER_READERS: &str = "aurora";
+
 /// Keys of PgBouncer's `[databases]` entries that pgmux does not have.
 const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "connect_query",
@@ -281,6 +288,11 @@ const USER_KEYS_NOT_SUPPORTED: &[&str] =
     &["query_timeout", "idle_transaction_timeout", "transaction_timeout", "client_idle_timeout", "query_wait_timeout"];
 
 impl RouteSpec {
+    /// Whether its readers come from the cluster's topology (`readers = "aurora"`).
+    pub fn discovers_readers(&self) -> bool {
+        matches!(self.readers.as_slice(), [one] if one.eq_ignore_ascii_case(DISCOVER_READERS))
+    }
+
     /// Applies one key of a route entry.
     pub fn apply(&mut self, key: &str, value: &str) -> Result<Applied, KeyError> {
         match key {
@@ -316,6 +328,7 @@ impl RouteSpec {
             "readers" => {
                 self.readers = value.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect();
             }
+            "instance_domain" => self.instance_domain = text(value.trim()),
             "reader_fallback" => self.reader_fallback = Some(ReaderFallback::parse(value.trim())?),
             k if ROUTE_KEYS_NOT_SUPPORTED.contains(&k) => return Ok(Applied::Unsupported),
             _ => return Err(KeyError::Unknown),

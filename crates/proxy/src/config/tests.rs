@@ -262,3 +262,27 @@ fn databases_and_users_come_from_the_environment_as_lambda_passes_them() {
         Config::from_parts(Profile::Sidecar, "", env(&[("PGMUX_DATABASES", "app = hots=db.example")])).unwrap_err();
     assert!(err.to_string().contains("hots"), "{err}");
 }
+
+#[test]
+fn a_reader_route_discovering_its_instances_must_know_where_they_are() {
+    let route = |host: &str, extra: &str| {
+        format!(
+            "database_url = {URL:?}\n[[databases]]\nname = \"app_ro\"\nhost = \"{host}\"\nreaders = \"aurora\"\n{extra}"
+        )
+    };
+    let cluster = "app.cluster-abc123.eu-west-1.rds.amazonaws.com";
+    let cfg = Config::from_toml_str(&route(cluster, "")).unwrap();
+    assert!(cfg.databases[0].discovers_readers());
+    // An address names no domain: the route must say where instances are.
+    let err = Config::from_toml_str(&route("10.0.0.5", "")).unwrap_err();
+    assert_eq!(err.key(), Some("instance_domain"));
+    assert!(err.to_string().contains("database app_ro"), "{err}");
+    let cfg = Config::from_toml_str(&route("10.0.0.5", "instance_domain = \"db.internal\"")).unwrap();
+    assert_eq!(cfg.databases[0].instance_domain.as_deref(), Some("db.internal"));
+    // A host list stays a host list, even one naming a host called aurora with a port.
+    let cfg = Config::from_toml_str(&format!(
+        "database_url = {URL:?}\n[[databases]]\nname = \"r\"\nreaders = \"aurora:5432\""
+    ))
+    .unwrap();
+    assert!(!cfg.databases[0].discovers_readers());
+}

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgmux_metrics::{Format, render};
+use pgmux_metrics::{Encoder, Format, encode_all, encode_readers};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -92,7 +92,10 @@ pub(crate) fn metrics_text(shared: &Shared, format: Format) -> String {
     let obs = shared.observer();
     obs.tick();
     let snap = obs.snapshot(shared.pools.gauges());
-    render(&snap, format, Some(obs.started_unix()))
+    let mut e = Encoder::new(format).with_created(obs.started_unix());
+    encode_all(&mut e, &snap);
+    encode_readers(&mut e, &crate::pools::readers::samples(&shared.pools));
+    e.finish()
 }
 
 /// The request head up to its blank line; `None` if it is too long or the peer closed first.

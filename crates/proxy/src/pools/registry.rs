@@ -20,7 +20,7 @@ use super::routing::{self, RoutePlan, Routed};
 use super::sizing::{SizingError, SizingView};
 use super::{ServerPool, budget};
 use crate::config::auth_file::UserBook;
-use crate::config::credentials::Credentials;
+use crate::config::credentials::{Credentials, InstanceEndpoints};
 use crate::config::{Config, LiveConfig};
 use crate::net::tls::ServerTls;
 use crate::observe::{Observer, PoolGauges, unix_now};
@@ -109,15 +109,18 @@ pub(crate) enum PoolsError {
 /// The `application_name` of the one-off logins that prove a passthrough password.
 const PASSWORD_CHECK_NAME: &str = "pgmux-password-check";
 
-/// Every pool of one pgmux, and what they share.
-#[derive(Debug)]
+/// Every pool of one pgmux, and what they share. A clone is another handle on the same registry (a reader
+/// route's topology watch makes the pools of the instances it discovers).
+#[derive(Clone, Debug)]
 pub(crate) struct Pools {
     globals: Arc<Globals>,
     /// Pools by id, each filled once: a session's lookup takes no lock.
-    slots: Box<[OnceLock<Arc<ServerPool>>]>,
+    slots: Arc<[OnceLock<Arc<ServerPool>>]>,
     /// Pools by name, and the limits routes and users share: only logins that need a new pool lock it.
-    made: Mutex<Made>,
+    made: Arc<Mutex<Made>>,
     tls: ServerTls,
+    /// Where discovered reader instances are reached, if not by their endpoints' names.
+    instance_endpoints: Option<Arc<dyn InstanceEndpoints>>,
 }
 
 #[derive(Debug, Default)]
@@ -160,11 +163,25 @@ impl Pools {
             first.keep_warm(0);
         }
         let first = Arc::new(first);
-        let slots: Box<[OnceLock<Arc<ServerPool>>]> = (0..MAX_POOLS).map(|_| OnceLock::new()).collect();
+        let slots: Arc<[OnceLock<Arc<ServerPool>>]> = (0..MAX_POOLS).map(|_| OnceLock::new()).collect();
         let _ = slots[0].set(first);
         let mut made = Made::default();
         made.by_key.insert(PoolKey::default(), PoolId(0));
-        Pools { globals, slots, made: Mutex::new(made), tls }
+        Pools { globals, slots, made: Arc::new(Mutex::new(made)), tls, instance_endpoints: None }
+    }
+
+    /// Discovered reader instances are reached where `endpoints` says (the test harness's stand-in).
+    pub(crate) fn locate_instances_with(&mut self, endpoints: Option<Arc<dyn InstanceEndpoints>>) {
+        self.instance_endpoints = endpoints;
+    }
+
+    /// Where the instance endpoint `host` is reached: where the embedder says (`None` while it does not
+    /// know), else `host` itself at `port`.
+    pub(crate) fn locate(&self, host: &str, port: u16) -> Option<(String, u16)> {
+        match &self.instance_endpoints {
+            Some(endpoints) => endpoints.locate(host),
+            None => Some((host.to_owned(), port)),
+        }
     }
 
     /// The pool a session of this route uses.
@@ -194,8 +211,7 @@ impl Pools {
         if writer.readers.set(Arc::clone(&set)).is_err() {
             return Arc::clone(writer.readers().unwrap_or(&set));
         }
-        let pools: Vec<Arc<ServerPool>> = set.members.iter().map(|m| Arc::clone(self.get(m.id))).collect();
-        self.globals.tasks.spawn(readers::watch(Arc::clone(&set), pools));
+        self.globals.tasks.spawn(readers::watch(Arc::clone(&set), self.clone()));
         set
     }
 

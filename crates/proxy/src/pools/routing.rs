@@ -52,8 +52,10 @@ pub(crate) struct RoutePlan {
     pub(crate) user_limit: Option<usize>,
     /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
     pub(crate) auth_user: Option<String>,
-    /// A reader route's instances (host, port); empty for any other route.
+    /// A reader route's instances (host, port); empty for any other route, and for one that discovers them.
     pub(crate) readers: Vec<(String, u16)>,
+    /// A reader route that discovers its instances in the cluster's topology: where their endpoints are.
+    pub(crate) instance_domain: Option<String>,
     pub(crate) reader_fallback: ReaderFallback,
     /// Which nodes the pool may use, if not target_session_attrs (a reader instance's pool: standbys).
     pub(crate) target: Option<TargetSessionAttrs>,
@@ -67,7 +69,16 @@ impl RoutePlan {
         plan.login.host = host.to_owned();
         plan.login.port = port;
         plan.readers = Vec::new();
+        plan.instance_domain = None;
         plan.target = Some(TargetSessionAttrs::Standby);
+        plan
+    }
+
+    /// The plan of a discovered reader instance's pool: as [`instance`](Self::instance), named after its
+    /// `server_id` (the name the console and metrics show).
+    pub(crate) fn discovered(&self, server_id: &str, host: &str, port: u16) -> RoutePlan {
+        let mut plan = self.instance(host, port);
+        plan.key.database = format!("{}@{server_id}", self.key.database);
         plan
     }
 }
@@ -142,7 +153,14 @@ fn plan(
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
         auth_user: spec.auth_user.clone().or_else(|| (!config.auth_user.is_empty()).then(|| config.auth_user.clone())),
-        readers: spec.readers.iter().map(|r| host_port(r, port)).collect(),
+        readers: match spec.discovers_readers() {
+            true => Vec::new(),
+            false => spec.readers.iter().map(|r| host_port(r, port)).collect(),
+        },
+        instance_domain: spec
+            .discovers_readers()
+            .then(|| crate::config::aurora::instance_domain(spec.instance_domain.as_deref(), &host))
+            .flatten(),
         reader_fallback: spec.reader_fallback.unwrap_or(config.reader_fallback),
         target: None,
         login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },

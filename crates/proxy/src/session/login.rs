@@ -20,14 +20,14 @@ use crate::client::cancel::Registration;
 use crate::client::caps::{Caps, Hold};
 use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
-use crate::config::credentials::{Credentials, StaticCredentials};
+use crate::config::credentials::{Credentials, PoolCredentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
 use crate::config::{LoginInfo, PoolMode, Secret, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
 use crate::pools::auth_query::Lookup;
-use crate::pools::readers::ReaderSet;
+use crate::pools::readers::{Discovery, ReaderSet};
 use crate::pools::routing::{self, RoutePlan, Routed};
 use crate::pools::{PoolId, PoolSetup, ServerPool};
 use crate::protocol::failure::ServerFailure;
@@ -286,8 +286,14 @@ fn route_pool(
 ) -> Result<PoolId, ErrorMessage> {
     let instances: Vec<RoutePlan> = plan.readers.iter().map(|(host, port)| plan.instance(host, *port)).collect();
     let (route, fallback) = (plan.key.database.clone(), plan.reader_fallback);
+    // readers = "aurora": the instances' pools are made as the topology lists them, logging in the same way.
+    let discovery = plan.instance_domain.clone().map(|domain| {
+        let (source, looked_up) = (auth.pool_credentials().cloned(), looked_up.clone());
+        let credentials = move |plan: &RoutePlan| credentials_for(plan, looked_up.clone(), source.as_ref());
+        Discovery { template: plan.clone(), domain, credentials: Box::new(credentials) }
+    });
     let writer = pool_of(shared, auth, plan, looked_up.clone())?;
-    if instances.is_empty() || shared.pools.readers_of(writer).is_some() {
+    if (instances.is_empty() && discovery.is_none()) || shared.pools.readers_of(writer).is_some() {
         return Ok(writer);
     }
     let mut members = Vec::with_capacity(instances.len());
@@ -295,7 +301,7 @@ fn route_pool(
         let name = format!("{}:{}", instance.login.host, instance.login.port);
         members.push((pool_of(shared, auth, instance, looked_up.clone())?, name));
     }
-    shared.pools.add_readers(ReaderSet::new(route, writer, members, fallback));
+    shared.pools.add_readers(ReaderSet::new(route, writer, members, fallback, discovery));
     Ok(writer)
 }
 
@@ -311,12 +317,23 @@ fn pool_of(
     if let Some(id) = shared.pools.find(&plan.key) {
         return Ok(id);
     }
+    let credentials = credentials_for(&plan, looked_up, auth.pool_credentials()).map_err(unable)?;
+    let setup = PoolSetup { plan, credentials };
+    shared.pools.pool_for(setup).map_err(|e| ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))
+}
+
+/// Where the logins of `plan`'s pool come from. `source`: the binary's, for IAM and secrets.
+fn credentials_for(
+    plan: &RoutePlan,
+    looked_up: Option<Secret>,
+    source: Option<&Arc<dyn PoolCredentials>>,
+) -> Result<Arc<dyn Credentials>, String> {
     let mut login = plan.login.clone();
     if looked_up.is_some() {
         login.password = looked_up;
     }
     let verifier = login.password.as_ref().and_then(|p| ScramSecret::parse_verifier(p.expose()));
-    let credentials: Arc<dyn Credentials> = match plan.auth {
+    Ok(match plan.auth {
         // A password known only as a SCRAM verifier: SCRAM passthrough, with the keys clients prove.
         ServerAuth::Password => match verifier {
             Some(verifier) => Arc::new(LearnedCredentials::scram_passthrough(login, verifier)),
@@ -324,17 +341,15 @@ fn pool_of(
         },
         ServerAuth::Passthrough => Arc::new(LearnedCredentials::passthrough(plan.login.clone())),
         ServerAuth::Iam | ServerAuth::Secret => {
-            let Some(source) = auth.pool_credentials() else {
-                return Err(unable(format!(
+            let Some(source) = source else {
+                return Err(format!(
                     "database \"{}\" as user \"{}\" logs in with {}, which only the AWS build of pgmux provides",
                     plan.key.database, plan.key.user, plan.auth
-                )));
+                ));
             };
-            source.for_pool(&plan.login, plan.auth, plan.secret_arn.as_deref()).map_err(|e| unable(e.to_string()))?
+            source.for_pool(&plan.login, plan.auth, plan.secret_arn.as_deref()).map_err(|e| e.to_string())?
         }
-    };
-    let setup = PoolSetup { plan, credentials };
-    shared.pools.pool_for(setup).map_err(|e| ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))
+    })
 }
 
 /// The stored password of `user`, whom pgmux does not know, read with `auth_query` as the plan's auth_user

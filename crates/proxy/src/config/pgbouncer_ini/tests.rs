@@ -435,3 +435,12 @@ fn pgmux_s_own_overload_guard_reads_from_the_file_and_the_environment_wins() {
     let err = parse(&format!("{ONE_DB}[pgbouncer]\nmax_active_servers = many\n")).unwrap_err();
     assert!(err.to_string().contains("max_active_servers"), "{err}");
 }
+
+#[test]
+fn a_reader_route_is_written_in_an_entry_as_in_toml() {
+    let c = parse("[databases]\napp_ro = host=app.cluster-abc.eu-west-1.rds.amazonaws.com dbname=app readers=aurora\n")
+        .expect("a reader route in an ini");
+    let route = &c.config.databases[0];
+    assert!(route.discovers_readers());
+    assert!(!c.unsupported.iter().any(|u| u.setting.contains("reader")), "{:?}", c.unsupported);
+}
