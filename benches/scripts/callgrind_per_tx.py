@@ -40,7 +40,8 @@ from collections import defaultdict
 from pathlib import Path
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-CLIENTS = 50
+# pgbench clients; CLIENTS=1 is the load of `instructions-per-tx.sh` (no client waits for another).
+CLIENTS = int(os.environ.get("CLIENTS", "50"))
 TOP = int(os.environ.get("TOP", "12"))
 # The system calls a pooler's data path makes, counted per transaction with --perf.
 SYSCALLS = ["recvfrom", "sendto", "read", "write", "readv", "writev", "recvmsg", "sendmsg", "epoll_wait",
@@ -134,7 +135,7 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
 def pgbench(mode: str, args) -> list[str]:
     """pgbench's select-only load in `mode`, with `-C` (a new connection per transaction) for --reconnect."""
     reconnect = ["-C"] if args.reconnect else []
-    return [str(PG_BIN / "pgbench"), "-n", "-S", *reconnect, "-M", mode, "-c", str(CLIENTS), "-j", "2"]
+    return [str(PG_BIN / "pgbench"), "-n", "-S", *reconnect, "-M", mode, "-c", str(CLIENTS), "-j", str(min(2, CLIENTS))]
 
 
 def one_run(kind: str, transport: str, mode: str, per_client: int, args, pg: Postgres, work: Path) -> Path:

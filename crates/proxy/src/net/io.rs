@@ -197,9 +197,10 @@ impl WriteQueue {
         all
     }
 
-    /// Gives back the queue's own allocation once it is empty.
-    pub(crate) fn shrink_if_empty(&mut self) {
-        if self.len == 0 && self.tail.capacity() > 0 {
+    /// Gives back the queue's own allocation once it is empty, unless it has room for at most `keep_slots`
+    /// chunks.
+    pub(crate) fn shrink_if_empty(&mut self, keep_slots: usize) {
+        if self.len == 0 && self.tail.capacity() > keep_slots {
             self.tail = VecDeque::new();
         }
     }
@@ -306,12 +307,15 @@ impl Conn {
 
     /// Gives back buffers larger than `keep` once they are empty, so that idle connections stay small. With
     /// `keep` zero the read buffer is always let go: even an empty one may still share (and so keep alive)
-    /// the allocation of bytes already split off and sent.
-    pub(crate) fn shrink_if_idle(&mut self, keep: usize) {
+    /// the allocation of bytes already split off and sent. The write queue keeps room for `keep_slots`
+    /// chunks: a server connection's, which an extended-protocol unit fills with two or three each
+    /// transaction, keeps its room (about 130 instructions a transaction to allocate and free again); a
+    /// client's, one of thousands that sit idle, none.
+    pub(crate) fn shrink_if_idle(&mut self, keep: usize, keep_slots: usize) {
         if self.rbuf.is_empty() && (keep == 0 || self.rbuf.capacity() > keep) {
             self.rbuf = BytesMut::new();
         }
-        self.out.shrink_if_empty();
+        self.out.shrink_if_empty(keep_slots);
     }
 
     /// Without waiting: has the peer closed the socket or sent anything unasked? Used on idle server

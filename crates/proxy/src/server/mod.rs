@@ -30,6 +30,9 @@ use crate::protocol::tracker::TxTracker;
 /// Read buffer growth for server sockets: results can be large, so read in big pieces.
 pub(crate) const SERVER_READ_CHUNK: usize = 32 * 1024;
 
+/// Chunks an idle server connection's write queue keeps room for (see `Conn::shrink_if_idle`).
+pub(crate) const SERVER_QUEUE_SLOTS: usize = 8;
+
 /// How a server socket behaves: keepalive and TCP_USER_TIMEOUT, so that a server that vanished (a black hole,
 /// a host that died) is noticed in seconds rather than the kernel's hours.
 #[derive(Clone, Copy, Debug, Default)]

@@ -321,7 +321,7 @@ impl Session {
             });
             pool.retire(lease.discard());
         } else {
-            lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2);
+            lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2, crate::server::SERVER_QUEUE_SLOTS);
             // Idle since that same ReadyForQuery.
             lease.give_back_at(self.meter.last_ready());
         }

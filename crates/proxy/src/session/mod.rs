@@ -300,7 +300,7 @@ impl Session {
                 return End::Shutdown;
             }
             if self.server.is_none() && !self.in_line() {
-                self.client.shrink_if_idle(0);
+                self.client.shrink_if_idle(0, 0);
                 self.timer.release();
             }
             let deadline = self.deadline();

@@ -22,7 +22,7 @@ use pgmux_proto::{TxStatus, frontend, sqlstate};
 
 use crate::protocol::sql::{self, PinReason, SqlFacts};
 use crate::protocol::statements::{ClientStatements, Named, Registry, Statement, Undo, server_name};
-use crate::protocol::tracker::{Fate, Reply};
+use crate::protocol::tracker::{Fate, Reply, TxTracker};
 
 mod check;
 mod mode;
@@ -32,6 +32,10 @@ mod view;
 use check::{Check, Use};
 pub(crate) use mode::{Loss, Mode, Verdict};
 pub(crate) use view::ServerView;
+
+/// The largest simple Query whose text is kept to be read only if its server is lost (see
+/// `Router::note_run`); larger ones are read when sent.
+const KEEP_UNREAD_MAX: usize = 16 * 1024;
 
 /// One client's statements, session state and mode.
 #[derive(Debug)]
@@ -286,15 +290,38 @@ impl Router {
         self.settings_dirty |= facts.set_config;
     }
 
-    /// Notes a statement about to run: whether it may commit (see [`sql::may_commit`]).
-    fn note_run(&mut self, sql: &[u8], server: &ServerView<'_>) {
-        self.commit_in_flight |= sql::may_commit(sql, server.tracker.status() != TxStatus::Idle);
+    /// Notes a simple Query about to run. Whether it may commit (see [`sql::may_commit`]) matters only if
+    /// the server is lost before it is answered, so its text is kept with the server's tracker and read
+    /// then ([`settle_commit`](Self::settle_commit)), or dropped unread once everything sent is answered.
+    /// One is kept at a time: the one before it, if still there, is read now.
+    /// A large text is read at once: kept, it would hold its memory until the answer rather than until it is
+    /// written.
+    fn note_run(&mut self, msg: &Bytes, server: &mut ServerView<'_>) {
+        let in_transaction = server.tracker.status() != TxStatus::Idle;
+        if msg.len() > KEEP_UNREAD_MAX {
+            return self.note_may_commit((msg.clone(), in_transaction));
+        }
+        if let Some(earlier) = server.tracker.keep_unread_query(msg.clone(), in_transaction) {
+            self.note_may_commit(earlier);
+        }
+    }
+
+    fn note_may_commit(&mut self, (msg, in_transaction): (Bytes, bool)) {
+        // A Query whose text cannot be read counts as one that may commit, as text `may_commit` cannot follow.
+        self.commit_in_flight |= frontend::query(&msg[5..]).map_or(true, |sql| sql::may_commit(sql, in_transaction));
+    }
+
+    /// Reads the kept Query's text, if any, into `commit_in_flight`: the server is lost or given up.
+    pub(crate) fn settle_commit(&mut self, tracker: &mut TxTracker<Undo>) {
+        if let Some(kept) = tracker.take_unread_query() {
+            self.note_may_commit(kept);
+        }
     }
 
     fn route_query(&mut self, msg: Bytes, server: &mut ServerView<'_>) {
         let Ok(sql) = frontend::query(&msg[5..]) else { return server.forward(b'Q', msg) };
         self.note_sql(sql);
-        self.note_run(sql, server);
+        self.note_run(&msg, server);
         if self.tracking
             && server.tracker.nothing_owed()
             && let Some(name) = sql::deallocate_name(sql)

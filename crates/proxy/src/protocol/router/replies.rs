@@ -42,7 +42,11 @@ impl Router {
                 let status = backend::ready_for_query(body)?;
                 let route = tracker
                     .server_ready(status, |note| self.undo(note, Some(&mut *statements), registry, &mut stale_plan))?;
-                self.commit_in_flight &= tracker.pending() > 0;
+                if tracker.pending() == 0 {
+                    // Everything sent was answered: nothing is in flight, the kept Query included.
+                    self.commit_in_flight = false;
+                    let _ = tracker.take_unread_query();
+                }
                 route
             }
             b'E' => {
@@ -145,7 +149,8 @@ impl Router {
     /// The linked server is gone (`failure` says why): undoes what it was asked, forgets the session state it
     /// held, and returns what the client is told in place of the replies it was owed: one error per unit,
     /// 08007 if a commit was in flight (it may have happened), else 08006 (the transaction was rolled back).
-    pub(crate) fn server_lost(&mut self, tracker: TxTracker<Undo>, failure: &str, registry: &Registry) -> Bytes {
+    pub(crate) fn server_lost(&mut self, mut tracker: TxTracker<Undo>, failure: &str, registry: &Registry) -> Bytes {
+        self.settle_commit(&mut tracker);
         let unknown =
             tracker.pending() > 0 && (self.commit_in_flight || (!self.tracking && tracker.status() == TxStatus::Idle));
         let error = if unknown {
@@ -168,10 +173,11 @@ impl Router {
     /// that names the setting.
     pub(crate) fn query_timed_out(
         &mut self,
-        tracker: TxTracker<Undo>,
+        mut tracker: TxTracker<Undo>,
         after: std::time::Duration,
         registry: &Registry,
     ) -> Bytes {
+        self.settle_commit(&mut tracker);
         let detail = if self.commit_in_flight {
             "A commit was in flight: it may have happened before the cancel."
         } else {

@@ -139,11 +139,24 @@ pub struct TxTracker<N = ()> {
     status: TxStatus,
     /// The server is in COPY FROM STDIN and waits for the client's data.
     copy_in: bool,
+    /// The last simple Query sent while earlier ones were all answered, and whether a transaction block was
+    /// open then: whether it may commit is read from its text only if the server is lost before it is
+    /// answered (see `Router::note_run`). Kept here, with the server connection, not with each client;
+    /// boxed, once per connection and then reused (an empty message is none), because a connection's
+    /// tracker is part of every future that opens or checks one out, whose size is copied.
+    unread_query: Option<Box<(Bytes, bool)>>,
 }
 
 impl<N> Default for TxTracker<N> {
     fn default() -> Self {
-        TxTracker { owed: VecDeque::new(), syncs: 0, open_unit: false, status: TxStatus::Idle, copy_in: false }
+        TxTracker {
+            owed: VecDeque::new(),
+            syncs: 0,
+            open_unit: false,
+            status: TxStatus::Idle,
+            copy_in: false,
+            unread_query: None,
+        }
     }
 }
 
@@ -311,6 +324,24 @@ impl<N> TxTracker<N> {
     }
 
     /// Forgets everything owed (the connection is gone), returning the notes to undo.
+    /// Keeps `query` (a whole Query message, sent in a transaction block or not) to be read only if needed;
+    /// returns the one kept before it, which the caller reads now.
+    pub fn keep_unread_query(&mut self, query: Bytes, in_transaction: bool) -> Option<(Bytes, bool)> {
+        match &mut self.unread_query {
+            Some(slot) => Some(std::mem::replace(&mut **slot, (query, in_transaction))).filter(|(q, _)| !q.is_empty()),
+            None => {
+                self.unread_query = Some(Box::new((query, in_transaction)));
+                None
+            }
+        }
+    }
+
+    /// The kept Query, if any, now to be read.
+    pub fn take_unread_query(&mut self) -> Option<(Bytes, bool)> {
+        let slot = self.unread_query.as_mut()?;
+        Some(std::mem::take(&mut **slot)).filter(|(q, _)| !q.is_empty())
+    }
+
     pub fn abandon(&mut self) -> Vec<N> {
         let notes = self.owed.drain(..).filter_map(|o| o.note).collect();
         self.syncs = 0;

@@ -107,3 +107,30 @@ fn a_server_lost_with_a_commit_or_an_autocommit_write_in_flight_says_the_outcome
     rig.client(&[query("select 1")]);
     assert_eq!(lose(&mut rig), strs(&["E 08006", "Z"]));
 }
+
+/// A simple Query's text is read for a commit only when its server is lost before the answer (issue 32):
+/// the kept text must be read when another Query follows it, and dropped once everything is answered.
+#[test]
+fn a_query_s_text_read_only_at_a_loss_still_counts_every_query_in_flight_and_no_answered_one() {
+    let lose = |rig: &mut Rig| {
+        let tracker = std::mem::take(&mut rig.servers[0].tracker);
+        tokens(&rig.router.server_lost(tracker, "lost", &rig.registry))
+    };
+    // A pipeline: the write is followed by a read before either is answered.
+    let mut rig = Rig::new(10);
+    rig.client(&[query("insert into t values (1)"), query("select 1")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08007", "Z", "E 08007", "Z"]), "the write is still in flight");
+    // The same, the write answered first: only the read is in flight.
+    let mut rig = Rig::new(10);
+    rig.client(&[query("insert into t values (1)")]);
+    rig.serve(&[done("INSERT 0 1"), ready(b'I')]);
+    rig.client(&[query("select 1")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08006", "Z"]), "the answered write is not in flight");
+    // A write inside a transaction block, then its COMMIT, both in flight: the COMMIT, the one kept unread,
+    // is read at the loss.
+    let mut rig = Rig::new(10);
+    rig.client(&[query("begin")]);
+    rig.serve(&[done("BEGIN"), ready(b'T')]);
+    rig.client(&[query("insert into t values (1)"), query("commit")]);
+    assert_eq!(lose(&mut rig), strs(&["E 08007", "Z", "E 08007", "Z"]), "the COMMIT is in flight");
+}

@@ -1,0 +1,63 @@
+//! The floor under pgmux's instructions per transaction: a relay on the same runtime (tokio, one thread)
+//! with no pooling logic at all. Each client gets its own PostgreSQL connection and one task that copies
+//! bytes both ways (`tokio::io::copy_bidirectional`): no framing, no routing, no clocks, no metrics.
+//!
+//! It takes the `--config FILE` that `benches/scripts/instructions-per-tx.sh` passes to pgmux and reads
+//! only `listen` and the host and port of `database_url` from it, so the script counts it the same way:
+//!
+//!   cargo build --release -p pgmux-benches --example floor_relay
+//!   benches/scripts/instructions-per-tx.sh target/release/examples/floor_relay target/release/pgmux
+
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+
+/// The value of `key = "value"` in a TOML file's top level (enough for the script's file).
+fn setting(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once('=')?;
+        (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+/// `host:port` of a `postgres://user@host:port/db?...` URL.
+fn upstream(url: &str) -> Option<String> {
+    let rest = url.split_once('@')?.1;
+    Some(rest.split(['/', '?']).next()?.to_string())
+}
+
+fn main() -> std::io::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let path = match args.iter().position(|a| a == "--config") {
+        Some(i) if i + 1 < args.len() => &args[i + 1],
+        _ => return Err(std::io::Error::other("usage: floor_relay --config FILE")),
+    };
+    let text = std::fs::read_to_string(path)?;
+    let (Some(listen), Some(url)) = (setting(&text, "listen"), setting(&text, "database_url")) else {
+        return Err(std::io::Error::other("the config needs listen and database_url"));
+    };
+    let Some(server) = upstream(&url) else {
+        return Err(std::io::Error::other("database_url has no host:port"));
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(&listen).await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        loop {
+            let (mut client, _) = tokio::select! {
+                accepted = listener.accept() => accepted?,
+                _ = term.recv() => return Ok(()),
+            };
+            let server = server.clone();
+            tokio::spawn(async move {
+                let _ = client.set_nodelay(true);
+                let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&server)).await
+                else {
+                    return;
+                };
+                let _ = conn.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut conn).await;
+            });
+        }
+    })
+}
