@@ -55,20 +55,28 @@ async fn a_connection_in_use_is_never_taken() {
     drop(held);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_pool_turned_away_is_woken_when_room_comes_back() {
-    let budget = SharedLimit::new(1);
-    let (a, _) = pool_with_closer(10, 0);
+/// What [`one_held_one_waiting`] sets up: pool `a`, its one connection lent, what it closed, and `b`'s wait.
+type HeldAndWaiting =
+    (Pool<u32>, Lease<u32>, Arc<Mutex<Vec<u32>>>, tokio::task::JoinHandle<Result<Grant<u32>, WaitError>>);
+
+/// Two pools under a limit of one: `a` holds the one connection, `b` waits for it (spawned); what `a` closed
+/// is recorded. Returns once `b` is seen waiting.
+async fn one_held_one_waiting() -> HeldAndWaiting {
+    let limit = SharedLimit::new(1);
+    let (a, a_closed) = pool_with_closer(10, 0);
     let (b, _) = pool_with_closer(10, 0);
-    a.share(vec![Arc::clone(&budget)]);
-    b.share(vec![Arc::clone(&budget)]);
+    a.share(vec![Arc::clone(&limit)]);
+    b.share(vec![Arc::clone(&limit)]);
     let a1 = open(&a, 1).await;
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { wait(&b, 1_000).await }
-    });
+    let waiter = tokio::spawn(async move { wait(&b, 1_000).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished(), "b waits while a's one connection is in use");
+    (a, a1, a_closed, waiter)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_turned_away_is_woken_when_room_comes_back() {
+    let (_a, a1, _, waiter) = one_held_one_waiting().await;
     let _ = a1.discard();
     let grant = tokio::time::timeout(Duration::from_millis(10), waiter).await.expect("woken at once").unwrap();
     assert!(matches!(grant, Ok(Grant::Open(_))), "{grant:?}");
@@ -78,18 +86,7 @@ async fn a_pool_turned_away_is_woken_when_room_comes_back() {
 async fn a_pool_turned_away_takes_the_room_of_a_connection_that_goes_idle_elsewhere() {
     // PgBouncer's test_max_db_connections: every connection of a database was in use when a new user's pool
     // asked; one coming back idle in another pool (not closed) must serve the waiting pool.
-    let db = SharedLimit::new(1);
-    let (a, a_closed) = pool_with_closer(10, 0);
-    let (b, _) = pool_with_closer(10, 0);
-    a.share(vec![Arc::clone(&db)]);
-    b.share(vec![Arc::clone(&db)]);
-    let a1 = open(&a, 1).await;
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { wait(&b, 1_000).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiter.is_finished(), "b waits while a's one connection is in use");
+    let (_a, a1, a_closed, waiter) = one_held_one_waiting().await;
     drop(a1);
     let grant = tokio::time::timeout(Duration::from_millis(10), waiter).await.expect("woken at once").unwrap();
     assert!(matches!(grant, Ok(Grant::Open(_))), "{grant:?}");
