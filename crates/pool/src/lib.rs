@@ -33,6 +33,7 @@
 mod active;
 mod busy;
 mod clock;
+mod growth;
 mod lease;
 mod line;
 mod shared;
@@ -40,7 +41,7 @@ mod shared;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -48,6 +49,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 pub use active::{ActiveCap, ActivePermit};
+use growth::Freed;
 pub use lease::{Grant, Lease, Meta, Slot};
 pub use line::{Joined, Ticket};
 use shared::Member;
@@ -467,33 +469,6 @@ impl<C> Pool<C> {
     }
 }
 
-impl<C: Send + 'static> Member for Inner<C> {
-    fn room(&self) {
-        if self.turned_away.load(Ordering::Relaxed) {
-            self.bell.notify_one();
-        }
-    }
-
-    fn give_up_idle(&self) -> bool {
-        let Some(closer) = &self.closer else { return false };
-        let conn = {
-            let Some(mut st) = self.state.try_lock() else { return false };
-            if st.closed {
-                return false;
-            }
-            let Some((conn, _)) = st.idle.pop_front() else { return false };
-            st.shrink(1);
-            conn
-        };
-        closer(conn);
-        true
-    }
-
-    fn is(&self, at: *const ()) -> bool {
-        std::ptr::eq(self as *const Self as *const (), at)
-    }
-}
-
 impl<C> Inner<C> {
     fn lock(&self) -> MutexGuard<'_, State<C>> {
         // Not poisoned by a panic while held (parking_lot): that leaves plain counters behind; keep serving.
@@ -593,104 +568,6 @@ impl<C> Inner<C> {
             self.bell.notify_one();
         }
     }
-}
-
-impl<C> State<C> {
-    /// The busy measure's window: half of `steady_after` (zero: not measured).
-    fn busy_window(&self) -> Duration {
-        self.config.steady_after / 2
-    }
-
-    /// The line formed at `at`.
-    fn line_formed(&mut self, at: Instant) {
-        self.busy.formed(at, self.busy_window());
-        self.line_since = Some(at);
-    }
-
-    /// The last waiter in line was served (or left) at `at`.
-    fn line_emptied(&mut self, at: Instant) {
-        if let Some(line) = self.line_since {
-            self.busy.emptied(line, at, self.busy_window());
-        }
-    }
-
-    /// Whether a caller may open a connection without waiting: below the limit, and either growth is not
-    /// lazy or nothing is open (so there is nothing to wait for).
-    fn may_open_now(&self) -> bool {
-        !self.closed
-            && !self.paused
-            && self.size < self.config.max_size
-            && (self.config.grow_after.is_zero() || self.size == 0)
-    }
-
-    /// Counts a new place, if every shared limit has room for it (`reclaim`: asking the limits' other pools
-    /// to give up an idle connection for it); false if one has none.
-    pub(crate) fn grow(&mut self, inner: &Inner<C>, reclaim: bool) -> bool {
-        if !self.limits.is_empty() && !self.take_room(inner, reclaim) {
-            return false;
-        }
-        self.size += 1;
-        self.opening += 1;
-        true
-    }
-
-    /// Takes room in every shared limit, or in none: false, and the pool waits for one to change.
-    fn take_room(&mut self, inner: &Inner<C>, reclaim: bool) -> bool {
-        let me = inner as *const Inner<C> as *const ();
-        for (i, limit) in self.limits.iter().enumerate() {
-            let took = limit.try_take() || (reclaim && limit.reclaim(me) && limit.try_take());
-            if !took {
-                limit.turned_away();
-                self.limits[..i].iter().for_each(|taken| taken.give_back(1));
-                self.turned_away_at = Some(self.generations());
-                inner.turned_away.store(true, Ordering::Relaxed);
-                return false;
-            }
-        }
-        self.turned_away_at = None;
-        inner.turned_away.store(false, Ordering::Relaxed);
-        true
-    }
-
-    /// The shared limits' generations, summed: a change means room may have come back somewhere.
-    fn generations(&self) -> u64 {
-        self.limits.iter().map(|l| l.generation()).fold(0, u64::wrapping_add)
-    }
-
-    /// Whether a shared limit turned the pool away and nothing changed since: growing would be refused.
-    pub(crate) fn held_back(&self) -> bool {
-        self.turned_away_at.is_some_and(|at| at == self.generations())
-    }
-
-    /// `n` places are gone: their room in the shared limits is free.
-    fn shrink(&mut self, n: usize) {
-        self.size -= n;
-        for limit in &self.limits {
-            limit.give_back(n);
-        }
-    }
-
-    /// Reserves a place for each waiter that may open a connection now (see `may_open_now`), and sees
-    /// whether lazy growth now comes due sooner than the clock will wake.
-    fn grant_free_slots(&mut self, inner: &Inner<C>) -> Freed<C> {
-        let mut slots = Vec::new();
-        while self.may_open_now() && !self.waiters.is_empty() && !self.held_back() && self.grow(inner, true) {
-            let Some(w) = self.waiters.pop_front() else { break };
-            slots.push(w);
-        }
-        if !slots.is_empty() && self.waiters.is_empty() {
-            self.line_emptied(Instant::now());
-        }
-        let ring = self.growth_due().is_some_and(|at| self.due_at(at));
-        Freed { slots, ring }
-    }
-}
-
-/// What a change that freed places or raised the limit hands on: waiters that may open a connection now,
-/// and whether the clock must wake (lazy growth came due sooner).
-struct Freed<C> {
-    slots: Vec<Waiter<C>>,
-    ring: bool,
 }
 
 #[cfg(test)]
