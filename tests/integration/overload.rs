@@ -10,24 +10,8 @@ use tokio::time::Instant;
 use tokio_postgres::Client;
 
 use crate::common::{self, Fixture, code, message};
-
-/// Two routes to the test database, each its own pool (and its own server user).
-const ROUTES: &str = r#"
-[[databases]]
-name = "app"
-dbname = "pgmux"
-[[databases]]
-name = "reports"
-dbname = "pgmux"
-user = "pgmux_md5"
-password = "md5-pw-2"
-[[users]]
-name = "pgmux_app"
-password = "app-pw-1"
-[[users]]
-name = "pgmux_md5"
-password = "md5-pw-2"
-"#;
+// Two routes to the test database, each its own pool (and its own server user).
+use crate::routes::ROUTES;
 
 async fn connect_to(fx: &Fixture, role: &Role, database: &str) -> Client {
     common::connect(fx.addr(), role, |c| {

@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 use crate::common::{self, Fixture, code, scalar};
 
 /// Two routes to the test database: `app` logs in as the client, `reports` always as the md5 user.
-const ROUTES: &str = r#"
+pub(crate) const ROUTES: &str = r#"
 [[databases]]
 name = "app"
 dbname = "pgmux"
