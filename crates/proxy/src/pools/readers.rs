@@ -241,7 +241,9 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
                 _ = stop.reached(Level::Graceful) => return,
             }
         }
-        let timeout = timeout.min(interval.max(std::time::Duration::from_millis(500)));
+        // A poll may take a topology interval, and never less than a second (a login on a loaded host takes a
+        // good part of that): a busy reader is not a dead one. server_connect_timeout bounds it.
+        let timeout = timeout.min(interval.max(std::time::Duration::from_secs(1)));
         if let Some(discovery) = &set.discovery {
             tokio::select! {
                 () = discovery.refresh(&set, &pools, &mut conns, timeout) => {}
