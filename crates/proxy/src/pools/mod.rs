@@ -76,10 +76,8 @@ pub(crate) struct ServerPool {
     jitter: std::collections::hash_map::RandomState,
     /// How long its clients keep a server connection.
     mode: PoolMode,
-    /// A named database's reserve (unset: reserve_pool_size, read at each resize).
+    /// A named database's reserve, from its plan (the default pool reads reserve_pool_size at each resize).
     reserve: std::sync::atomic::AtomicUsize,
-    /// Whether `reserve` is the pool's own (a named database's plan) rather than the global setting's.
-    own_reserve: bool,
     /// A named database's own `server_lifetime` (unset: the global one, read at each open).
     server_lifetime: Option<Duration>,
     /// Its own cap, for the pool of a named database (the default pool's limit is sizing's plan).
@@ -126,7 +124,6 @@ impl ServerPool {
             mode: config.pool_mode,
             server_lifetime: None,
             reserve: Default::default(),
-            own_reserve: false,
             cap: None,
             min_pool_size: None,
             target: None,
@@ -155,7 +152,6 @@ impl ServerPool {
         pool.mode = plan.mode;
         pool.server_lifetime = plan.server_lifetime;
         pool.reserve = plan.reserve.into();
-        pool.own_reserve = true;
         pool.pool.set_reserve(plan.reserve, pool.config().reserve_pool_timeout);
         pool.cap = plan.cap;
         pool.min_pool_size = Some(plan.min_pool_size);
@@ -339,7 +335,9 @@ impl ServerPool {
     /// Puts a new configuration's pool settings into force: lazy growth and, when sizing is off, the limit.
     pub(crate) fn resize(&self) {
         let config = self.config();
-        let reserve = if self.own_reserve { self.reserve.load(Ordering::Relaxed) } else { config.reserve_pool_size };
+        // A named database's pool (one with a min_pool_size of its own) keeps its plan's reserve.
+        let named = self.min_pool_size.is_some();
+        let reserve = if named { self.reserve.load(Ordering::Relaxed) } else { config.reserve_pool_size };
         self.pool.set_reserve(reserve, config.reserve_pool_timeout);
         // Once for all pools (a repeat of the same value does nothing).
         self.globals.active.set_limit(config.max_active_servers);
