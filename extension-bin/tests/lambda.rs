@@ -225,3 +225,74 @@ async fn a_bad_configuration_is_reported_to_init_error() {
     let register = requests.iter().find(|r| r.starts_with("POST /2020-01-01/extension/register")).unwrap();
     assert!(register.contains("\"SHUTDOWN\"") && !register.contains("INVOKE"), "{register}");
 }
+
+/// SIGSTOP or SIGCONT to the extension: what Lambda's freezer does to an environment between invocations.
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status().unwrap();
+    assert!(status.success(), "kill -{sig}");
+}
+
+async fn backend_pid(client: &tokio_postgres::Client) -> i32 {
+    client.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0)
+}
+
+/// Classic Lambda freezes the extension as soon as the function has answered. What a frozen environment
+/// holds, and what the invocation that thaws it pays: measured here with `server_idle_timeout` far shorter
+/// than the freeze (docs/operations.md, "A frozen environment").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_environment_holds_its_pool_alone_and_the_thawing_invocation_logs_in_to_nothing() {
+    const IDLE: Duration = Duration::from_secs(2);
+    let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let sim = Simulator::builder().function_name("orders").shutdown_timeout(SHUTDOWN_BUDGET).build().await.unwrap();
+    let port = free_port();
+    let mut child = extension(
+        &format!("127.0.0.1:{}", sim.addr().port()),
+        &[
+            ("PGMUX_DATABASE_URL", pg.url(&APP_USER)),
+            ("PGMUX_LISTEN", format!("127.0.0.1:{port}")),
+            ("PGMUX_SSLMODE", "disable".into()),
+            ("PGMUX_POOL_MAX", "4".into()),
+            ("PGMUX_POOL_GROW_AFTER", "0s".into()),
+            ("PGMUX_SERVER_IDLE_TIMEOUT", format!("{}s", IDLE.as_secs())),
+        ],
+    );
+    sim.wait_for(|| async { sim.extension_count().await == 1 }, Duration::from_secs(10)).await.unwrap();
+
+    // An invocation that runs two statements at once (a function's own pool of two clients).
+    let (a, b) = (client(port).await, client(port).await);
+    a.batch_execute("begin").await.unwrap();
+    let used = [backend_pid(&a).await, backend_pid(&b).await];
+    a.batch_execute("commit").await.unwrap();
+    assert_ne!(used[0], used[1]);
+    assert_eq!(pgmux_backends(&pg), 2, "the two pool connections, and no control connection on classic Lambda");
+
+    // Frozen for three times server_idle_timeout: a process that does not run closes nothing.
+    signal(&child, "STOP");
+    let frozen = Instant::now();
+    let mut held = Vec::new();
+    while frozen.elapsed() < IDLE * 3 {
+        held.push(pgmux_backends(&pg));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("held while frozen for {:?}: {held:?}", frozen.elapsed());
+    assert!(held.iter().all(|&n| n == 2), "{held:?}");
+
+    // The invocation that thaws it finds its connections: no login, although they were idle past the timeout.
+    signal(&child, "CONT");
+    let thawed = Instant::now();
+    let pid = backend_pid(&a).await;
+    eprintln!("first statement after the thaw answered in {:?}", thawed.elapsed());
+    assert!(used.contains(&pid), "backend {pid} is a new login; the invocation before used {used:?}");
+    // Idle time counts from the thaw: the connections close server_idle_timeout after the last use.
+    drop((a, b));
+    let closed = Instant::now();
+    while pgmux_backends(&pg) > 0 {
+        assert!(closed.elapsed() < IDLE * 5, "still {} connections", pgmux_backends(&pg));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("closed {:?} after the last use", closed.elapsed());
+
+    sim.graceful_shutdown(ShutdownReason::Spindown).await;
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+}

@@ -326,15 +326,24 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     while set.join_next().await.is_some() {}
 }
 
+/// How late the maintenance tick must be for pgmux to take it that its process was stopped.
+const THAW_LATENESS: Duration = Duration::from_secs(2);
+
 /// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown; keeps
 /// the metrics' time windows going.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let due = tokio::select! {
             _ = stop.reached(Level::Hard) => return,
-            _ = tick.tick() => {}
+            due = tick.tick() => due,
+        };
+        // A tick this late means the process did not run: Lambda froze it between invocations (or a
+        // SIGSTOP). A loaded machine delays a tick by milliseconds, not seconds.
+        let late = due.elapsed();
+        if late >= THAW_LATENESS {
+            shared.pools.globals().thawed(late);
         }
         shared.pools.all().iter().for_each(|pool| pool.evict_idle());
         // A lowered budget takes back idle connections from whichever pools hold them; the pools of named

@@ -465,8 +465,9 @@ impl ServerPool {
         let mut size = self.pool.status().size;
         let expired = self.pool.evict_idle(|conn, m| {
             let old = !conn.lifetime.is_zero() && m.created.elapsed() >= conn.lifetime;
-            // Idle ones are closed down to min_pool_size; old ones are closed anyway (and replaced warm).
-            let stale = !idle.is_zero() && m.idle_since.elapsed() >= idle && size > keep;
+            // Idle ones are closed down to min_pool_size (idle while pgmux ran: not across a freeze); old ones
+            // are closed anyway (and replaced warm).
+            let stale = !idle.is_zero() && size > keep && self.globals.idle_for(m.idle_since) >= idle;
             let marked = self.is_stale(conn);
             match (marked, old, stale) {
                 (true, _, _) => conn.closing(ServerCloseReason::Reconnect),

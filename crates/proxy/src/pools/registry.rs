@@ -7,6 +7,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use arc_swap::Guard;
 use parking_lot::Mutex;
@@ -47,9 +50,31 @@ pub(crate) struct Globals {
     pub(crate) stop: Stop,
     /// Background work (closing retired connections) that shutdown waits for.
     pub(crate) tasks: TaskTracker,
+    /// When pgmux last ran again after its process was stopped (a frozen Lambda environment): see
+    /// [`Globals::idle_for`].
+    thawed: Mutex<Option<Instant>>,
 }
 
 impl Globals {
+    /// pgmux's process ran again after being stopped for `stopped` (the maintenance timer was that late).
+    pub(crate) fn thawed(&self, stopped: Duration) {
+        *self.thawed.lock() = Some(Instant::now());
+        tracing::info!(stopped = ?stopped, "pgmux ran again after its process was stopped (a frozen Lambda \
+            environment?): idle server connections count their idle time from now");
+    }
+
+    /// How long a connection idle since `since` has been idle while pgmux ran. Classic Lambda freezes the
+    /// extension between invocations, for minutes or hours; time frozen says nothing of demand, and the
+    /// invocation that thaws the environment wants the connections the last one used. Counted from the
+    /// freeze's end, they are still there for it, not closed under it for a login to replace.
+    pub(crate) fn idle_for(&self, since: Instant) -> Duration {
+        let from = match *self.thawed.lock() {
+            Some(thawed) => since.max(thawed),
+            None => since,
+        };
+        from.elapsed()
+    }
+
     /// Records a sizing reading (or why there was none).
     pub(crate) fn sizing_read(&self, outcome: Result<(&budget::Reading, &budget::Plan), &SizingError>) {
         let mut view = self.sizing.lock();
@@ -156,6 +181,7 @@ impl Pools {
             next_id: AtomicU64::new(1),
             stop,
             tasks,
+            thawed: Mutex::default(),
         });
         let mut first = ServerPool::new(Arc::clone(&globals), credentials, tls.clone());
         if !globals.config.full().databases.is_empty() {
@@ -325,6 +351,11 @@ impl Pools {
                 self.get(id).reconnect();
             }
         }
+    }
+
+    /// What every pool shares.
+    pub(crate) fn globals(&self) -> &Globals {
+        &self.globals
     }
 
     /// Every pool, the default one first.
