@@ -111,6 +111,10 @@ impl Postmaster {
         Ok(Postmaster { process })
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
     /// How the postmaster exited, if it has.
     pub(crate) fn exited(&self) -> Option<String> {
         self.process.exited()

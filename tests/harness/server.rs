@@ -91,13 +91,34 @@ impl PgServer {
 
     /// Stop the server at once (SIGQUIT, SIGKILL after 5 s). Does nothing if it is already stopped.
     pub fn stop(&mut self) {
+        self.hang(false);
         self.postmaster.take();
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to the postmaster and every process it started: a hung server,
+    /// whose kernel still accepts connections and acknowledges what is sent while nothing answers (a black
+    /// hole, as far as a client can tell). Stopping the server wakes it first. How many were signalled.
+    pub fn hang(&self, hung: bool) -> usize {
+        let Some(root) = self.postmaster.as_ref().filter(|p| p.exited().is_none()).map(Postmaster::pid) else {
+            return 0;
+        };
+        let signal = if hung { libc::SIGSTOP } else { libc::SIGCONT };
+        let mut pids = vec![root];
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            let children = entries
+                .flatten()
+                .filter_map(|entry| entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()))
+                .filter(|&pid| crate::procfs::parent_pid(pid) == Some(root));
+            pids.extend(children);
+        }
+        pids.into_iter().filter(|&pid| crate::send_signal(pid, signal)).count()
     }
 
     /// Stop the server with a fast shutdown (SIGINT: sessions are terminated, a checkpoint is written, and a
     /// primary's WAL senders pass everything up to it on to the standbys first), escalating to SIGQUIT and
     /// SIGKILL after 5 s each. Does nothing if it is already stopped.
     pub fn stop_fast(&mut self) {
+        self.hang(false);
         if let Some(mut postmaster) = self.postmaster.take() {
             postmaster.shutdown(libc::SIGINT);
         }

@@ -367,3 +367,44 @@ async fn a_reader_the_topology_drops_or_stops_updating_takes_no_new_transaction_
     assert!(!where_read(&ro).await.1, "with no reader left, a read runs on the writer");
     handle.shutdown().await;
 }
+
+/// A reader that hangs (its processes stopped: the kernel accepts and acknowledges, nothing answers) leaves
+/// the rotation as soon as a probe declares it dead, within `server_probe_timeout` of going quiet, not at its
+/// next topology poll (a minute away here). The client whose transaction was on it gets 08006; every next
+/// transaction goes to the other reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_reader_leaves_the_rotation_once_a_probe_declares_it_dead() {
+    let cluster = cluster(2).await;
+    let (r1, r2) = (cluster.endpoint("reader-1").port(), cluster.endpoint("reader-2").port());
+    let readers = format!("readers = \"{},{}\"", cluster.endpoint("reader-1"), cluster.endpoint("reader-2"));
+    let text = config_text(&cluster, "writer", &readers, "server_probe_timeout = \"1s\"")
+        .replace("topology_interval = \"100ms\"", "topology_interval = \"60s\"");
+    let handle = Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux");
+    let (ro, stuck) = (connect(&handle, "app_ro").await, connect(&handle, "app_ro").await);
+    settles(&ro, "on readers", |_, reader| reader).await;
+    // A transaction in flight on reader-1 when it hangs.
+    let mut on_r1 = false;
+    for _ in 0..50 {
+        stuck.simple_query("begin").await.expect("begin");
+        if where_read(&stuck).await.0 == r1 {
+            on_r1 = true;
+            break;
+        }
+        stuck.simple_query("commit").await.expect("commit");
+    }
+    assert!(on_r1, "no transaction landed on reader-1 in 50");
+    assert!(cluster.server("reader-1").hang(true) > 0, "reader-1's processes stopped");
+    let hung_at = std::time::Instant::now();
+
+    let err = stuck.simple_query("select 1").await.expect_err("the hung reader never answers");
+    eprintln!("reader-1 declared dead and out of the rotation {:?} after it hung", hung_at.elapsed());
+    assert_eq!(code(&err), "08006", "{}", common::message(&err));
+    let in_rotation = readers_in_metrics(&handle);
+    let hung = in_rotation.iter().find(|(name, _)| name.ends_with(&format!(":{r1}"))).expect("reader-1 listed");
+    assert!(!hung.1, "reader-1 still in the rotation after a probe declared it dead: {in_rotation:?}");
+    let seen = spread(&ro, 40).await;
+    assert_eq!(seen.get(&r2).copied(), Some(40), "every next read on reader-2: {seen:?}");
+    assert!(where_read(&stuck).await.0 == r2, "the client that was on reader-1 goes on, on reader-2");
+    cluster.server("reader-1").hang(false);
+    handle.shutdown().await;
+}

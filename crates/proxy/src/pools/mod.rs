@@ -381,6 +381,12 @@ impl ServerPool {
             return;
         }
         tracing::warn!(%node, ?why, reason, "no more server connections to this node");
+        // A reader instance declared dead (a probe unanswered for server_probe_timeout) takes no new
+        // transaction from now, not from its next topology poll; a good poll brings it back.
+        if why == Distrust::Dead && self.is_reader_instance() && self.connects_to(node) {
+            tracing::warn!(%node, "reader taken out of the rotation: declared dead by a probe");
+            self.set_unreachable(true);
+        }
         for conn in self.pool.evict_idle(|conn, _| conn.addr == node) {
             conn.closing(if why == Distrust::Dead { ServerCloseReason::Broken } else { ServerCloseReason::ReadOnly });
             self.retire(conn);
@@ -388,6 +394,12 @@ impl ServerPool {
         if why == Distrust::Dead {
             self.globals.stop.poke();
         }
+    }
+
+    /// Whether a connection of this pool is open to `node` (a probe may name another pool's node).
+    fn connects_to(&self, node: std::net::SocketAddr) -> bool {
+        let id = self.id.index();
+        self.globals.observer.servers.all().iter().any(|entry| entry.pool == id && entry.addr == node)
     }
 
     /// Whether a connection's node is still trusted (a cheap check unless some node was marked since the

@@ -10,7 +10,8 @@
 //! where `aurora_replica_status()` exists (Aurora, and the test harness's stand-in), how far behind it is. A
 //! reader that fails to answer, is no longer in recovery (promoted), or lags more than `max_replica_lag` takes
 //! no new transactions from the next poll on; one that was taken out comes back after two good polls in a
-//! row, so that a lag hovering at the limit does not flap. With no healthy reader, `reader_fallback` says
+//! row, so that a lag hovering at the limit does not flap. A reader that hangs under a transaction is taken
+//! out sooner, when the pool's probe declares its node dead (`ServerPool::distrust`). With no healthy reader, `reader_fallback` says
 //! where a transaction goes: the writer, a reader anyway (waiting as for any connection), or
 //! nowhere (08006 at once), counted in `pgmux_reader_fallbacks_total`. Like sizing's control connection,
 //! the polls stop while nothing of the route (a reader, or the writer's pool that fallbacks use) has held a
