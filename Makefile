@@ -70,9 +70,12 @@ bench: prereqs
 
 # The same driver in about a minute and a half, with debug builds, into a scratch file, every workload
 # included; fails if a figure is missing (a W4 failure through a pooler is an expected, recorded result).
+# Then the overload benchmark (issue 31, max_active_servers) in a short form: 100 clients for 3 s per
+# target, about 25 s, into target/overload-quick.md (figures not judged; docs/benchmarks.md has the full run).
 bench-quick: prereqs
 	cargo build -p pgmux -p pgmux-bench-lab
 	target/debug/pgmux-bench --quick --pgmux target/debug/pgmux --out target/bench-quick.md
+	CLIENTS=100 SECS=3 UNLOADED_SECS=3 benches/scripts/overload.sh target/debug/pgmux > target/overload-quick.md
 
 # The driver compatibility matrix (tests/drivers/README.md): real drivers at their defaults against pgmux
 # (transaction mode, pool_max = 2), one suite at a time; prints every scenario line and the driver x scenario

@@ -10,12 +10,13 @@
 #
 #   benches/scripts/overload.sh PGMUX_BINARY      (needs PostgreSQL 15's initdb, pgbench, pgbouncer; root)
 #   CAP=4 CLIENTS=500 SECS=20 CPUS=0,1 benches/scripts/overload.sh target/release/pgmux
+#   CLIENTS=100 SECS=3 UNLOADED_SECS=3 benches/scripts/overload.sh target/debug/pgmux   (make bench-quick's form)
 #
 # The machine this was written on has 2 CPUs in all: pgbench and the pooler share them with PostgreSQL.
 set -euo pipefail
 pgmux_bin=$(realpath "$1")
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
-cap=${CAP:-4} clients=${CLIENTS:-500} secs=${SECS:-20} cpus=${CPUS:-0,1}
+cap=${CAP:-4} clients=${CLIENTS:-500} secs=${SECS:-20} cpus=${CPUS:-0,1} unloaded_secs=${UNLOADED_SECS:-10}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pgmux-overload.XXXXXX")
 chown postgres "$work"
 pgport=$((20000 + RANDOM % 10000)); port=$((pgport + 1))
@@ -120,7 +121,7 @@ echo "|---|---|---|---|---|---|---|---|---|"
 # TARGETS picks some of them (a rerun of one).
 for target in ${TARGETS:-unloaded cap nocap pgbouncer direct}; do
   case $target in
-    unloaded) run "$pgport" 1 10 "direct, 1 client (unloaded)" ;;
+    unloaded) run "$pgport" 1 "$unloaded_secs" "direct, 1 client (unloaded)" ;;
     cap) start_pgmux "$cap"; run "$port" "$clients" "$secs" "pgmux, max_active_servers = $cap"; stop_last ;;
     nocap) start_pgmux 0; run "$port" "$clients" "$secs" "pgmux, no cap (pool_max 90)"; stop_last ;;
     pgbouncer)
