@@ -159,3 +159,22 @@ pub async fn scalar(client: &Client, sql: &str) -> String {
     }
     panic!("{sql}: no rows")
 }
+
+/// A configuration source that hands a reload the configuration the test put in it last (see
+/// `Listener::set_config_source`).
+#[derive(Debug, Default)]
+pub struct NextConfig(std::sync::Mutex<Option<Config>>);
+
+impl NextConfig {
+    /// The configuration the next reload loads.
+    pub fn set(&self, config: Config) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(config);
+    }
+}
+
+impl pgmux_proxy::ConfigSource for NextConfig {
+    fn load(&self) -> Result<(Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
+        let config = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        Ok((config.expect("the test set a configuration before the reload"), pgmux_proxy::ServerAccess::default()))
+    }
+}

@@ -408,3 +408,43 @@ async fn a_black_holed_reader_leaves_the_rotation_once_a_probe_declares_it_dead(
     cluster.server("reader-1").hang(false);
     handle.shutdown().await;
 }
+
+/// The server backends `n` reads on `c` ran on.
+async fn backends(c: &Client, n: usize) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..n {
+        seen.insert(scalar(c, "select pg_backend_pid()::text || '@' || inet_server_port()").await);
+    }
+    seen
+}
+
+/// A reload that leaves a reader route as it was keeps its readers' connections: before, every reload
+/// took each reader instance's pool for a changed route, and its connections were replaced as they came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_leaves_a_reader_route_as_it_was_keeps_its_readers_connections() {
+    let cluster = cluster(2).await;
+    let readers = format!("readers = \"{},{}\"", cluster.endpoint("reader-1"), cluster.endpoint("reader-2"));
+    let text = config_text(&cluster, "writer", &readers, "");
+    let listener = Listener::bind(Config::from_toml_str(&text).expect("valid")).await.expect("bind");
+    let source = Arc::new(common::NextConfig::default());
+    listener.set_config_source(source.clone());
+    let (admin, addr) = (listener.admin(), listener.local_addr().expect("bound"));
+    let running = tokio::spawn(listener.run());
+    let ro = common::connect(addr, &APP_USER, |c| {
+        c.dbname("app_ro");
+    })
+    .await
+    .expect("connect");
+    settles(&ro, "on readers", |_, reader| reader).await;
+    let before = backends(&ro, 40).await;
+
+    // Something else changes; the reader route does not.
+    let mut next = Config::from_toml_str(&config_text(&cluster, "writer", &readers, "query_wait_timeout = \"25s\""))
+        .expect("valid");
+    next.listen = addr;
+    source.set(next);
+    admin.reload().expect("the reload applies");
+    let after = backends(&ro, 40).await;
+    assert!(after.is_subset(&before), "new reader connections after the reload: {after:?}, before {before:?}");
+    running.abort();
+}

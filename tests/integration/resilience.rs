@@ -485,17 +485,6 @@ async fn a_large_bind_streams_through_to_servers_with_and_without_the_statement(
     assert_eq!(n, 3 << 20, "the unnamed statement too");
 }
 
-/// A source that hands a reload the configuration the test wrote last.
-#[derive(Debug)]
-struct NextConfig(std::sync::Mutex<Option<pgmux_proxy::Config>>);
-
-impl pgmux_proxy::ConfigSource for NextConfig {
-    fn load(&self) -> Result<(pgmux_proxy::Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
-        let config = self.0.lock().unwrap().clone().expect("a configuration to load");
-        Ok((config, pgmux_proxy::ServerAccess::default()))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_node_whose_name_now_points_at_a_writer_elsewhere_is_given_up_before_its_timeout() {
     // A is the writer the clients are on; B another writer. The "name" moves to B by a reload (on Aurora,
@@ -504,7 +493,7 @@ async fn a_silent_node_whose_name_now_points_at_a_writer_elsewhere_is_given_up_b
     let extra = "pool_max = 2\nmax_connections_percent = 0\nserver_probe_timeout = \"10s\"";
     let fx = common::start(extra).await;
     let b = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
-    let source = std::sync::Arc::new(NextConfig(std::sync::Mutex::new(None)));
+    let source = std::sync::Arc::new(common::NextConfig::default());
     let listener = pgmux_proxy::Listener::bind(common::config(&fx.pg, extra)).await.unwrap();
     listener.set_config_source(source.clone());
     let (admin, addr) = (listener.admin(), listener.local_addr().unwrap());
@@ -520,7 +509,7 @@ async fn a_silent_node_whose_name_now_points_at_a_writer_elsewhere_is_given_up_b
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut next = common::config(&b, extra);
     next.listen = addr;
-    *source.0.lock().unwrap() = Some(next);
+    source.set(next);
     admin.reload().expect("the name moves to B");
     signal_server(&fx.pg, "STOP");
     let (c, answer) = tokio::time::timeout(Duration::from_secs(40), hung).await.expect("given up").unwrap();

@@ -230,21 +230,10 @@ async fn session_mode_keeps_a_server_per_client_and_lends_it_again_after() {
     assert!(su.is_err(), "postgres is not a user this pgmux knows");
 }
 
-/// A source that hands a reload the configuration the test wrote last.
-#[derive(Debug)]
-struct Swap(std::sync::Mutex<Option<pgmux_proxy::Config>>);
-
-impl pgmux_proxy::ConfigSource for Swap {
-    fn load(&self) -> Result<(pgmux_proxy::Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
-        let config = self.0.lock().unwrap().clone().expect("a configuration to load");
-        Ok((config, pgmux_proxy::ServerAccess::default()))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_change_live_and_a_removed_route_drains() {
     let mut fx = common::start("").await;
-    let source = std::sync::Arc::new(Swap(std::sync::Mutex::new(None)));
+    let source = std::sync::Arc::new(common::NextConfig::default());
     let listener =
         pgmux_proxy::Listener::bind(common::config(&fx.pg, &format!("pool_max = 4\n{ROUTES}"))).await.unwrap();
     listener.set_config_source(source.clone());
@@ -264,7 +253,7 @@ async fn routes_change_live_and_a_removed_route_drains() {
     let without_reports = ROUTES.replace("name = \"reports\"", "name = \"archive\"");
     let mut next = common::config(&fx.pg, &format!("pool_max = 4\n{without_reports}"));
     next.listen = addr;
-    *source.0.lock().unwrap() = Some(next);
+    source.set(next);
     admin.reload().expect("the new routes load");
 
     let err = connect("reports").await.expect_err("reports is gone");

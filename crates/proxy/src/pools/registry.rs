@@ -338,10 +338,7 @@ impl Pools {
         let changed: Vec<PoolKey> = made
             .plans
             .iter()
-            .filter(|(key, plan)| match routing::route(config, book, &key.database, &key.user) {
-                Ok(Routed::Route(now)) => *now != **plan,
-                _ => true,
-            })
+            .filter(|(key, plan)| !still_planned(config, book, key, plan))
             .map(|(key, _)| key.clone())
             .collect();
         for key in changed {
@@ -426,5 +423,21 @@ impl Pools {
     pub(crate) fn keep_to_budget(&self) {
         let Some(budget) = &self.globals.budget_limit else { return };
         while budget.held() > budget.limit() && budget.close_one_idle() {}
+    }
+}
+
+/// Whether a reload leaves the pool `key` as it was planned: its route (for a reader instance's pool, the
+/// reader route, and the instance still in it) plans it the same way.
+fn still_planned(config: &Config, book: &UserBook, key: &PoolKey, plan: &RoutePlan) -> bool {
+    let instance = plan.target == Some(crate::config::TargetSessionAttrs::Standby);
+    // An instance's pool is named `<route>@<instance>`; `<instance>` (host:port, a server_id) has no `@`.
+    let route = match key.database.rsplit_once('@') {
+        Some((route, _)) if instance => route,
+        _ => key.database.as_str(),
+    };
+    match routing::route(config, book, route, &key.user) {
+        Ok(Routed::Route(now)) if instance => now.instance_now(plan).is_some_and(|p| p == *plan),
+        Ok(Routed::Route(now)) => *now == *plan,
+        _ => false,
     }
 }

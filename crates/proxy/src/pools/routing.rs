@@ -81,6 +81,19 @@ impl RoutePlan {
         plan.key.database = format!("{}@{server_id}", self.key.database);
         plan
     }
+
+    /// For the pool of one of its reader instances, planned as `old` (by [`instance`](Self::instance) or
+    /// [`discovered`](Self::discovered)): the plan this route would give it now, if it still has that
+    /// instance (still listed, or still discovering).
+    pub(crate) fn instance_now(&self, old: &RoutePlan) -> Option<RoutePlan> {
+        let (host, port) = (old.login.host.as_str(), old.login.port);
+        let listed = self.instance(host, port);
+        if listed.key == old.key {
+            return self.readers.iter().any(|(h, p)| h == host && *p == port).then_some(listed);
+        }
+        let server_id = old.key.database.strip_prefix(&self.key.database)?.strip_prefix('@')?;
+        self.instance_domain.as_ref().map(|_| self.discovered(server_id, host, port))
+    }
 }
 
 /// Why a client's database cannot be served.
@@ -248,6 +261,25 @@ mod tests {
         assert_eq!(p.key, PoolKey { database: "report".into(), user: "ann".into() });
         assert_eq!((p.login.dbname.as_str(), p.login.host.as_str()), ("app", "reader.example"));
         assert_eq!(p.login.password.as_ref().map(Secret::expose), Some("ann-pw"));
+    }
+
+    #[test]
+    fn a_reader_instance_keeps_its_plan_while_its_route_still_has_it() {
+        let routed = |extra: &str| {
+            let c = config(&format!("[[databases]]\nname = \"app_ro\"\n{extra}\n"));
+            plan_of(route(&c, &UserBook::build(&c, Vec::new()), "app_ro", "app").unwrap())
+        };
+        let listed = routed("readers = \"r1.example:5432,r2.example:5433\"");
+        let r2 = listed.instance("r2.example", 5433);
+        assert_eq!(listed.instance_now(&r2).as_ref(), Some(&r2), "unchanged, it stays");
+        assert_eq!(routed("readers = \"r1.example:5432\"").instance_now(&r2), None, "no longer listed");
+        let aurora = "host = \"db.cluster-abc.us-east-1.rds.amazonaws.com\"\nreaders = \"aurora\"";
+        let discovering = routed(aurora);
+        let found = discovering.discovered("db-2", "db-2.abc.us-east-1.rds.amazonaws.com", 5432);
+        assert_eq!(discovering.instance_now(&found).as_ref(), Some(&found), "still discovering");
+        assert_eq!(listed.instance_now(&found), None, "the route no longer discovers");
+        let lagging = routed(&format!("{aurora}\npool_size = 3"));
+        assert_ne!(lagging.instance_now(&found).as_ref(), Some(&found), "the route's settings changed");
     }
 
     #[test]
