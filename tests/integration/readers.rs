@@ -448,3 +448,59 @@ async fn a_reload_that_leaves_a_reader_route_as_it_was_keeps_its_readers_connect
     assert!(after.is_subset(&before), "new reader connections after the reload: {after:?}, before {before:?}");
     running.abort();
 }
+
+/// The most pgmux backends at work at once on the readers while 12 clients of `app_ro` each run three
+/// 100 ms transactions under `max_active_servers = cap`, and how many transactions failed.
+async fn readers_at_work(cap: usize) -> (i64, usize) {
+    let cluster = cluster(2).await;
+    let readers = format!("readers = \"{},{}\"", cluster.endpoint("reader-1"), cluster.endpoint("reader-2"));
+    let extra = format!("max_active_servers = {cap}\nquery_wait_timeout = \"30s\"");
+    let text = config_text(&cluster, "writer", &readers, &extra);
+    let handle = Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux");
+    settles(&connect(&handle, "app_ro").await, "on readers", |_, reader| reader).await;
+    let mut oracles = Vec::new();
+    for reader in ["reader-1", "reader-2"] {
+        oracles.push(common::direct(cluster.server(reader)).await);
+    }
+    let mut clients = Vec::new();
+    for _ in 0..12 {
+        let c = connect(&handle, "app_ro").await;
+        clients.push(tokio::spawn(async move {
+            let mut failed = 0;
+            for _ in 0..3 {
+                failed += usize::from(c.batch_execute("begin; select pg_sleep(0.1); commit").await.is_err());
+            }
+            failed
+        }));
+    }
+    let sql = format!(
+        "select count(*) from pg_stat_activity where usename = '{}' and state <> 'idle' \
+         and application_name is distinct from 'pgmux-probe' and application_name is distinct from 'pgmux-topology'",
+        APP_USER.user
+    );
+    let (mut most, until) = (0, std::time::Instant::now() + Duration::from_secs(60));
+    while clients.iter().any(|c| !c.is_finished()) && std::time::Instant::now() < until {
+        let mut now = 0;
+        for oracle in &oracles {
+            now += oracle.query_one(sql.as_str(), &[]).await.expect("count").get::<_, i64>(0);
+        }
+        most = most.max(now);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut failed = 0;
+    for c in clients {
+        failed += c.await.expect("client task");
+    }
+    handle.shutdown().await;
+    (most, failed)
+}
+
+/// `max_active_servers` counts reader instances' connections with everyone else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_active_servers_caps_the_readers_at_work_too() {
+    let (capped, failed) = readers_at_work(2).await;
+    assert_eq!(failed, 0, "the excess waits, it does not fail");
+    assert!(capped <= 2, "{capped} reader backends at work under a cap of 2");
+    let (uncapped, _) = readers_at_work(0).await;
+    assert!(uncapped > 2, "without the cap the crowd puts {uncapped} to work (the sampling sees the cap's effect)");
+}
