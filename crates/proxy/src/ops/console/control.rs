@@ -182,8 +182,8 @@ fn shutdown(console: &Console, mode: ShutdownMode) -> Result<Reply, ErrorMessage
 }
 
 fn set(console: &Console, key: &str, value: &str) -> Result<Reply, ErrorMessage> {
-    let (key, value) = settings::set_target(key, value)
-        .map_err(|why| ErrorMessage::error(sqlstate::CANT_CHANGE_RUNTIME_PARAM, why.to_string()))?;
+    let (key, value) =
+        settings::set_target(key, value).map_err(|why| ErrorMessage::error(why.sqlstate(), why.to_string()))?;
     match reload::set(&console.shared, &key, &value) {
         Ok(_) => Ok(Reply::Done),
         Err(e @ (ReloadError::NeedsRestart { .. } | ReloadError::ChangesLogin { .. })) => {

@@ -49,6 +49,8 @@ pub(super) enum Derived {
     ClientTlsSslmode,
     /// The TLS mode to the database in force: `sslmode`, else `database_url`'s, else the profile's.
     ServerTlsSslmode,
+    /// PgBouncer's log verbosity as a count, from `log_level`: `debug` is 1, `trace` 2, anything else 0.
+    Verbose,
 }
 
 /// PgBouncer's settings with an equivalent in pgmux, in PgBouncer's order (alphabetical, as its SHOW CONFIG).
@@ -95,6 +97,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("tcp_keepintvl", Source::Key("tcp_keepintvl", Unit::Seconds)),
     ("tcp_user_timeout", Source::Key("tcp_user_timeout", Unit::Millis)),
     ("unix_socket_dir", Source::Key("unix_socket_dir", Unit::Same)),
+    ("verbose", Source::Derived(Derived::Verbose)),
 ];
 
 /// What a SHOW CONFIG row needs beyond the configuration.
@@ -164,6 +167,12 @@ fn derived<'a>(d: Derived, config: &Config, in_force: InForce<'_>, value_of: imp
         }
         Derived::ClientTlsSslmode => if config.tls_cert.is_some() { "allow" } else { "disable" }.to_owned(),
         Derived::ServerTlsSslmode => config.effective_sslmode().to_string(),
+        Derived::Verbose => match value_of("log_level") {
+            "debug" => "1",
+            "trace" => "2",
+            _ => "0",
+        }
+        .to_owned(),
     }
 }
 
@@ -179,6 +188,7 @@ fn derived_default(d: Derived) -> String {
         Derived::DefaultPoolSize => default_of("pool_max").to_owned(),
         Derived::ClientTlsSslmode => "disable".to_owned(),
         Derived::ServerTlsSslmode => "prefer".to_owned(),
+        Derived::Verbose => "0".to_owned(),
     }
 }
 
@@ -198,6 +208,13 @@ pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), Not
         Source::Derived(Derived::AdminUsers) => to("admin_users", value.to_owned()),
         Source::Derived(Derived::DefaultPoolSize) => to("default_pool_size", value.to_owned()),
         Source::Derived(Derived::ServerTlsSslmode) => to("sslmode", value.to_owned()),
+        // PgBouncer's 0 is its normal logging: pgmux's info.
+        Source::Derived(Derived::Verbose) => match value.trim().parse::<u32>() {
+            Ok(0) => to("log_level", "info".to_owned()),
+            Ok(1) => to("log_level", "debug".to_owned()),
+            Ok(_) => to("log_level", "trace".to_owned()),
+            Err(_) => Err(NotSettable::NotACount { key }),
+        },
         Source::Derived(Derived::ClientTlsSslmode) => Err(NotSettable::FollowsTlsCert { key }),
         Source::Derived(Derived::ListenAddr | Derived::ListenPort) => Err(NotSettable::PartOfListen { key }),
         Source::Fixed(value) => Err(NotSettable::Fixed { key, value }),
@@ -216,6 +233,19 @@ pub(super) enum NotSettable {
     /// How pgmux always works.
     #[error("{key} is always {value} in pgmux; no setting changes it")]
     Fixed { key: &'static str, value: &'static str },
+    /// `verbose` takes a count.
+    #[error("{key} is a count: 0 (pgmux's log_level info), 1 (debug) or 2 and more (trace)")]
+    NotACount { key: &'static str },
+}
+
+impl NotSettable {
+    /// The SQLSTATE `SET` answers with: a value that cannot be, or a setting that cannot change.
+    pub(super) fn sqlstate(&self) -> &'static str {
+        match self {
+            NotSettable::NotACount { .. } => pgmux_proto::sqlstate::INVALID_PARAMETER_VALUE,
+            _ => pgmux_proto::sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+        }
+    }
 }
 
 /// A bare number (`30`, `2.5`) times `to_ms`, as pgmux's milliseconds (`30000ms`); `None` for anything else.

@@ -325,3 +325,18 @@ fn set_by_pgbouncer_s_name_and_unit_changes_pgmux_s_key() {
     assert_eq!(target("listen_port", "1"), Err(NotSettable::PartOfListen { key: "listen_port" }));
     assert!(matches!(target("stats_period", "1"), Err(NotSettable::Fixed { key: "stats_period", .. })));
 }
+
+#[test]
+fn verbose_is_pgbouncer_s_count_over_log_level() {
+    let ok = |v: &str| Ok(("log_level".to_owned(), v.to_owned()));
+    assert_eq!(set_target("verbose", "0"), ok("info"));
+    assert_eq!(set_target("verbose", "1"), ok("debug"));
+    assert_eq!(set_target("verbose", "3"), ok("trace"));
+    let why = set_target("verbose", "loud").expect_err("not a count");
+    assert_eq!((why.sqlstate(), why.to_string().contains("count")), ("22023", true), "{why}");
+    for (level, count) in [("info", "0"), ("warn", "0"), ("debug", "1"), ("trace", "2")] {
+        let rows = shown(&config(&format!("log_level = \"{level}\"")));
+        assert_eq!(value(&rows, "verbose").value, count, "log_level {level}");
+    }
+    assert_eq!(value(&shown(&config("")), "verbose").default, "0");
+}
