@@ -315,3 +315,29 @@ async fn kill_ends_a_routes_clients_and_holds_it_until_resume() {
     let err = console.simple_query("KILL nope").await.expect_err("no such database");
     assert_eq!(err.code().map(|c| c.code()), Some("3D000"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_refuses_a_routes_new_clients_until_enable_and_keeps_those_in() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let app = connect_to(&fx, "app").await;
+    let console = connect_to(&fx, "pgbouncer").await;
+    let disabled = |rows: Vec<Vec<(String, String)>>| pick(&rows, &["name", "disabled"]);
+
+    console.simple_query("DISABLE app").await.expect("DISABLE app");
+    let err = common::connect(fx.addr(), &APP_USER, |c| {
+        c.dbname("app");
+    })
+    .await
+    .expect_err("a new client of a disabled database");
+    assert_eq!(common::code(&err), "55000", "{err}");
+    assert!(common::message(&err).contains("database \"app\" is disabled"), "{err}");
+    assert_eq!(scalar(&app, "select 'still in'").await, "still in", "a client already in keeps working");
+    assert_eq!(scalar(&connect_to(&fx, "reports").await, "select 1").await, "1", "other routes let clients in");
+    assert!(disabled(show(&console, "DATABASES").await).contains(&vec!["app".to_owned(), "1".to_owned()]));
+
+    console.simple_query("ENABLE app").await.expect("ENABLE app");
+    assert_eq!(scalar(&connect_to(&fx, "app").await, "select 'back'").await, "back");
+    assert!(disabled(show(&console, "DATABASES").await).contains(&vec!["app".to_owned(), "0".to_owned()]));
+    let err = console.simple_query("DISABLE nope").await.expect_err("no such database");
+    assert_eq!(err.code().map(|c| c.code()), Some("3D000"), "{err}");
+}

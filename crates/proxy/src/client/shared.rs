@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::client::auth::Authenticator;
 use crate::client::cancel::CancelRegistry;
 use crate::client::caps::ClientCounts;
+use crate::client::disabled::Disabled;
 use crate::client::memory::MessageMemory;
 use crate::config::Config;
 use crate::config::source::ConfigSource;
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) consoles: AtomicUsize,
     /// Logged-in clients by database and by user, and the caps on them.
     pub(crate) counts: ClientCounts,
+    /// The databases the console DISABLEd: their new clients are refused.
+    pub(crate) disabled: Disabled,
     /// What clients' large messages may hold while they arrive (`max_client_buffers`).
     pub(crate) message_memory: Arc<MessageMemory>,
     /// Every session, and the pool's background work: shutdown waits for them.
@@ -76,6 +79,7 @@ impl Shared {
             clients: AtomicUsize::new(0),
             consoles: AtomicUsize::new(0),
             counts: ClientCounts::default(),
+            disabled: Disabled::default(),
             message_memory: Arc::default(),
             tasks,
             source: OnceLock::new(),

@@ -180,6 +180,9 @@ async fn admit(
     let routed = routing::route(&shared.config(), auth.book(), database, user).map_err(|unknown| {
         refused(no_such_database(database, format!("this pgmux serves the databases {}", quoted_list(&unknown.names))))
     })?;
+    if shared.disabled.is(database) {
+        return Err(refused(disabled(database)));
+    }
     let raw = params::from_startup(&startup.params).map_err(refused)?;
     let id = match routed {
         Routed::Default => default_login(shared, &auth, conn, (user, database), deadline).await?,
@@ -195,6 +198,13 @@ async fn admit(
         r = check_params(shared, pool, &raw) => r.map(|params| (params, id, counted)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
     }
+}
+
+/// 55000, as PostgreSQL refuses a database that does not allow connections; PgBouncer's words.
+fn disabled(database: &str) -> ErrorMessage {
+    let message = format!("database \"{database}\" is disabled");
+    ErrorMessage::fatal(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, message)
+        .with_hint("an operator ran DISABLE on pgmux's console; ENABLE lets new clients in again")
 }
 
 /// 3D000, with the names a client may use in `hint`.

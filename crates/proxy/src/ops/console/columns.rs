@@ -244,7 +244,7 @@ pub const DATABASES: &[ColumnDef] = &[
     int8("max_client_connections", "max_db_client_connections in force (0: no limit)"),
     int8("current_client_connections", "clients logged in to it now"),
     int8("paused", "1 while PAUSEd"),
-    int8("disabled", "0"),
+    int8("disabled", "1 while DISABLEd: new clients refused"),
 ];
 
 /// `SHOW USERS`: one row per user pgmux knows (`[[users]]`, the auth file, database_url's, and every user

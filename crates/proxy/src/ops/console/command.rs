@@ -145,6 +145,9 @@ pub enum Command {
     /// paused, new clients waiting, until RESUME.
     Kill(Option<String>),
     KillClient(u64),
+    /// Refuse new clients of a database (those in stay) until ENABLE.
+    Disable(String),
+    Enable(String),
     Shutdown(ShutdownMode),
     /// `SET key = value`: change a setting that may change live. The key is lower-cased.
     Set {
@@ -189,6 +192,8 @@ impl Command {
             Command::Reload => "RELOAD".into(),
             Command::Kill(_) => "KILL".into(),
             Command::KillClient(_) => "KILL_CLIENT".into(),
+            Command::Disable(_) => "DISABLE".into(),
+            Command::Enable(_) => "ENABLE".into(),
             Command::Shutdown(_) => "SHUTDOWN".into(),
             Command::Set { .. } | Command::SetIgnored(_) => "SET".into(),
             Command::Empty => return None,

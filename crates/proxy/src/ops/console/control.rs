@@ -1,5 +1,5 @@
 //! The console's commands that act: PAUSE, RESUME, RECONNECT, WAIT_CLOSE, RELOAD, KILL, KILL_CLIENT,
-//! SHUTDOWN and SET; and SHOW SIZING, which reads the sizing loop's last look at the database. PAUSE,
+//! DISABLE, ENABLE, SHUTDOWN and SET; and SHOW SIZING, which reads the sizing loop's last look at the database. PAUSE,
 //! RESUME, RECONNECT, WAIT_CLOSE and KILL act on every pool, or with a database on that route's pools alone.
 
 use std::sync::Arc;
@@ -54,6 +54,19 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
         },
         Command::Kill(db) => kill_database(console, db.as_deref()).await,
         Command::KillClient(id) => kill(console, *id),
+        Command::Disable(db) => {
+            chosen(console, Some(db))?;
+            console.shared.disabled.disable(db);
+            tracing::info!(database = %db, "DISABLE: new clients of this database are refused until ENABLE");
+            Ok(Reply::Done)
+        }
+        Command::Enable(db) => {
+            chosen(console, Some(db))?;
+            if console.shared.disabled.enable(db) {
+                tracing::info!(database = %db, "ENABLE: new clients of this database are let in again");
+            }
+            Ok(Reply::Done)
+        }
         Command::Shutdown(mode) => shutdown(console, *mode),
         Command::Set { key, value } => set(console, key, value),
         Command::Show(_) | Command::SetIgnored(_) | Command::Empty => Ok(Reply::Done),

@@ -61,10 +61,8 @@ pub(super) fn command(query: &str, tokens: &[Token]) -> Result<Command, CommandE
         "shutdown" => shutdown(query, args),
         "kill" => optional_database(query, "KILL", args).map(Command::Kill),
         "suspend" => Err(unsupported("SUSPEND", "PAUSE holds new transactions until RESUME")),
-        "disable" | "enable" => Err(unsupported(
-            &verb.to_ascii_uppercase(),
-            "pgmux serves one database; PAUSE and RESUME hold and release it",
-        )),
+        "disable" => database(query, "DISABLE", args).map(Command::Disable),
+        "enable" => database(query, "ENABLE", args).map(Command::Enable),
         _ => Err(syntax(query, format!("unknown command {}", quote(verb)))),
     }
 }
@@ -114,6 +112,13 @@ fn optional_database(query: &str, verb: &str, args: &[Token]) -> Result<Option<S
         [] => Ok(None),
         [Token::Word(db) | Token::Quoted(db)] if !db.is_empty() => Ok(Some(db.clone())),
         _ => Err(syntax(query, format!("{verb} takes at most one database name"))),
+    }
+}
+
+fn database(query: &str, verb: &str, args: &[Token]) -> Result<String, CommandError> {
+    match optional_database(query, verb, args)? {
+        Some(db) => Ok(db),
+        None => Err(syntax(query, format!("{verb} needs a database name"))),
     }
 }
 

@@ -73,6 +73,8 @@ pub(super) struct DatabaseFigures {
     pub(super) max_client_connections: usize,
     pub(super) current_client_connections: usize,
     pub(super) paused: bool,
+    /// DISABLEd: new clients refused.
+    pub(super) disabled: bool,
 }
 
 /// SHOW DATABASES' rows for `dbs`, then the console's (`consoles`: its sessions now).
@@ -96,7 +98,7 @@ pub(super) fn database_rows(config: &Config, dbs: &[DatabaseFigures], consoles: 
             d.max_client_connections.into(),
             d.current_client_connections.into(),
             i64::from(d.paused).into(),
-            0i64.into(),
+            i64::from(d.disabled).into(),
         ])?;
     }
     set.push([
@@ -154,6 +156,7 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
             max_client_connections: caps(&served.dbname),
             current_client_connections: counts.database(&served.dbname),
             paused: default.paused,
+            disabled: console.shared.disabled.is(&served.dbname),
         });
     }
     // Route name -> the server user its row is worked out for (a pool's, else the route's own or none).
@@ -175,6 +178,7 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
         let pools = census.every.iter().filter(|p| p.key.database == name);
         let (open, paused) = pools.fold((0, false), |(o, z), p| (o + p.open, z || p.paused));
         let (max_client_connections, current_client_connections) = (caps(&name), counts.database(&name));
+        let disabled = console.shared.disabled.is(&name);
         out.push(DatabaseFigures {
             name,
             host: plan.login.host,
@@ -190,6 +194,7 @@ pub(super) fn database_figures(console: &Console, census: &Census) -> Vec<Databa
             max_client_connections,
             current_client_connections,
             paused,
+            disabled,
         });
     }
     out

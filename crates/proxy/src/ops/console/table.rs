@@ -267,6 +267,8 @@ pub const HELP: &str = "Console usage
 \tRECONNECT [<db>]
 \tWAIT_CLOSE [<db>]
 \tKILL_CLIENT <id>
+\tDISABLE <db>
+\tENABLE <db>
 \tSHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS]";
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`, the form of PgBouncer's time columns that Datadog's check

@@ -214,12 +214,21 @@ fn kill_takes_an_optional_database() {
 }
 
 #[test]
-fn pgbouncer_commands_pgmux_has_no_equivalent_of_say_what_to_do_instead() {
-    for q in ["SUSPEND", "DISABLE appdb", "ENABLE appdb"] {
-        let e = err(q);
-        assert_eq!(e.code, "0A000", "{q}");
-        assert!(e.hint.is_some(), "{q}: says what to do instead");
+fn disable_and_enable_take_a_database() {
+    assert_eq!(ok("DISABLE appdb"), Command::Disable("appdb".into()));
+    assert_eq!(ok("enable appdb;"), Command::Enable("appdb".into()));
+    assert_eq!(ok("DISABLE appdb").tag().as_deref(), Some("DISABLE"));
+    for q in ["DISABLE", "ENABLE", "DISABLE a b"] {
+        assert_eq!(err(q).code, SYNTAX_ERROR, "{q}");
     }
+    assert!(err("ENABLE").message.contains("needs a database name"));
+}
+
+#[test]
+fn pgbouncer_commands_pgmux_has_no_equivalent_of_say_what_to_do_instead() {
+    let e = err("SUSPEND");
+    assert_eq!(e.code, "0A000");
+    assert!(e.hint.is_some(), "says what to do instead");
 }
 
 #[test]

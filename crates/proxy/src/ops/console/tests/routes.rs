@@ -119,15 +119,18 @@ fn databases_show_each_route_with_its_mode_user_and_limits() {
         max_client_connections: 4,
         current_client_connections: 3,
         paused: false,
+        disabled: true,
     };
     let reports = DatabaseFigures {
         name: "reports".into(),
         dbname: "shop".into(),
         force_user: None,
         mode: PoolMode::Session,
+        disabled: false,
         ..orders.clone()
     };
     let set = routes::database_rows(&config, &[orders, reports], 1).unwrap();
+    assert_eq!(pick(&set, &["name", "disabled"]), [["orders", "1"], ["reports", "0"], ["pgbouncer", "0"]]);
     assert_eq!(
         pick(
             &set,
