@@ -206,7 +206,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("tcp_socket_buffer", Unsupported),
     ("tcp_user_timeout", Key("tcp_user_timeout", Unit::Millis)),
     ("track_extra_parameters", Unsupported),
-    ("transaction_timeout", Unsupported),
+    ("transaction_timeout", Key("transaction_timeout", Unit::Seconds)),
     ("unix_socket_dir", Rule),
     ("unix_socket_group", Unsupported),
     ("unix_socket_mode", Unsupported),

@@ -94,6 +94,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("tcp_keepidle", Source::Key("tcp_keepidle", Unit::Seconds)),
     ("tcp_keepintvl", Source::Key("tcp_keepintvl", Unit::Seconds)),
     ("tcp_user_timeout", Source::Key("tcp_user_timeout", Unit::Millis)),
+    ("transaction_timeout", Source::Key("transaction_timeout", Unit::Seconds)),
     ("unix_socket_dir", Source::Key("unix_socket_dir", Unit::Same)),
 ];
 
