@@ -213,6 +213,11 @@ config_keys! {
     server_lifetime: Duration = "1h";
     /// On SIGTERM / SIGINT, how long open transactions may run before pgmux exits anyway.
     shutdown_timeout: Duration = "30s";
+    /// The longest pause between attempts to open a server connection after one failed (the database
+    /// refused it, did not answer, or refused the login): pauses start at 50 ms and double up to this while
+    /// clients wait (up to query_wait_timeout). PgBouncer's name; pgmux keeps clients waiting and retrying
+    /// rather than failing them until the pause ends.
+    server_login_retry: Duration = "250ms";
     /// Longest to wait for the database to accept a new connection and log in.
     server_connect_timeout: Duration = "5s";
     /// Longest a client may take to start up and authenticate.

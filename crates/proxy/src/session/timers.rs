@@ -180,7 +180,7 @@ impl Session {
                 self.shared.pools.get(self.pool).retire(lease.discard());
                 self.cancel.clear();
                 self.replay.finish();
-                tracing::info!(?after, "query_timeout: the query was cancelled");
+                tracing::info!(?after, "query timeout: the query was cancelled (query_timeout)");
                 let reply = self.router.query_timed_out(tracker, after, &self.shared.statements);
                 self.client.out.push(reply);
                 // The connection is not lent again, and a pinned client's state goes with it.

@@ -179,7 +179,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("server_fast_close", Unsupported),
     ("server_idle_timeout", Key("server_idle_timeout", Unit::Seconds)),
     ("server_lifetime", Key("server_lifetime", Unit::LifetimeSeconds)),
-    ("server_login_retry", Unsupported),
+    ("server_login_retry", Key("server_login_retry", Unit::Seconds)),
     ("server_reset_query", Unsupported),
     ("server_reset_query_always", Unsupported),
     ("server_round_robin", Unsupported),

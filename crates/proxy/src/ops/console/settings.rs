@@ -84,6 +84,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("server_connect_timeout", Source::Key("server_connect_timeout", Unit::Seconds)),
     ("server_idle_timeout", Source::Key("server_idle_timeout", Unit::Seconds)),
     ("server_lifetime", Source::Key("server_lifetime", Unit::Seconds)),
+    ("server_login_retry", Source::Key("server_login_retry", Unit::Seconds)),
     ("server_tls_ca_file", Source::Key("ssl_root_cert", Unit::Same)),
     ("server_tls_sslmode", Source::Derived(Derived::ServerTlsSslmode)),
     // SHOW STATS_AVERAGES and SHOW STATS' avg_ columns cover a fixed period of 60 s.
