@@ -226,4 +226,29 @@ mod tests {
         assert_eq!(counts.database("app"), 0);
         assert!(counts.users().is_empty());
     }
+
+    #[test]
+    fn a_user_s_own_timeouts_reach_its_clients_at_login_and_again_on_reload() {
+        use crate::config::user_timeouts::TimeoutKey;
+        use std::time::Duration;
+        let book = |timeout: &str| {
+            let toml =
+                format!("database_url = \"postgres://app:pw@db.example/app\"\n[[users]]\nname = \"alice\"\n{timeout}");
+            UserBook::build(&Config::from_toml_str(&toml).unwrap(), Vec::new())
+        };
+        let global = Duration::from_secs(60);
+        let counts = ClientCounts::default();
+        let alice = counts.enter("app", "alice", Caps::default(), false).unwrap();
+        let bob = counts.enter("app", "bob", Caps::default(), false).unwrap();
+        let first = book("query_timeout = \"2s\"\n");
+        for (hold, user) in [(&alice, "alice"), (&bob, "bob")] {
+            hold.timeouts().store(&own_timeouts(&first, user));
+        }
+        assert_eq!(alice.timeouts().or(TimeoutKey::Query, global), Duration::from_secs(2));
+        assert_eq!(bob.timeouts().or(TimeoutKey::Query, global), global, "bob has no entry");
+        counts.refresh_timeouts(&book("query_timeout = \"5s\"\n"));
+        assert_eq!(alice.timeouts().or(TimeoutKey::Query, global), Duration::from_secs(5), "a reload");
+        counts.refresh_timeouts(&book(""));
+        assert_eq!(alice.timeouts().or(TimeoutKey::Query, global), global, "a reload that removes it");
+    }
 }
