@@ -133,3 +133,20 @@ async fn a_user_s_own_transaction_timeout_overrides_the_global_one() {
     assert!(err.to_string().contains("transaction timeout") || own.is_closed(), "{err}");
     other.batch_execute("commit").await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_mode_each_transaction_counts_from_its_own_start() {
+    let fx = common::start("pool_mode = \"session\"\ntransaction_timeout = \"2s\"").await;
+    // The client keeps its server connection between transactions: the count starts again with each one.
+    let c = fx.client().await;
+    for _ in 0..3 {
+        c.batch_execute("begin; select 1").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        c.batch_execute("commit").await.expect("each transaction is shorter than transaction_timeout");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    c.batch_execute("begin").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let err = c.simple_query("select 1").await.expect_err("ended by transaction_timeout");
+    assert!(err.to_string().contains("transaction timeout") || c.is_closed(), "{err}");
+}
