@@ -19,5 +19,6 @@ mod routes;
 mod settings;
 mod sizing;
 mod statements;
+mod timeouts;
 mod tls;
 mod unix;

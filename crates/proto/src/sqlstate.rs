@@ -45,6 +45,8 @@ pub const INVALID_PARAMETER_VALUE: &str = "22023";
 pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
 /// `25P03`: a client idle inside a transaction too long.
 pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
+/// `25P04`: a transaction open too long (PostgreSQL 17's `transaction_timeout`).
+pub const TRANSACTION_TIMEOUT: &str = "25P04";
 /// `57P05`: a client idle between transactions too long.
 pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
 

@@ -16,6 +16,7 @@ use pgmux_proto::sqlstate;
 
 use crate::config::Config;
 use crate::config::auth_file::UserBook;
+use crate::config::user_timeouts::{SharedTimeouts, UserTimeouts};
 
 /// Counters by name.
 #[derive(Debug, Default)]
@@ -45,11 +46,13 @@ impl Table {
     }
 }
 
-/// The two counters one client counts in: its database's and its user's.
+/// The two counters one client counts in: its database's and its user's; and its user's own timeouts, which
+/// its session reads through the pointer it holds anyway.
 #[derive(Debug)]
 struct Pair {
     database: Arc<AtomicUsize>,
     user: Arc<AtomicUsize>,
+    timeouts: SharedTimeouts,
 }
 
 /// A database and a user.
@@ -103,6 +106,19 @@ impl Drop for Hold {
     }
 }
 
+impl Hold {
+    /// Its user's own timeouts, as last put in force (at a login of this database and user, or a reload).
+    #[inline]
+    pub(crate) fn timeouts(&self) -> &SharedTimeouts {
+        &self.0.timeouts
+    }
+}
+
+/// A user's own timeouts in `book` (its `[[users]]` entry's), none if it has no entry.
+pub(crate) fn own_timeouts(book: &UserBook, user: &str) -> UserTimeouts {
+    book.get(user).and_then(|k| k.spec.as_ref()).map(|s| s.timeouts).unwrap_or_default()
+}
+
 impl ClientCounts {
     /// Counts a client of `database` logged in as `user`, unless that takes either count over its cap
     /// (the database's checked first, as PgBouncer does): then 53300 naming the setting, and nothing counted.
@@ -136,9 +152,18 @@ impl ClientCounts {
         let mut pairs = self.pairs.lock().unwrap_or_else(|e| e.into_inner());
         let key = (Box::from(database), Box::from(user));
         let pair = pairs.entry(key).or_insert_with(|| {
-            Arc::new(Pair { database: self.databases.counter(database), user: self.users.counter(user) })
+            let (database, user) = (self.databases.counter(database), self.users.counter(user));
+            Arc::new(Pair { database, user, timeouts: SharedTimeouts::default() })
         });
         Arc::clone(pair)
+    }
+
+    /// Puts each user's own timeouts in `book` in force for its clients (a reload).
+    pub(crate) fn refresh_timeouts(&self, book: &UserBook) {
+        let pairs = self.pairs.lock().unwrap_or_else(|e| e.into_inner());
+        for ((_, user), pair) in pairs.iter() {
+            pair.timeouts.store(&own_timeouts(book, user));
+        }
     }
 
     /// Clients of `database` now.
@@ -200,5 +225,30 @@ mod tests {
         drop(holds);
         assert_eq!(counts.database("app"), 0);
         assert!(counts.users().is_empty());
+    }
+
+    #[test]
+    fn a_user_s_own_timeouts_reach_its_clients_at_login_and_again_on_reload() {
+        use crate::config::user_timeouts::TimeoutKey;
+        use std::time::Duration;
+        let book = |timeout: &str| {
+            let toml =
+                format!("database_url = \"postgres://app:pw@db.example/app\"\n[[users]]\nname = \"alice\"\n{timeout}");
+            UserBook::build(&Config::from_toml_str(&toml).unwrap(), Vec::new())
+        };
+        let global = Duration::from_secs(60);
+        let counts = ClientCounts::default();
+        let alice = counts.enter("app", "alice", Caps::default(), false).unwrap();
+        let bob = counts.enter("app", "bob", Caps::default(), false).unwrap();
+        let first = book("query_timeout = \"2s\"\n");
+        for (hold, user) in [(&alice, "alice"), (&bob, "bob")] {
+            hold.timeouts().store(&own_timeouts(&first, user));
+        }
+        assert_eq!(alice.timeouts().or(TimeoutKey::Query, global), Duration::from_secs(2));
+        assert_eq!(bob.timeouts().or(TimeoutKey::Query, global), global, "bob has no entry");
+        counts.refresh_timeouts(&book("query_timeout = \"5s\"\n"));
+        assert_eq!(alice.timeouts().or(TimeoutKey::Query, global), Duration::from_secs(5), "a reload");
+        counts.refresh_timeouts(&book(""));
+        assert_eq!(alice.timeouts().or(TimeoutKey::Query, global), global, "a reload that removes it");
     }
 }

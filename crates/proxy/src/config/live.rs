@@ -16,15 +16,17 @@ use super::Config;
 #[derive(Debug)]
 pub struct LiveConfig {
     config: ArcSwap<Config>,
-    /// Whether any of the per-session timeouts is set: every session asks after each wake-up, and with
-    /// all three off (the default) a relaxed load answers instead of a guarded one.
+    /// Whether any of the per-session timeouts is set, globally or by a user's entry: every session asks
+    /// after each wake-up, and with all off (the default) a relaxed load answers instead of a guarded one.
     session_timers: AtomicBool,
 }
 
 fn any_session_timer(config: &Config) -> bool {
     !(config.query_timeout.is_zero()
         && config.idle_transaction_timeout.is_zero()
-        && config.client_idle_timeout.is_zero())
+        && config.client_idle_timeout.is_zero()
+        && config.transaction_timeout.is_zero()
+        && !config.users.iter().any(|u| u.timeouts.any()))
 }
 
 impl LiveConfig {
@@ -33,7 +35,8 @@ impl LiveConfig {
         LiveConfig { config: ArcSwap::new(config), session_timers }
     }
 
-    /// Whether `query_timeout`, `idle_transaction_timeout` or `client_idle_timeout` is set.
+    /// Whether `query_timeout`, `idle_transaction_timeout`, `client_idle_timeout` or `transaction_timeout` is
+    /// set, globally or for a user.
     #[inline]
     pub fn session_timers(&self) -> bool {
         self.session_timers.load(Ordering::Relaxed)

@@ -20,6 +20,7 @@ pub mod routes;
 mod secret;
 pub mod source;
 mod url;
+pub mod user_timeouts;
 mod value;
 
 use std::collections::BTreeMap;
@@ -212,6 +213,11 @@ config_keys! {
     server_lifetime: Duration = "1h";
     /// On SIGTERM / SIGINT, how long open transactions may run before pgmux exits anyway.
     shutdown_timeout: Duration = "30s";
+    /// The longest pause between attempts to open a server connection after one failed (the database
+    /// refused it, did not answer, or refused the login): pauses start at 50 ms and double up to this while
+    /// clients wait (up to query_wait_timeout). PgBouncer's name; pgmux keeps clients waiting and retrying
+    /// rather than failing them until the pause ends.
+    server_login_retry: Duration = "250ms";
     /// Longest to wait for the database to accept a new connection and log in.
     server_connect_timeout: Duration = "5s";
     /// Longest a client may take to start up and authenticate.
@@ -257,6 +263,12 @@ config_keys! {
     query_timeout: Duration = "0";
     /// Close a client connection idle this long between transactions (SQLSTATE 57P05; 0 = never).
     client_idle_timeout: Duration = "0";
+    /// Close a client whose transaction has been open this long, counted from its first message, queries
+    /// included (SQLSTATE 25P04, as PostgreSQL 17's own transaction_timeout; 0 = never). Its server
+    /// connection is rolled back (a running query cancelled, and the connection closed) before it is lent
+    /// again. A user's entry may set its own, as it may query_timeout, idle_transaction_timeout and
+    /// client_idle_timeout.
+    transaction_timeout: Duration = "0";
     /// The largest single message a client may send (SQLSTATE 54000, then the connection closes). Large
     /// enough for real bulk inserts; PostgreSQL's own limit is 1 GiB.
     max_client_message: usize = "268435456";

@@ -188,6 +188,8 @@ pub struct UserSpec {
     /// Client connections logged in as this user at once (PgBouncer's `max_user_client_connections`).
     pub max_user_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
+    /// Its own query_timeout, idle_transaction_timeout, client_idle_timeout and transaction_timeout.
+    pub timeouts: super::user_timeouts::UserTimeouts,
 }
 
 /// Why an entry could not be read: which entry, which key, and what is wrong with it.
@@ -284,8 +286,7 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
 ];
 
 /// Keys of PgBouncer's `[users]` entries that pgmux does not have.
-const USER_KEYS_NOT_SUPPORTED: &[&str] =
-    &["query_timeout", "idle_transaction_timeout", "transaction_timeout", "client_idle_timeout", "query_wait_timeout"];
+const USER_KEYS_NOT_SUPPORTED: &[&str] = &["query_wait_timeout"];
 
 impl RouteSpec {
     /// Whether its readers come from the cluster's topology (`readers = "aurora"`).
@@ -340,6 +341,9 @@ impl RouteSpec {
 impl UserSpec {
     /// Applies one key of a user entry.
     pub fn apply(&mut self, key: &str, value: &str) -> Result<Applied, KeyError> {
+        if let Some(set) = self.timeouts.apply(key, value) {
+            return set.map(|()| Applied::Set).map_err(KeyError::from);
+        }
         match key {
             "password" => self.password = Some(Secret::new(value)),
             "auth" => self.auth = Some(ServerAuth::parse(value)?),

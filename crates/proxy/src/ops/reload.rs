@@ -181,6 +181,7 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
         shared.replace_auth(auth);
     }
     shared.pools.resize_routes(&shared.config(), shared.auth().book());
+    shared.counts.refresh_timeouts(shared.auth().book());
     if logins_changed {
         shared.pools.retire_changed(&shared.config(), shared.auth().book());
     }

@@ -94,18 +94,19 @@ pub(crate) enum Fitness {
     NeedsRoundTrip,
 }
 
-/// Pauses between attempts that failed: 50 ms, then twice the last, at most 250 ms (no lock-out: the next
-/// attempt after an outage ends comes within a quarter of a second).
+/// Pauses between attempts that failed: 50 ms, then twice the last, at most `server_login_retry` (250 ms by
+/// default: no lock-out, the next attempt after an outage ends comes within a quarter of a second), and never
+/// less than 50 ms.
 #[derive(Debug, Default)]
 pub(super) struct Backoff(Option<Duration>);
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(50);
-    const MOST: Duration = Duration::from_millis(250);
 
-    /// The next pause.
-    pub(super) fn next(&mut self) -> Duration {
-        *self.0.insert(self.0.map_or(Self::FIRST, |p| (p * 2).min(Self::MOST)))
+    /// The next pause, at most `most` (`server_login_retry`).
+    pub(super) fn next(&mut self, most: Duration) -> Duration {
+        let most = most.max(Self::FIRST);
+        *self.0.insert(self.0.map_or(Self::FIRST, |p| (p * 2).min(most)))
     }
 }
 
@@ -253,7 +254,7 @@ impl ServerPool {
     /// the error now.
     async fn after_failed_open(&self, e: ConnectError, wait: &mut Wait) -> Result<(), CheckoutError> {
         let until = wait.deadline();
-        let pause = wait.backoff.next();
+        let pause = wait.backoff.next(self.config().server_login_retry);
         if e.is_refusal() {
             // The database has no slot left: back-pressure, not an error. Hold fewer connections, wait (longer
             // each time) and try again until query_wait_timeout.
@@ -281,7 +282,7 @@ impl ServerPool {
             return Err(e.into());
         }
         tracing::warn!(error = %e, fault = ?e.fault(), retry_in = ?pause,
-            "could not open a server connection; the client waits and pgmux tries again");
+            "server connect failed: could not open a server connection; the client waits and pgmux tries again");
         wait.failed_open = Some(e);
         tokio::time::sleep(pause.min(until - now)).await;
         Ok(())
@@ -391,9 +392,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pauses_between_failed_opens_double_up_to_a_quarter_second() {
+    fn pauses_between_failed_opens_double_up_to_server_login_retry() {
+        let quarter = Duration::from_millis(250);
         let mut backoff = Backoff::default();
-        let pauses: Vec<u128> = (0..5).map(|_| backoff.next().as_millis()).collect();
-        assert_eq!(pauses, [50, 100, 200, 250, 250]);
+        let pauses: Vec<u128> = (0..5).map(|_| backoff.next(quarter).as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 200, 250, 250], "the default");
+        let mut backoff = Backoff::default();
+        let pauses: Vec<u128> = (0..8).map(|_| backoff.next(Duration::from_secs(3)).as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1600, 3000, 3000], "PgBouncer's server_login_retry = 3");
+        let mut backoff = Backoff::default();
+        let pauses: Vec<u128> = (0..3).map(|_| backoff.next(Duration::ZERO).as_millis()).collect();
+        assert_eq!(pauses, [50, 50, 50], "0 does not make pgmux retry in a busy loop");
     }
 }

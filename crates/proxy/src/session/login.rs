@@ -110,7 +110,7 @@ pub(super) async fn login(
         reader_route: pool != PoolId::default() && shared.pools.get(pool).readers().is_some(),
         route: pool,
         pool,
-        _counted: counted,
+        counted,
     })
 }
 
@@ -190,6 +190,8 @@ async fn admit(
     };
     let caps = Caps::of(&shared.config(), auth.book(), database, user);
     let counted = shared.counts.enter(database, user, caps, false).map_err(refused)?;
+    // Looked up once here: the relay loop reads them through `counted`, never by name.
+    counted.timeouts().store(&crate::client::caps::own_timeouts(auth.book(), user));
     let pool = shared.pools.get(id);
     if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !pool.defaults().is_empty()) {
         return Ok((known, id, counted));

@@ -70,11 +70,13 @@ struct Linked {
     /// The server's write queue's `sent` when the current transaction began: anything past it means some
     /// byte of the transaction reached the server (and a failure may have left work done there).
     sent_before: u64,
+    /// When its transaction began, read only while a transaction_timeout is in force.
+    began: Option<tokio::time::Instant>,
 }
 
 impl Linked {
     fn new(lease: ServerLease) -> Self {
-        Linked { sent_before: lease.io.out.sent(), lease: Some(lease) }
+        Linked { sent_before: lease.io.out.sent(), lease: Some(lease), began: None }
     }
 
     fn conn(&mut self) -> &mut ServerConn {
@@ -151,8 +153,9 @@ struct Session {
     reader_route: bool,
     /// The pool of its route (the writer's, for a reader route, which `pool` is not always).
     route: PoolId,
-    /// Counts it under its database and user (SHOW DATABASES, SHOW USERS, the client caps) while it lives.
-    _counted: Hold,
+    /// Counts it under its database and user (SHOW DATABASES, SHOW USERS, the client caps) while it lives;
+    /// its user's own timeouts.
+    counted: Hold,
     /// What the sessions share; while it lives, the client counts toward max_client_conn. Last, so that it
     /// is dropped last: the client stops counting once everything else it held is gone.
     shared: ClientSlot,

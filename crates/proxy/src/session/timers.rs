@@ -1,8 +1,11 @@
 //! PgBouncer's per-client timeouts, with its names: `query_timeout` (a query that runs too long is cancelled
 //! and its client told, naming the setting), `idle_transaction_timeout` (a client idle inside a transaction
 //! while holding a server connection is closed and the transaction rolled back) and `client_idle_timeout` (a
-//! client idle between transactions is closed); and the client's own `idle_session_timeout`, which pgmux
-//! keeps for the client since no server connection keeps it between transactions. One timer per session,
+//! client idle between transactions is closed), `transaction_timeout` (a client whose transaction has been
+//! open too long, running or idle, is closed and the transaction rolled back); and the client's own
+//! `idle_session_timeout`, which pgmux keeps for the client since no server connection keeps it between
+//! transactions. A user's entry may set its own value of each of PgBouncer's four; the session reads them
+//! through its client counter (looked up at login, put in force again on reload). One timer per session,
 //! armed only while one of them applies and is set: with all off (the default) the relay loop never touches
 //! a timer.
 
@@ -16,6 +19,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{End, Session};
 use crate::client::cancel::{self, ServerKey};
+use crate::config::user_timeouts::TimeoutKey;
 
 /// Which timeout a session's timer stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +32,8 @@ pub(super) enum Deadline {
     ClientIdle,
     /// The client sits between transactions longer than its own `idle_session_timeout`.
     SessionIdle,
+    /// The client's transaction has been open longer than `transaction_timeout`.
+    Transaction,
 }
 
 /// The session's one timer.
@@ -80,6 +86,19 @@ impl Timer {
         self.armed = Some(kind);
     }
 
+    /// Whichever of `base` and `transaction` (time left until the transaction's deadline) comes first;
+    /// `base` counts from when the timer was armed for it, if it is.
+    fn first(&self, base: Option<(Deadline, Duration)>, transaction: Duration) -> (Deadline, Duration) {
+        let left = |(kind, after): (Deadline, Duration)| match (&self.sleep, self.armed == Some(kind)) {
+            (Some(sleep), true) => sleep.deadline().saturating_duration_since(Instant::now()),
+            _ => after,
+        };
+        match base {
+            Some(base) if left(base) <= transaction => base,
+            _ => (Deadline::Transaction, transaction),
+        }
+    }
+
     /// Ready with the deadline that passed.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Deadline> {
         let (Some(kind), Some(sleep)) = (self.armed, self.sleep.as_mut()) else { return Poll::Pending };
@@ -110,35 +129,45 @@ impl Session {
         }
         let own_idle = self.timer.own_idle();
         let config = self.shared.config();
-        let (kind, after) = match self.server.as_mut() {
-            Some(linked) => {
-                let tracker = &linked.conn().tracker;
-                if tracker.pending() > 0 {
-                    (Deadline::Query, config.query_timeout)
-                } else if tracker.status() != TxStatus::Idle {
-                    (Deadline::IdleInTransaction, config.idle_transaction_timeout)
-                } else if let Some(own) = own_idle {
-                    (Deadline::SessionIdle, own)
-                } else {
-                    return None;
-                }
-            }
-            None => match own_idle {
-                Some(own) if config.client_idle_timeout.is_zero() || own < config.client_idle_timeout => {
-                    (Deadline::SessionIdle, own)
-                }
-                _ => (Deadline::ClientIdle, config.client_idle_timeout),
-            },
+        let own = self.counted.timeouts();
+        let Some(linked) = self.server.as_mut() else {
+            let client_idle = own.or(TimeoutKey::ClientIdle, config.client_idle_timeout);
+            let (kind, after) = match own_idle {
+                Some(own) if client_idle.is_zero() || own < client_idle => (Deadline::SessionIdle, own),
+                _ => (Deadline::ClientIdle, client_idle),
+            };
+            return (!after.is_zero()).then_some((kind, after));
         };
-        (!after.is_zero()).then_some((kind, after))
+        let tracker = &linked.conn().tracker;
+        let (running, in_transaction) = (tracker.pending() > 0, tracker.status() != TxStatus::Idle);
+        let base = if running {
+            Some((Deadline::Query, own.or(TimeoutKey::Query, config.query_timeout)))
+        } else if in_transaction {
+            Some((Deadline::IdleInTransaction, own.or(TimeoutKey::IdleTransaction, config.idle_transaction_timeout)))
+        } else {
+            own_idle.map(|own| (Deadline::SessionIdle, own))
+        };
+        let base = base.filter(|(_, after)| !after.is_zero());
+        let transaction = own.or(TimeoutKey::Transaction, config.transaction_timeout);
+        if !(running || in_transaction) || transaction.is_zero() {
+            // Between transactions (a pinned or session-mode client): the next one counts from its start.
+            linked.began = None;
+            return base;
+        }
+        let now = Instant::now();
+        let ends = *linked.began.get_or_insert(now) + transaction;
+        // At least a millisecond: a deadline already past fires at once rather than never.
+        let left = ends.saturating_duration_since(now).max(Duration::from_millis(1));
+        Some(self.timer.first(base, left))
     }
 
     /// A timeout passed.
     pub(super) fn timed_out(&mut self, kind: Deadline) -> Result<(), End> {
         let config = self.shared.config();
+        let own = self.counted.timeouts();
         match kind {
             Deadline::Query => {
-                let after = config.query_timeout;
+                let after = own.or(TimeoutKey::Query, config.query_timeout);
                 let pin = self.held();
                 let Some(linked) = self.server.take() else { return Ok(()) };
                 let mut lease = linked.take();
@@ -151,7 +180,7 @@ impl Session {
                 self.shared.pools.get(self.pool).retire(lease.discard());
                 self.cancel.clear();
                 self.replay.finish();
-                tracing::info!(?after, "query_timeout: the query was cancelled");
+                tracing::info!(?after, "query timeout: the query was cancelled (query_timeout)");
                 let reply = self.router.query_timed_out(tracker, after, &self.shared.statements);
                 self.client.out.push(reply);
                 // The connection is not lent again, and a pinned client's state goes with it.
@@ -164,7 +193,16 @@ impl Session {
                 sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
                 format!(
                     "terminating connection due to idle_transaction_timeout ({}s): the transaction was rolled back",
-                    config.idle_transaction_timeout.as_secs_f32()
+                    own.or(TimeoutKey::IdleTransaction, config.idle_transaction_timeout).as_secs_f32()
+                ),
+            ))),
+            // PostgreSQL 17's own code and words for its transaction_timeout, with the setting named.
+            Deadline::Transaction => Err(End::closed(ErrorMessage::fatal(
+                sqlstate::TRANSACTION_TIMEOUT,
+                format!(
+                    "terminating connection due to transaction timeout (transaction_timeout = {}s): the \
+                     transaction was rolled back",
+                    own.or(TimeoutKey::Transaction, config.transaction_timeout).as_secs_f32()
                 ),
             ))),
             // PostgreSQL's own words: the client set the timeout, and expects its server's answer.
@@ -176,7 +214,7 @@ impl Session {
                 sqlstate::IDLE_SESSION_TIMEOUT,
                 format!(
                     "closing a connection idle longer than client_idle_timeout ({}s)",
-                    config.client_idle_timeout.as_secs_f32()
+                    own.or(TimeoutKey::ClientIdle, config.client_idle_timeout).as_secs_f32()
                 ),
             ))),
         }

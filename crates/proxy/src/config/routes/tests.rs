@@ -74,3 +74,22 @@ fn a_bad_value_says_what_is_wrong_in_a_type() {
         Err(KeyError::Invalid(ValueError::Expected { expected: "true or false", got: "maybe".into() }))
     );
 }
+
+#[test]
+fn a_user_s_own_timeouts_are_read_from_the_environment_and_toml_and_query_wait_timeout_is_not() {
+    use crate::config::user_timeouts::TimeoutKey;
+    use std::time::Duration;
+    let users = users_from_env("app = query_timeout=2 transaction_timeout=500ms client_idle_timeout=0").unwrap();
+    let own = users[0].timeouts;
+    assert_eq!(own.get(TimeoutKey::Query), Some(Duration::from_secs(2)));
+    assert_eq!(own.get(TimeoutKey::Transaction), Some(Duration::from_millis(500)));
+    assert_eq!(own.get(TimeoutKey::ClientIdle), Some(Duration::ZERO), "0: off for this user");
+    assert_eq!(own.get(TimeoutKey::IdleTransaction), None, "not set: the global one");
+    let toml: toml::Value = toml::from_str("[[users]]\nname = \"app\"\nidle_transaction_timeout = \"3s\"\n").unwrap();
+    let users = users_from_toml(&toml["users"]).unwrap();
+    assert_eq!(users[0].timeouts.get(TimeoutKey::IdleTransaction), Some(Duration::from_secs(3)));
+    let err = users_from_env("app = query_timeout=soon").unwrap_err();
+    assert_eq!((err.kind, err.key.as_deref()), (EntryErrorKind::Invalid, Some("query_timeout")));
+    let err = users_from_env("app = query_wait_timeout=5").unwrap_err();
+    assert_eq!((err.kind, err.key.as_deref()), (EntryErrorKind::UnknownKey, Some("query_wait_timeout")));
+}

@@ -86,6 +86,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("server_connect_timeout", Source::Key("server_connect_timeout", Unit::Seconds)),
     ("server_idle_timeout", Source::Key("server_idle_timeout", Unit::Seconds)),
     ("server_lifetime", Source::Key("server_lifetime", Unit::Seconds)),
+    ("server_login_retry", Source::Key("server_login_retry", Unit::Seconds)),
     ("server_tls_ca_file", Source::Key("ssl_root_cert", Unit::Same)),
     ("server_tls_sslmode", Source::Derived(Derived::ServerTlsSslmode)),
     // SHOW STATS_AVERAGES and SHOW STATS' avg_ columns cover a fixed period of 60 s.
@@ -96,6 +97,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("tcp_keepidle", Source::Key("tcp_keepidle", Unit::Seconds)),
     ("tcp_keepintvl", Source::Key("tcp_keepintvl", Unit::Seconds)),
     ("tcp_user_timeout", Source::Key("tcp_user_timeout", Unit::Millis)),
+    ("transaction_timeout", Source::Key("transaction_timeout", Unit::Seconds)),
     ("unix_socket_dir", Source::Key("unix_socket_dir", Unit::Same)),
     ("verbose", Source::Derived(Derived::Verbose)),
 ];

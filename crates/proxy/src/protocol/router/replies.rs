@@ -185,7 +185,7 @@ impl Router {
         };
         let error = ErrorMessage::error(
             sqlstate::QUERY_CANCELED,
-            format!("canceling statement due to query_timeout ({}s)", after.as_secs_f32()),
+            format!("canceling statement due to query timeout (query_timeout = {}s)", after.as_secs_f32()),
         )
         .with_detail(detail)
         .with_hint("The connection to pgmux is still usable.");
