@@ -429,7 +429,7 @@ impl Config {
         if self.client_auth != ClientAuth::Trust && self.client_password().is_none() && self.databases.is_empty() {
             return Err(invalid(
                 "client_auth",
-                "md5 and scram-sha-256 need a password to check clients against: set client_password \
+                "md5, scram-sha-256 and plain need a password to check clients against: set client_password \
                  (database_url has none)",
             ));
         }

@@ -22,7 +22,7 @@ use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, PoolCredentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
-use crate::config::{LoginInfo, PoolMode, Secret, ServerAuth};
+use crate::config::{ClientAuth, LoginInfo, PoolMode, Secret, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
@@ -73,12 +73,15 @@ pub(super) async fn login(
         Ok(None) => return None,
         Err(denied) => return deny(&shared, conn, denied).await,
     };
+    let private = super::passthrough::is_private(&conn, &peer);
+    if let Err(denied) = plain_allowed(&shared, private) {
+        return deny(&shared, conn, denied).await;
+    }
     if console::wanted(&shared, &startup).await {
         // Not one of the tasks shutdown waits for: the console stays open until pgmux exits.
         tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
         return None;
     }
-    let private = super::passthrough::is_private(&conn, &peer);
     let (params, pool, counted) =
         match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
             Ok(admitted) => admitted,
@@ -112,6 +115,22 @@ pub(super) async fn login(
         pool,
         _counted: counted,
     })
+}
+
+/// `client_auth = "plain"` asks for the password in clear text, which pgmux does only where nobody can read
+/// it on the way: over TLS, the Unix socket or loopback (PgBouncer asks on any link). Elsewhere the login is
+/// refused before any password is asked for.
+fn plain_allowed(shared: &Shared, private: bool) -> Result<(), OpeningError> {
+    if private || shared.auth().method() != ClientAuth::Plain {
+        return Ok(());
+    }
+    Err(OpeningError::Refused(
+        ErrorMessage::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            "client_auth = plain accepts passwords in clear text only over TLS, the Unix socket or loopback",
+        )
+        .with_hint("connect with sslmode=require, or use client_auth = scram-sha-256"),
+    ))
 }
 
 /// Puts a logged-in client in the admin console's list, and counts its login. The list keeps its user only
