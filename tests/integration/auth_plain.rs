@@ -1,6 +1,10 @@
-//! Client logins in clear text (`client_auth = "plain"`, PgBouncer's `auth_type = plain`).
+//! Client logins in clear text (`client_auth = "plain"`, PgBouncer's `auth_type = plain`), and a server that
+//! refuses a pool's login: the clients waiting get its error at once, the server sees one failed login, and a
+//! password put right in the auth file and reloaded is what the pool's next login uses.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pgmux_proto::auth::md5;
 use pgmux_proxy::{Config, Listener};
@@ -45,6 +49,11 @@ async fn first_auth_request(addr: SocketAddr, user: &str, database: &str) -> u32
     s.read_exact(&mut head).await.unwrap();
     assert_eq!(head[0], b'R', "an authentication request first");
     u32::from_be_bytes(head[5..9].try_into().unwrap())
+}
+
+/// Failed password logins of `user` in the server's log.
+fn server_refusals(pg: &PgServer, user: &str) -> usize {
+    pg.log_tail(100_000).matches(&format!("password authentication failed for user \"{user}\"")).count()
 }
 
 /// The SCRAM verifier the server keeps for `user`.
@@ -111,4 +120,64 @@ async fn plain_asks_for_no_password_in_clear_over_a_network() {
     let err = connect_as(proxy.addr, &PLAIN_USER, "app").await.expect_err("clear text over a network");
     assert_eq!(code(&err), "28000");
     assert!(common::message(&err).contains("only over TLS, the Unix socket or loopback"), "{}", common::message(&err));
+}
+
+/// A source that hands a reload the configuration the test wrote last.
+#[derive(Debug)]
+struct Swap(Mutex<Option<Config>>);
+
+impl pgmux_proxy::ConfigSource for Swap {
+    fn load(&self) -> Result<(Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
+        let config = self.0.lock().unwrap().clone().expect("a configuration to load");
+        Ok((config, pgmux_proxy::ServerAccess::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_server_login_answers_every_waiting_client_and_a_reloaded_password_is_used() {
+    let fx = common::start("").await;
+    let oracle = common::direct(&fx.pg).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = userlist(&dir, &[(APP_USER.user, APP_USER.password), (PLAIN_USER.user, PLAIN_USER.password)]);
+    // Clients log in as pgmux_app; the pool logs in as pgmux_plain with the auth file's password, one
+    // connection at most, which lives one second.
+    let route = "[[databases]]\nname = \"p\"\ndbname = \"pgmux\"\nuser = \"pgmux_plain\"\npool_max = 1\n\
+                 server_lifetime = \"1s\"\n";
+    let extra = format!("auth_file = {file}\n{route}");
+    let listener = Listener::bind(common::config(&fx.pg, &extra)).await.unwrap();
+    let source = Arc::new(Swap(Mutex::new(None)));
+    listener.set_config_source(source.clone());
+    let (admin, addr) = (listener.admin(), listener.local_addr().unwrap());
+    tokio::spawn(listener.run());
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(connect_as(addr, &APP_USER, "p").await.unwrap());
+    }
+    assert_eq!(scalar(&clients[0], "select current_user").await, PLAIN_USER.user);
+
+    // The password changes on the server; the pool's connection outlives its lifetime.
+    oracle.batch_execute("alter role pgmux_plain password 'plain-pw-changed'").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let before = server_refusals(&fx.pg, PLAIN_USER.user);
+    let answers = futures_util::future::join_all(clients.iter().map(|c| c.simple_query("select 1"))).await;
+    for answer in answers {
+        let err = answer.expect_err("the server refuses the pool's login");
+        assert_eq!(code(&err), "08001");
+        assert!(common::message(&err).contains("password authentication failed for user"), "{err}");
+    }
+    assert!(
+        common::eventually(Duration::from_secs(5), || async { server_refusals(&fx.pg, PLAIN_USER.user) > before })
+            .await,
+        "the server logs the refusal"
+    );
+    assert_eq!(server_refusals(&fx.pg, PLAIN_USER.user), before + 1, "one failed login for three clients");
+
+    // The auth file gets the new password; after a reload the pool's next login uses it, at once.
+    userlist(&dir, &[(APP_USER.user, APP_USER.password), (PLAIN_USER.user, "plain-pw-changed")]);
+    let mut next = common::config(&fx.pg, &extra);
+    next.listen = addr;
+    *source.0.lock().unwrap() = Some(next);
+    admin.reload().expect("the reload takes the new auth file");
+    let c = connect_as(addr, &APP_USER, "p").await.unwrap();
+    assert_eq!(scalar(&c, "select current_user").await, PLAIN_USER.user);
 }
