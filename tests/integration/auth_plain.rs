@@ -181,3 +181,62 @@ async fn a_refused_server_login_answers_every_waiting_client_and_a_reloaded_pass
     let c = connect_as(addr, &APP_USER, "p").await.unwrap();
     assert_eq!(scalar(&c, "select current_user").await, PLAIN_USER.user);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_dbname_runs_auth_query_in_the_database_of_the_entry_it_names() {
+    let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let oracle = common::direct(&pg).await;
+    oracle
+        .batch_execute(
+            "create role pgmux_auth login password 'auth-pw-7'; create role pgmux_dyn login password 'dyn-pw-8'",
+        )
+        .await
+        .unwrap();
+    oracle.batch_execute("create database pgmux_auth_db").await.unwrap();
+    // The lookup function exists in pgmux_auth_db only: a query run in the route's own database fails.
+    let server = format!("127.0.0.1:{}", pg.port()).parse().unwrap();
+    let authdb = common::connect(server, &pgmux_testkit::SUPERUSER, |c| {
+        c.dbname("pgmux_auth_db");
+    })
+    .await
+    .unwrap();
+    authdb
+        .batch_execute(
+            "create schema pgmux_auth;
+             create function pgmux_auth.lookup(i_user text, out usename name, out passwd text)
+               returns setof record language sql security definer set search_path = pg_catalog
+               as $$ select usename, passwd from pg_shadow where usename = i_user $$;
+             revoke all on function pgmux_auth.lookup(text) from public;
+             grant usage on schema pgmux_auth to pgmux_auth;
+             grant execute on function pgmux_auth.lookup(text) to pgmux_auth;",
+        )
+        .await
+        .unwrap();
+    let common_part = "auth_query = \"SELECT * FROM pgmux_auth.lookup($1)\"\nauth_user = \"pgmux_auth\"\n";
+    let users = "[[users]]\nname = \"pgmux_auth\"\npassword = \"auth-pw-7\"\n";
+    let authroute = "[[databases]]\nname = \"authroute\"\ndbname = \"pgmux_auth_db\"\n";
+    let dyn_user = Role { user: "pgmux_dyn", password: "dyn-pw-8" };
+    // The route's own auth_dbname, then the global one.
+    let per_route = format!(
+        "{common_part}[[databases]]\nname = \"app\"\ndbname = \"pgmux\"\nauth_dbname = \"authroute\"\n{authroute}{users}"
+    );
+    let global = format!("{common_part}auth_dbname = \"authroute\"\n{ROUTE}{authroute}{users}");
+    for extra in [per_route, global] {
+        let mut config: Config = common::config(&pg, &extra);
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        let proxy = Listener::start(config).await.unwrap();
+        let c = connect_as(proxy.addr, &dyn_user, "app").await.unwrap_or_else(|e| panic!("{extra}: {e}"));
+        assert_eq!(scalar(&c, "select current_user").await, "pgmux_dyn");
+        let wrong = Role { user: "pgmux_dyn", password: "not-it" };
+        assert_eq!(code(&connect_as(proxy.addr, &wrong, "app").await.expect_err("wrong")), "28P01");
+        proxy.shutdown().await;
+    }
+    // An auth_dbname no entry has: the configuration's fault, said so.
+    let missing = format!("{common_part}auth_dbname = \"nowhere\"\n{ROUTE}{users}");
+    let mut config: Config = common::config(&pg, &missing);
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    let proxy = Listener::start(config).await.unwrap();
+    let err = connect_as(proxy.addr, &dyn_user, "app").await.expect_err("no such entry");
+    assert_eq!(code(&err), "F0000");
+    assert!(err.as_db_error().unwrap().hint().is_some_and(|h| h.contains("[[databases]]")));
+}

@@ -199,6 +199,9 @@ config_keys! {
     /// The statement `auth_user` runs; `$1` is the user's name (as a quoted literal). It returns the name
     /// and the password (plaintext, md5 hash or SCRAM verifier), or no row for no such user.
     auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1";
+    /// PgBouncer's `auth_dbname`: the `[[databases]]` entry whose server and database `auth_query` runs on
+    /// (a route's own `auth_dbname` comes first). Unset: the route's own.
+    auth_dbname: String = "";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
     client_auth: ClientAuth = "scram-sha-256";
     /// Most client connections at once; the next one gets SQLSTATE 53300.

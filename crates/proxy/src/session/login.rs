@@ -381,7 +381,7 @@ async fn looked_up(
 ) -> Result<Option<Secret>, OpeningError> {
     let auth_user = plan.auth_user.clone().unwrap_or_default();
     let password = auth.book().get(&auth_user).and_then(|k| k.password.clone());
-    let login = LoginInfo { user: auth_user, password, ..plan.login.clone() };
+    let login = LoginInfo { user: auth_user, password, ..auth_database(shared, auth, plan, user)? };
     let query = shared.config().auth_query.clone();
     match shared.pools.look_up_user(&login, &query, user).await {
         Ok(Lookup::Found(stored)) => Ok(Some(stored)),
@@ -395,6 +395,34 @@ async fn looked_up(
                     format!("pgmux cannot check the password of user \"{user}\": {e}"),
                 )
                 .with_hint(hint),
+            ))
+        }
+    }
+}
+
+/// Where `auth_query` runs: the server and database of the entry the plan's `auth_dbname` names (PgBouncer's
+/// `auth_dbname`), else the route's own. An `auth_dbname` that no entry (nor `*`) serves is the
+/// configuration's fault: the client is told so, and the log says which name.
+fn auth_database(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: &RoutePlan,
+    user: &str,
+) -> Result<LoginInfo, OpeningError> {
+    let Some(name) = plan.auth_dbname.as_deref() else { return Ok(plan.login.clone()) };
+    let config = shared.config();
+    let auth_user = plan.auth_user.as_deref().unwrap_or_default();
+    // As for a client's database: an entry of that name, else the `*` entry's server with that database.
+    match routing::route(&config, auth.book(), name, auth_user) {
+        Ok(Routed::Route(found)) => Ok(found.login),
+        _ => {
+            tracing::warn!(user, auth_dbname = name, "authentication database \"{name}\" is not configured");
+            Err(OpeningError::Refused(
+                ErrorMessage::fatal(
+                    sqlstate::CONFIG_FILE_ERROR,
+                    format!("pgmux cannot check the password of user \"{user}\": its auth_dbname is not configured"),
+                )
+                .with_hint("auth_dbname must name a [[databases]] entry"),
             ))
         }
     }
