@@ -1,6 +1,7 @@
-//! Client logins in clear text (`client_auth = "plain"`, PgBouncer's `auth_type = plain`), and a server that
-//! refuses a pool's login: the clients waiting get its error at once, the server sees one failed login, and a
-//! password put right in the auth file and reloaded is what the pool's next login uses.
+//! PgBouncer's authentication features beyond the basic ones, against a real PostgreSQL: client logins in
+//! clear text (`client_auth = "plain"`, its `auth_type = plain`); a server that refuses a pool's login (the
+//! clients waiting get its error at once, the server sees one failed login, and a password put right in the
+//! auth file and reloaded is what the pool's next login uses); `auth_dbname`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
