@@ -97,6 +97,9 @@ pub enum WaitError {
     Closed,
     /// The deadline passed first.
     TimedOut,
+    /// The pool's owner sent every waiter away ([`Pool::refuse_waiters`]): opening a connection fails for
+    /// a reason that waiting will not fix. The owner knows the reason and tells the caller.
+    Refused,
 }
 
 /// A snapshot of the pool's counters.
@@ -206,6 +209,7 @@ struct Waiter<C> {
 enum Handout<C> {
     Grant(Grant<C>),
     TimedOut,
+    Refused,
 }
 
 impl<C> Pool<C> {

@@ -35,12 +35,33 @@ impl<C> Ticket<C> {
         Pin::new(&mut self.rx).poll(cx).map(|handout| match handout {
             Ok(Handout::Grant(grant)) => Ok(grant),
             Ok(Handout::TimedOut) => Err(WaitError::TimedOut),
+            Ok(Handout::Refused) => Err(WaitError::Refused),
             Err(_) => Err(WaitError::Closed),
         })
     }
 }
 
 impl<C> Pool<C> {
+    /// Sends every caller waiting now away with [`WaitError::Refused`], in the order they came: the owner
+    /// found that opening a connection fails for a reason waiting will not fix (the server refused the
+    /// login). Callers that come later wait as usual. Returns how many were sent away.
+    pub fn refuse_waiters(&self) -> usize {
+        let waiters = {
+            let mut st = self.shared.lock();
+            let waiters = std::mem::take(&mut st.waiters);
+            if !waiters.is_empty() {
+                st.line_emptied(Instant::now());
+            }
+            waiters
+        };
+        let count = waiters.len();
+        for waiter in waiters {
+            // A waiter that gave up meanwhile is not told.
+            let _ = waiter.tx.send(Handout::Refused);
+        }
+        count
+    }
+
     pub(crate) async fn wait(&self, deadline: Option<Instant>) -> Result<Grant<C>, WaitError>
     where
         C: Send + 'static,
@@ -127,5 +148,29 @@ mod tests {
         assert!(matches!(late.poll_grant(&mut cx), Poll::Ready(Err(WaitError::TimedOut))));
         drop(held);
         let Ok(Joined::Now(Grant::Idle(_))) = p.join_line(None) else { panic!("an idle connection at once") };
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_waiters_are_told_at_once_and_later_callers_wait_as_usual() {
+        let p: Pool<u32> = Pool::new(PoolConfig::new(1, Duration::ZERO));
+        let Ok(Some(Grant::Open(slot))) = p.try_acquire() else { panic!("an empty pool grants a slot") };
+        let held: Lease<u32> = slot.fill(5);
+        let deadline = Some(Instant::now() + Duration::from_secs(60));
+        let mut line = Vec::new();
+        for _ in 0..3 {
+            let Joined::Line(t) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
+            line.push(t);
+        }
+        assert_eq!(p.refuse_waiters(), 3);
+        assert_eq!(p.status().waiting, 0);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for t in &mut line {
+            assert!(matches!(t.poll_grant(&mut cx), Poll::Ready(Err(WaitError::Refused))));
+        }
+        // Nobody waits now: nothing to send away, and the next caller gets the connection that comes back.
+        assert_eq!(p.refuse_waiters(), 0);
+        let Joined::Line(mut next) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
+        drop(held);
+        assert!(matches!(next.poll_grant(&mut cx), Poll::Ready(Ok(Grant::Idle(_)))));
     }
 }

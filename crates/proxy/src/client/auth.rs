@@ -1,20 +1,21 @@
-//! Checking who a client is: `trust`, `md5` or `scram-sha-256`. With only `database_url`, clients log in as
+//! Checking who a client is: `trust`, `md5`, `scram-sha-256` or `plain` (the password in clear text, which
+//! the session accepts only over a private link: TLS, the Unix socket or loopback). With only `database_url`, clients log in as
 //! the user pgmux logs in as, with `client_password` or the URL's password. With named databases, any user
 //! pgmux knows ([`UserBook`]: `[[users]]`, the `auth_file`, database_url's user) logs in with its own
 //! password, stored in plaintext, as an md5 hash or as a SCRAM verifier; a SCRAM login against a verifier
 //! hands back the client's proved key (SCRAM passthrough). Passthrough asks for the password in clear text
 //! (`cleartext`), and `auth_query` brings the stored password of a user the book lacks.
 //!
-//! Under md5 and scram-sha-256 an unknown user goes through the whole exchange and fails as a wrong password
-//! does (28P01), as PostgreSQL's own users do, so that the error says nothing about which names exist; under
-//! trust there is nothing to hide, and an unknown user gets 28000.
+//! Under md5, scram-sha-256 and plain an unknown user goes through the whole exchange and fails as a wrong
+//! password does (28P01), as PostgreSQL's own users do, so that the error says nothing about which names
+//! exist; under trust there is nothing to hide, and an unknown user gets 28000.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use pgmux_proto::auth::{md5, scram};
+use pgmux_proto::auth::{md5, plain, scram};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{Step, encode, frontend, sqlstate};
 
@@ -63,6 +64,11 @@ impl Authenticator {
     #[cfg(test)]
     pub(crate) fn from_config(config: &Config) -> Self {
         Authenticator::new(config, UserBook::build(config, Vec::new()), None)
+    }
+
+    /// How clients prove who they are.
+    pub(crate) fn method(&self) -> ClientAuth {
+        self.method
     }
 
     /// The users pgmux knows.
@@ -165,6 +171,18 @@ impl Authenticator {
                     format!("\"trust\" authentication failed: role \"{user}\" is not known to pgmux"),
                 ))),
             },
+            ClientAuth::Plain => {
+                let password = self.cleartext(conn, user).await?;
+                match stored {
+                    Some(stored) if plain::verify(user, stored, password.expose()) => {
+                        // A verifier's keys, as a SCRAM login would have proved them (SCRAM passthrough).
+                        let keys = scram::ScramSecret::parse_verifier(stored)
+                            .map(|verifier| scram::ScramKeys::from_password(password.expose(), &verifier));
+                        Ok(keys)
+                    }
+                    _ => Err(failed()),
+                }
+            }
             // A user stored as a SCRAM verifier cannot be checked by md5: PostgreSQL runs SCRAM then, and so do we.
             ClientAuth::Md5 if !stored.is_some_and(is_verifier) => {
                 let mut salt = [0u8; 4];

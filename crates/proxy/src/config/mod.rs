@@ -200,6 +200,9 @@ config_keys! {
     /// The statement `auth_user` runs; `$1` is the user's name (as a quoted literal). It returns the name
     /// and the password (plaintext, md5 hash or SCRAM verifier), or no row for no such user.
     auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1";
+    /// PgBouncer's `auth_dbname`: the `[[databases]]` entry whose server and database `auth_query` runs on
+    /// (a route's own `auth_dbname` comes first). Unset: the route's own.
+    auth_dbname: String = "";
     /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
     client_auth: ClientAuth = "scram-sha-256";
     /// Most client connections at once; the next one gets SQLSTATE 53300.
@@ -441,7 +444,7 @@ impl Config {
         if self.client_auth != ClientAuth::Trust && self.client_password().is_none() && self.databases.is_empty() {
             return Err(invalid(
                 "client_auth",
-                "md5 and scram-sha-256 need a password to check clients against: set client_password \
+                "md5, scram-sha-256 and plain need a password to check clients against: set client_password \
                  (database_url has none)",
             ));
         }

@@ -122,6 +122,8 @@ pub struct RouteSpec {
     pub server_lifetime: Option<std::time::Duration>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
     pub auth_user: Option<String>,
+    /// The entry whose server and database `auth_query` runs on (PgBouncer's `auth_dbname`).
+    pub auth_dbname: Option<String>,
     /// A reader route's instances, `host[:port]` each (the port defaults to the route's), or `aurora`:
     /// those the cluster's topology lists. Each transaction goes to a healthy one; `host`/`port` stay the
     /// writer, for `reader_fallback = writer`.
@@ -279,7 +281,6 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "timezone",
     "application_name",
     "load_balance_hosts",
-    "auth_dbname",
     "auth_query",
     "query_wait_timeout",
     "target_session_attrs",
@@ -326,6 +327,7 @@ impl RouteSpec {
                 self.server_lifetime = Some(super::duration::parse_duration(value.trim()).ok_or(expected)?);
             }
             "auth_user" => self.auth_user = text(value),
+            "auth_dbname" => self.auth_dbname = text(value),
             "readers" => {
                 self.readers = value.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect();
             }

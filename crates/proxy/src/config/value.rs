@@ -204,6 +204,9 @@ pub enum ClientAuth {
     Md5,
     /// SCRAM-SHA-256.
     ScramSha256,
+    /// The password in clear text (PgBouncer's `plain`), checked against however it is stored; accepted only
+    /// over TLS, the Unix socket or loopback.
+    Plain,
 }
 
 impl fmt::Display for ClientAuth {
@@ -212,6 +215,7 @@ impl fmt::Display for ClientAuth {
             ClientAuth::Trust => "trust",
             ClientAuth::Md5 => "md5",
             ClientAuth::ScramSha256 => "scram-sha-256",
+            ClientAuth::Plain => "plain",
         })
     }
 }
@@ -223,7 +227,8 @@ impl ConfigValue for ClientAuth {
             "trust" => Ok(ClientAuth::Trust),
             "md5" => Ok(ClientAuth::Md5),
             "scram-sha-256" | "scram" => Ok(ClientAuth::ScramSha256),
-            _ => Err(expected("trust, md5 or scram-sha-256", text)),
+            "plain" => Ok(ClientAuth::Plain),
+            _ => Err(expected("trust, md5, scram-sha-256 or plain", text)),
         }
     }
     fn show(&self) -> String {

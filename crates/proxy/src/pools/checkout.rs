@@ -3,8 +3,9 @@
 //! hope: the database refusing a new connection (53300) lowers the limit and the client waits for one of the
 //! open connections; a database that is away (restarting, failing over, unreachable, in the wrong role) makes
 //! it wait and try again, every 50 ms at first and then every 250 ms, re-resolving the host name each time,
-//! until query_wait_timeout. Only an error that needs a fix (a wrong password, a missing database) with no
-//! connection open reaches the client at once.
+//! until query_wait_timeout. An error that needs a fix (a missing database) reaches the client at once when
+//! no connection is open; a password the server refused reaches it, and every client waiting in line, at
+//! once (see the `refusal` module).
 
 use std::future::Future;
 use std::time::Duration;
@@ -44,6 +45,9 @@ pub(crate) enum CheckoutError {
     Connect(#[from] ConnectError),
     #[error("cannot get database credentials: {0}")]
     Credentials(#[from] CredentialsError),
+    /// The server refused the pool's login (its own error: it names the user, never a password).
+    #[error("the database refused the pool's login: {0}")]
+    LoginRefused(std::sync::Arc<ServerError>),
     #[error("pgmux is shutting down")]
     Closed,
 }
@@ -68,6 +72,14 @@ impl CheckoutError {
                 ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string())
             }
             CheckoutError::Closed => ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, self.to_string()),
+            // 08001 as for any server login that failed: the client's own password was right, and the fix is
+            // pgmux's. The session closes after it, as PgBouncer closes its clients.
+            CheckoutError::LoginRefused(_) => {
+                ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string()).with_hint(
+                    "the server no longer takes the password pgmux has for this pool's user: put it right (auth_file, \
+                     [[users]], the database's password) and RELOAD",
+                )
+            }
         }
     }
 }
@@ -193,6 +205,9 @@ impl ServerPool {
                 // Opening is rare and its futures are large (a login, TLS): boxed, so that the future of
                 // every checkout that waits, moved into the session's box, stays small.
                 Grant::Open(slot) => {
+                    if let Some(refused) = self.refused_lately() {
+                        return Err(refused);
+                    }
                     if !Box::pin(self.room_to_grow()).await {
                         continue;
                     }
@@ -205,6 +220,9 @@ impl ServerPool {
                         }
                         Err(CheckoutError::Connect(e)) => {
                             drop(slot);
+                            if let Some(refused) = self.on_refused_login(&e) {
+                                return Err(refused);
+                            }
                             Box::pin(self.after_failed_open(e, &mut wait)).await?;
                         }
                         Err(e) => return Err(e),
@@ -247,6 +265,7 @@ impl ServerPool {
             Ok(grant) => Ok(grant),
             Err(WaitError::Closed) => Err(CheckoutError::Closed),
             Err(WaitError::TimedOut) => Err(wait.give_up(self.reach())),
+            Err(WaitError::Refused) => Err(self.refused_in_line()),
         }
     }
 

@@ -19,6 +19,7 @@ mod nodes;
 mod open;
 mod probe;
 pub(crate) mod readers;
+mod refusal;
 mod registry;
 pub(crate) mod routing;
 pub(crate) mod sizing;
@@ -94,6 +95,8 @@ pub(crate) struct ServerPool {
     id: PoolId,
     /// Its name: the route and server user (empty for the default pool), for the console's rows.
     key: registry::PoolKey,
+    /// The server's last refusal of its login, which answers for a moment without another login.
+    refusal: refusal::LoginRefusal,
 }
 
 impl ServerPool {
@@ -131,6 +134,7 @@ impl ServerPool {
             unreachable: std::sync::atomic::AtomicBool::new(false),
             id: PoolId::default(),
             key: registry::PoolKey::default(),
+            refusal: Default::default(),
         }
     }
 
@@ -294,6 +298,7 @@ impl ServerPool {
     pub(crate) fn replace_access(&self, credentials: Arc<dyn Credentials>, tls: ServerTls) {
         *self.credentials.write() = credentials;
         *self.tls.write() = tls;
+        self.refusal.forget();
     }
 
     /// New server connections use this TLS.
@@ -304,6 +309,7 @@ impl ServerPool {
     /// Marks every connection open now to be replaced as it comes back; idle ones are closed at once.
     pub(crate) fn reconnect(&self) {
         self.reconnect_below.store(self.globals.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.refusal.forget();
         self.evict_idle();
     }
 

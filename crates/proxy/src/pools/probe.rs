@@ -191,6 +191,10 @@ impl ServerPool {
     /// Opens a probe connection to `node` itself (not wherever the host name points now), within `timeout`;
     /// a login that does not finish in time is the node's silence.
     async fn open_probe(&self, node: SocketAddr, timeout: Duration) -> Result<Box<ServerConn>, Answer> {
+        // A login refused a moment ago would be refused again (and a refusal is an answer: the node is up).
+        if self.refused_lately().is_some() {
+            return Err(Answer::Failed);
+        }
         let login = self.credentials().login().await.map_err(|e| {
             tracing::debug!(error = %e, "no credentials for the liveness probe");
             Answer::Failed
@@ -206,7 +210,9 @@ impl ServerPool {
             Ok(conn) => Ok(Box::new(conn)),
             Err(ConnectError::Timeout { .. }) => Err(Answer::Silent),
             Err(e) => {
-                tracing::debug!(%node, error = %e, "the liveness probe could not log in");
+                // Not inside the macro: its fields are not evaluated when debug is off.
+                let refused = self.probe_refused(&e);
+                tracing::debug!(%node, error = %e, refused, "the liveness probe could not log in");
                 Err(Answer::Failed)
             }
         }

@@ -52,6 +52,8 @@ pub(crate) struct RoutePlan {
     pub(crate) user_limit: Option<usize>,
     /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
     pub(crate) auth_user: Option<String>,
+    /// Where `auth_query` runs (the entry it names): the route's `auth_dbname`, else the global one.
+    pub(crate) auth_dbname: Option<String>,
     /// A reader route's instances (host, port); empty for any other route, and for one that discovers them.
     pub(crate) readers: Vec<(String, u16)>,
     /// A reader route that discovers its instances in the cluster's topology: where their endpoints are.
@@ -166,6 +168,10 @@ fn plan(
             .or(some(config.max_user_connections))
             .filter(|n| *n > 0),
         auth_user: spec.auth_user.clone().or_else(|| (!config.auth_user.is_empty()).then(|| config.auth_user.clone())),
+        auth_dbname: spec
+            .auth_dbname
+            .clone()
+            .or_else(|| (!config.auth_dbname.is_empty()).then(|| config.auth_dbname.clone())),
         readers: match spec.discovers_readers() {
             true => Vec::new(),
             false => spec.readers.iter().map(|r| host_port(r, port)).collect(),

@@ -81,6 +81,7 @@ impl Session {
                 let e = match e {
                     WaitError::Closed => CheckoutError::Closed,
                     WaitError::TimedOut => self.shared.pools.get(self.pool).waited_too_long(),
+                    WaitError::Refused => self.shared.pools.get(self.pool).refused_in_line(),
                 };
                 let err = self.no_server(e)?;
                 self.answer_unit(line.waiting.tag, err);

@@ -139,8 +139,13 @@ impl Session {
             self.client.out.push(shutting_down().to_bytes());
             return Err(End::Shutdown);
         }
-        tracing::warn!(error = %e, "no server connection for client");
         self.meter.no_server(&e);
+        if let CheckoutError::LoginRefused(refused) = &e {
+            // PgBouncer's words (scripts and its test suite count them); the server's message names no secret.
+            tracing::info!(code = %refused.code, "server login refused, client closing because: {}", refused.message);
+            return Err(End::closed(e.to_client()));
+        }
+        tracing::warn!(error = %e, "no server connection for client");
         Ok(e.to_client())
     }
 

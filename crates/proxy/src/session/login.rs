@@ -22,7 +22,7 @@ use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, PoolCredentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
-use crate::config::{LoginInfo, PoolMode, Secret, ServerAuth};
+use crate::config::{ClientAuth, LoginInfo, PoolMode, Secret, ServerAuth};
 use crate::net::io::Conn;
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
@@ -73,12 +73,15 @@ pub(super) async fn login(
         Ok(None) => return None,
         Err(denied) => return deny(&shared, conn, denied).await,
     };
+    let private = super::passthrough::is_private(&conn, &peer);
+    if let Err(denied) = plain_allowed(&shared, private) {
+        return deny(&shared, conn, denied).await;
+    }
     if console::wanted(&shared, &startup).await {
         // Not one of the tasks shutdown waits for: the console stays open until pgmux exits.
         tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
         return None;
     }
-    let private = super::passthrough::is_private(&conn, &peer);
     let (params, pool, counted) =
         match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
             Ok(admitted) => admitted,
@@ -112,6 +115,22 @@ pub(super) async fn login(
         pool,
         counted,
     })
+}
+
+/// `client_auth = "plain"` asks for the password in clear text, which pgmux does only where nobody can read
+/// it on the way: over TLS, the Unix socket or loopback (PgBouncer asks on any link). Elsewhere the login is
+/// refused before any password is asked for.
+fn plain_allowed(shared: &Shared, private: bool) -> Result<(), OpeningError> {
+    if private || shared.auth().method() != ClientAuth::Plain {
+        return Ok(());
+    }
+    Err(OpeningError::Refused(
+        ErrorMessage::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            "client_auth = plain accepts passwords in clear text only over TLS, the Unix socket or loopback",
+        )
+        .with_hint("connect with sslmode=require, or use client_auth = scram-sha-256"),
+    ))
 }
 
 /// Puts a logged-in client in the admin console's list, and counts its login. The list keeps its user only
@@ -374,7 +393,7 @@ async fn looked_up(
 ) -> Result<Option<Secret>, OpeningError> {
     let auth_user = plan.auth_user.clone().unwrap_or_default();
     let password = auth.book().get(&auth_user).and_then(|k| k.password.clone());
-    let login = LoginInfo { user: auth_user, password, ..plan.login.clone() };
+    let login = LoginInfo { user: auth_user, password, ..auth_database(shared, auth, plan, user)? };
     let query = shared.config().auth_query.clone();
     match shared.pools.look_up_user(&login, &query, user).await {
         Ok(Lookup::Found(stored)) => Ok(Some(stored)),
@@ -388,6 +407,34 @@ async fn looked_up(
                     format!("pgmux cannot check the password of user \"{user}\": {e}"),
                 )
                 .with_hint(hint),
+            ))
+        }
+    }
+}
+
+/// Where `auth_query` runs: the server and database of the entry the plan's `auth_dbname` names (PgBouncer's
+/// `auth_dbname`), else the route's own. An `auth_dbname` that no entry (nor `*`) serves is the
+/// configuration's fault: the client is told so, and the log says which name.
+fn auth_database(
+    shared: &Shared,
+    auth: &Authenticator,
+    plan: &RoutePlan,
+    user: &str,
+) -> Result<LoginInfo, OpeningError> {
+    let Some(name) = plan.auth_dbname.as_deref() else { return Ok(plan.login.clone()) };
+    let config = shared.config();
+    let auth_user = plan.auth_user.as_deref().unwrap_or_default();
+    // As for a client's database: an entry of that name, else the `*` entry's server with that database.
+    match routing::route(&config, auth.book(), name, auth_user) {
+        Ok(Routed::Route(found)) => Ok(found.login),
+        _ => {
+            tracing::warn!(user, auth_dbname = name, "authentication database \"{name}\" is not configured");
+            Err(OpeningError::Refused(
+                ErrorMessage::fatal(
+                    sqlstate::CONFIG_FILE_ERROR,
+                    format!("pgmux cannot check the password of user \"{user}\": its auth_dbname is not configured"),
+                )
+                .with_hint("auth_dbname must name a [[databases]] entry"),
             ))
         }
     }

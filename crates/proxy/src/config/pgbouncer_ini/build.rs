@@ -160,9 +160,9 @@ impl Builder {
             "pool_mode" => self.set("pool_mode", &value, item),
             "auth_type" if self.env_sets("client_auth") => Ok(()),
             "auth_type" => match value.as_str() {
-                "trust" | "md5" | "scram-sha-256" => self.set("client_auth", &value, item),
+                "trust" | "md5" | "scram-sha-256" | "plain" => self.set("client_auth", &value, item),
                 _ => refuse(
-                    "pgmux checks clients with trust, md5 or scram-sha-256 (cert, hba, ldap, pam, plain and any \
+                    "pgmux checks clients with trust, md5, scram-sha-256 or plain (cert, hba, ldap, pam and any \
                      are PgBouncer's alone)",
                 ),
             },

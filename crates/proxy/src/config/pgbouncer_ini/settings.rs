@@ -113,7 +113,7 @@ use Meaning::{Key, Rule, Unsupported};
 pub const SETTINGS: &[(&str, Meaning)] = &[
     ("admin_users", Key("admin_users", Unit::Same)),
     ("application_name_add_host", Unsupported),
-    ("auth_dbname", Unsupported),
+    ("auth_dbname", Key("auth_dbname", Unit::Same)),
     ("auth_file", Key("auth_file", Unit::Same)),
     ("auth_hba_file", Unsupported),
     ("auth_ident_file", Unsupported),

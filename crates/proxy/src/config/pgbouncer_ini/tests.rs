@@ -127,7 +127,6 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     // [pgbouncer] settings.
     let expected = [
         "database p8: connect_query",
-        "database pauthz: auth_dbname",
         "database hostlist1: host",
         "database hostlist2: host",
         "database hostlist_good_first: load_balance_hosts",
@@ -148,7 +147,7 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     let logfile = c.unsupported.iter().find(|u| u.setting == "logfile").unwrap();
     assert_eq!(logfile.at, Some(At { file: "pgbouncer.ini".into(), line: HEADER_LINES + 70 }));
     let warning = c.warning().expect("a warning");
-    assert!(warning.starts_with("17 PgBouncer setting(s) pgmux does not have"), "{warning}");
+    assert!(warning.starts_with("16 PgBouncer setting(s) pgmux does not have"), "{warning}");
     assert!(warning.contains("logfile (pgbouncer.ini:90)"), "{warning}");
     assert!(!warning.contains("foo") && !warning.contains("wrong"), "no value, no password: {warning}");
 }
@@ -294,7 +293,9 @@ fn errors_name_the_file_the_line_and_the_setting() {
     assert_eq!((line, key.as_deref()), (Some(1), Some("listen_port")));
     let (line, key, msg) = error_of(&format!("{ONE_DB}[pgbouncer]\nauth_type = ldap\n"));
     assert_eq!((line, key.as_deref()), (Some(4), Some("auth_type")));
-    assert!(msg.contains("auth_type = ldap is not supported: pgmux checks clients with trust, md5 or scram-sha-256"));
+    assert!(
+        msg.contains("auth_type = ldap is not supported: pgmux checks clients with trust, md5, scram-sha-256 or plain")
+    );
     let (line, _, msg) = error_of(&format!("{ONE_DB}[pgbouncer]\nlisten_addr = 127.0.0.1, 10.0.0.1\n"));
     assert_eq!(line, Some(4));
     assert!(msg.contains("pgmux listens on one address"), "{msg}");

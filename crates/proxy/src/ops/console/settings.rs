@@ -56,6 +56,7 @@ pub(super) enum Derived {
 /// PgBouncer's settings with an equivalent in pgmux, in PgBouncer's order (alphabetical, as its SHOW CONFIG).
 pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("admin_users", Source::Derived(Derived::AdminUsers)),
+    ("auth_dbname", Source::Key("auth_dbname", Unit::Same)),
     ("auth_file", Source::Key("auth_file", Unit::Same)),
     ("auth_query", Source::Key("auth_query", Unit::Same)),
     ("auth_type", Source::Key("client_auth", Unit::Same)),
