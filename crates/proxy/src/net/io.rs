@@ -132,6 +132,27 @@ pub(crate) struct WriteQueue {
     sent: u64,
 }
 
+/// The most chunks one vectored write takes.
+const MAX_SLICES: usize = 64;
+/// The slices filled for a write of a few chunks: each write fills (and first clears) the whole array.
+const FEW_SLICES: usize = 8;
+
+/// One vectored write of `head` and the first chunks of `tail`, at most `N` in all.
+fn poll_write_chunks<const N: usize>(
+    stream: &mut Stream,
+    cx: &mut Context<'_>,
+    head: &Bytes,
+    tail: &VecDeque<Bytes>,
+) -> Poll<io::Result<usize>> {
+    let mut slices = [IoSlice::new(&[]); N];
+    slices[0] = IoSlice::new(head);
+    let n = (tail.len() + 1).min(N);
+    for (slot, chunk) in slices[1..n].iter_mut().zip(tail.iter()) {
+        *slot = IoSlice::new(chunk);
+    }
+    Pin::new(stream).poll_write_vectored(cx, &slices[..n])
+}
+
 impl WriteQueue {
     /// Bytes written to the socket so far (not merely queued).
     pub(crate) fn sent(&self) -> u64 {
@@ -161,18 +182,12 @@ impl WriteQueue {
 
     /// Writes until the queue is empty (`Ready(Ok)`) or the socket is full (`Pending`).
     pub(crate) fn poll_flush(&mut self, stream: &mut Stream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        const MAX_SLICES: usize = 64;
         while let Some(head) = &self.head {
-            let result = if self.tail.is_empty() {
-                Pin::new(&mut *stream).poll_write(cx, head)
-            } else {
-                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-                slices[0] = IoSlice::new(head);
-                let n = (self.tail.len() + 1).min(MAX_SLICES);
-                for (slot, chunk) in slices[1..n].iter_mut().zip(self.tail.iter()) {
-                    *slot = IoSlice::new(chunk);
-                }
-                Pin::new(&mut *stream).poll_write_vectored(cx, &slices[..n])
+            let result = match self.tail.len() {
+                0 => Pin::new(&mut *stream).poll_write(cx, head),
+                // An extended-protocol unit and its replies come in a few chunks: a few slices to fill.
+                1..FEW_SLICES => poll_write_chunks::<FEW_SLICES>(stream, cx, head, &self.tail),
+                _ => poll_write_chunks::<MAX_SLICES>(stream, cx, head, &self.tail),
             };
             match result {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
@@ -390,9 +405,33 @@ mod tests {
         assert!(q.head.is_none() && q.tail.is_empty());
     }
 
+    #[tokio::test]
+    async fn a_flush_writes_every_chunk_once_and_in_order_however_many_are_queued() {
+        // One chunk (a plain write), a few (the small array of slices), exactly as many as it holds, one
+        // more, and more than one vectored write takes.
+        for count in [1, 2, 3, FEW_SLICES - 1, FEW_SLICES, FEW_SLICES + 1, MAX_SLICES + 6] {
+            let (mut armed, mut peer) = pair().await;
+            let mut q = WriteQueue::default();
+            let mut want = Vec::new();
+            for i in 0..count {
+                let chunk = vec![b'a' + (i % 26) as u8; 1 + i % 5];
+                want.extend_from_slice(&chunk);
+                q.push(Bytes::from(chunk));
+            }
+            let flushed = tokio::time::timeout(std::time::Duration::from_secs(10), q.flush(&mut armed.conn.stream));
+            assert!(matches!(flushed.await, Ok(Ok(()))), "{count} chunks are written");
+            assert_eq!((q.len(), q.sent()), (0, want.len() as u64));
+            let mut got = vec![0; want.len()];
+            let read = tokio::time::timeout(std::time::Duration::from_secs(10), peer.read_exact(&mut got));
+            assert!(matches!(read.await, Ok(Ok(_))), "the peer reads {count} chunks' bytes");
+            assert_eq!(got, want, "{count} chunks");
+        }
+    }
+
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::{Wake, Waker};
+    use tokio::io::AsyncReadExt as _;
 
     /// A waker that notes it was woken.
     #[derive(Default)]
