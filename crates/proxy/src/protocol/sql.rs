@@ -57,9 +57,9 @@ impl fmt::Display for PinReason {
     }
 }
 
-/// What a statement's text says.
+/// What a statement's text says (public for the micro-benchmarks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SqlFacts {
+pub struct SqlFacts {
     /// Session state that pins.
     pub(crate) pin: Option<PinReason>,
     /// A `set_config` call: session settings may change without a SET tag.
@@ -105,7 +105,7 @@ static WORD: [bool; 256] = word_bytes();
 /// (`create`): those two bytes are found eight at a time (see [`marks`]), and only the word starts two
 /// and four bytes before one are looked at. Two bytes to find rather than the five first letters, and
 /// fewer places to look at: in the usual statement (`SELECT ... FROM ... WHERE ...`) none.
-pub(crate) fn scan<S: AsRef<[u8]> + ?Sized>(sql: &S) -> SqlFacts {
+pub fn scan<S: AsRef<[u8]> + ?Sized>(sql: &S) -> SqlFacts {
     let b = sql.as_ref();
     let mut found = Found::default();
     let mut at = 0;
