@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the per-message work on pgmux's data path: framing a result stream, tracking a
-//! pipelined extended-protocol exchange, and lending pool connections with and without contention.
+//! pipelined extended-protocol exchange, reading a statement's text for session state, and lending pool
+//! connections with and without contention.
 //!
 //! `cargo bench -p pgmux-benches --bench micro`; `-- --quick` for a fast pass.
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use pgmux_pool::{Grant, Pool, PoolConfig};
 use pgmux_proto::{Framer, Sender, Step, TxStatus};
+use pgmux_proxy::protocol::sql;
 use pgmux_proxy::protocol::tracker::TxTracker;
 use pgmux_testkit::wire::msg;
 
@@ -127,5 +129,26 @@ fn pool(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, framing, tracking, pool);
+fn statement_scan(c: &mut Criterion) {
+    // What every simple Query's text goes through: pgbench's `-S` statement, a longer ordinary one, and
+    // one that pins (the keyword found near its end).
+    let texts: [(&str, &str); 3] = [
+        ("pgbench -S", "SELECT abalance FROM pgbench_accounts WHERE aid = 48213;"),
+        (
+            "a join",
+            "SELECT o.id, o.created_at, c.name, sum(l.amount) FROM orders o JOIN customers c ON c.id = \
+             o.customer_id JOIN lines l ON l.order_id = o.id WHERE o.created_at > now() - interval '1 day' \
+             GROUP BY o.id, o.created_at, c.name ORDER BY o.created_at DESC LIMIT 50",
+        ),
+        ("an advisory lock", "SELECT id FROM jobs WHERE state = 'ready' AND pg_advisory_lock(id) IS NOT NULL"),
+    ];
+    let mut g = c.benchmark_group("sql scan");
+    for (name, text) in texts {
+        g.throughput(Throughput::Bytes(text.len() as u64));
+        g.bench_function(name, |b| b.iter(|| black_box(sql::scan(black_box(text)))));
+    }
+    g.finish();
+}
+
+criterion_group!(benches, framing, tracking, statement_scan, pool);
 criterion_main!(benches);
