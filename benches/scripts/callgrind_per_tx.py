@@ -112,7 +112,8 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
         env = dict(os.environ, PGMUX_LISTEN=f"127.0.0.1:{port}",
                    PGMUX_DATABASE_URL=f"postgres://postgres@127.0.0.1:{pg.port}/postgres",
                    PGMUX_CLIENT_AUTH="scram-sha-256" if args.scram else "trust",
-                   PGMUX_CLIENT_PASSWORD=SCRAM_PASSWORD if args.scram else "", PGMUX_POOL_MAX="20", PGMUX_MAX_CONNECTIONS_PERCENT="0",
+                   PGMUX_CLIENT_PASSWORD=SCRAM_PASSWORD if args.scram else "",
+                   PGMUX_POOL_MAX="20", PGMUX_MAX_CONNECTIONS_PERCENT="0",
                    PGMUX_LOG_LEVEL="warn", PGMUX_UNIX_SOCKET_DIR=str(sockets))
         env.pop("AWS_LAMBDA_RUNTIME_API", None)
         return subprocess.Popen(valgrind + [args.pgmux], env=env, stdout=subprocess.DEVNULL,
@@ -278,7 +279,8 @@ def perf_run(kind: str, transport: str, mode: str, args, pg: Postgres, work: Pat
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         bench = subprocess.run([*pgbench(mode, args), "-T", str(args.seconds), "-h", host, "-p", str(port),
                                 "-U", "postgres", "postgres"],
-                               capture_output=True, text=True, env=dict(os.environ, PGSSLMODE="disable", PGPASSWORD=SCRAM_PASSWORD))
+                               capture_output=True, text=True,
+                               env=dict(os.environ, PGSSLMODE="disable", PGPASSWORD=SCRAM_PASSWORD))
         for watcher in (perf, stat):
             watcher.send_signal(signal.SIGINT)
             watcher.wait(60)
