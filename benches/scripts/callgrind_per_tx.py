@@ -27,6 +27,9 @@ build with symbols: `cargo build --profile profiling -p pgmux`.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import hmac
 import os
 import re
 import shutil
@@ -108,16 +111,19 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
     if kind == "pgmux":
         env = dict(os.environ, PGMUX_LISTEN=f"127.0.0.1:{port}",
                    PGMUX_DATABASE_URL=f"postgres://postgres@127.0.0.1:{pg.port}/postgres",
-                   PGMUX_CLIENT_AUTH="trust", PGMUX_POOL_MAX="20", PGMUX_MAX_CONNECTIONS_PERCENT="0",
+                   PGMUX_CLIENT_AUTH="scram-sha-256" if args.scram else "trust",
+                   PGMUX_CLIENT_PASSWORD=SCRAM_PASSWORD if args.scram else "",
+                   PGMUX_POOL_MAX="20", PGMUX_MAX_CONNECTIONS_PERCENT="0",
                    PGMUX_LOG_LEVEL="warn", PGMUX_UNIX_SOCKET_DIR=str(sockets))
         env.pop("AWS_LAMBDA_RUNTIME_API", None)
         return subprocess.Popen(valgrind + [args.pgmux], env=env, stdout=subprocess.DEVNULL,
                                 stderr=open(work / "pgmux.err", "ab"))
     ini = work / "pgbouncer.ini"
-    (work / "userlist.txt").write_text('"postgres" ""\n')
+    (work / "userlist.txt").write_text(f'"postgres" "{scram_verifier(SCRAM_PASSWORD) if args.scram else ""}"\n')
+    auth_type = "scram-sha-256" if args.scram else "trust"
     ini.write_text(
         f"[databases]\npostgres = host=127.0.0.1 port={pg.port} dbname=postgres\n\n[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {sockets}\nauth_type = trust\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {sockets}\nauth_type = {auth_type}\n"
         f"auth_file = {work / 'userlist.txt'}\npool_mode = transaction\ndefault_pool_size = {args.bouncer_pool}\n"
         f"max_client_conn = 1000\nignore_startup_parameters = extra_float_digits\nlogfile = {work / 'pgbouncer.log'}\n"
         f"log_connections = 0\nlog_disconnections = 0\nlisten_backlog = 1024\n")
@@ -130,6 +136,22 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
             shutil.chown(out, "postgres")
     return subprocess.Popen(run_as_postgres(valgrind + [args.pgbouncer, "-q", str(ini)]), cwd=work,
                             stdout=subprocess.DEVNULL, stderr=open(work / "pgbouncer.err", "ab"))
+
+
+# The clients' password with --scram (a throwaway PostgreSQL, never a real secret).
+SCRAM_PASSWORD = "bench-only-password"
+
+
+def scram_verifier(password: str) -> str:
+    """PostgreSQL's stored form of a SCRAM-SHA-256 password. Given the plain password instead, PgBouncer derives
+    the keys (4,096 rounds of PBKDF2) on every login, which would dwarf everything else counted."""
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, 4096)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    return f"SCRAM-SHA-256$4096:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
 def pgbench(mode: str, args) -> list[str]:
@@ -148,7 +170,8 @@ def one_run(kind: str, transport: str, mode: str, per_client: int, args, pg: Pos
         host = str(work / f"{kind}-socket") if transport == "unix" else "127.0.0.1"
         bench = subprocess.run([*pgbench(mode, args), "-t", str(per_client), "-h", host, "-p", str(port),
                                 "-U", "postgres", "postgres"],
-                               capture_output=True, text=True, env=dict(os.environ, PGSSLMODE="disable"))
+                               capture_output=True, text=True,
+                               env=dict(os.environ, PGSSLMODE="disable", PGPASSWORD=SCRAM_PASSWORD))
         if bench.returncode != 0 or "number of failed transactions: 0" not in bench.stdout:
             raise RuntimeError(f"pgbench failed through {kind}:\n{bench.stdout}\n{bench.stderr}")
     finally:
@@ -256,7 +279,8 @@ def perf_run(kind: str, transport: str, mode: str, args, pg: Postgres, work: Pat
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         bench = subprocess.run([*pgbench(mode, args), "-T", str(args.seconds), "-h", host, "-p", str(port),
                                 "-U", "postgres", "postgres"],
-                               capture_output=True, text=True, env=dict(os.environ, PGSSLMODE="disable"))
+                               capture_output=True, text=True,
+                               env=dict(os.environ, PGSSLMODE="disable", PGPASSWORD=SCRAM_PASSWORD))
         for watcher in (perf, stat):
             watcher.send_signal(signal.SIGINT)
             watcher.wait(60)
@@ -312,6 +336,8 @@ def main() -> int:
     parser.add_argument("--reconnect", action="store_true",
                         help="pgbench -C: every transaction on a new client connection (W1), so the figures are per "
                              "connection and its transaction")
+    parser.add_argument("--scram", action="store_true",
+                        help="clients log in to both poolers with SCRAM-SHA-256 (PostgreSQL behind them stays on trust)")
     parser.add_argument("--keep", action="store_true", help="keep the callgrind files (the directory is printed)")
     parser.add_argument("--perf", action="store_true",
                         help="instead of callgrind: the poolers natively under `perf record -e cpu-clock`")
