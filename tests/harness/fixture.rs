@@ -178,3 +178,18 @@ impl pgmux_proxy::ConfigSource for NextConfig {
         Ok((config.expect("the test set a configuration before the reload"), pgmux_proxy::ServerAccess::default()))
     }
 }
+
+/// This machine's own address that is not loopback (how a client across a network reaches pgmux), if it has
+/// one: a test of what pgmux refuses over a network skips without one, except in CI (`CI=true`), where
+/// nothing may be skipped and a machine without one fails the test.
+pub fn non_loopback_address() -> Option<std::net::IpAddr> {
+    let found = (|| {
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        // A UDP "connect" sends nothing: it only picks the local address a route to that (TEST-NET) address uses.
+        probe.connect("192.0.2.1:9").ok()?;
+        Some(probe.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    })();
+    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    assert!(found.is_some() || !in_ci, "CI=true: this machine has no address but loopback, which the test needs");
+    found
+}

@@ -99,16 +99,9 @@ async fn plain_takes_passwords_in_clear_text_and_checks_them_however_they_are_st
     assert_eq!(code(&connect_as(proxy.addr, &nobody, "app").await.expect_err("unknown")), "28P01");
 }
 
-/// This machine's own address that is not loopback, if it has one.
-fn non_loopback_address() -> Option<std::net::IpAddr> {
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    probe.connect("192.0.2.1:9").ok()?;
-    Some(probe.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_asks_for_no_password_in_clear_over_a_network() {
-    let Some(ip) = non_loopback_address() else {
+    let Some(ip) = common::non_loopback_address() else {
         eprintln!("skipped: this machine has no address but loopback");
         return;
     };

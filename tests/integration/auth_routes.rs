@@ -240,16 +240,9 @@ async fn passthrough_proves_once_checks_locally_and_learns_a_changed_password() 
     tx.commit().await.unwrap();
 }
 
-/// This machine's own address that is not loopback, if it has one.
-fn non_loopback_address() -> Option<std::net::IpAddr> {
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    probe.connect("192.0.2.1:9").ok()?;
-    Some(probe.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passthrough_takes_a_password_over_tls_or_the_unix_socket_and_refuses_it_in_clear_over_a_network() {
-    let Some(ip) = non_loopback_address() else {
+    let Some(ip) = common::non_loopback_address() else {
         eprintln!("skipped: this machine has no address but loopback");
         return;
     };
