@@ -514,3 +514,41 @@ async fn max_active_servers_caps_the_readers_at_work_too() {
         "without the cap the crowd puts {uncapped} to work at once (the count can see a cap that does not hold)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_log_in_with_what_clients_prove_through_the_writers_pool_scram_key_or_own_password() {
+    let cluster = cluster(2).await;
+    let (r1, r2) = (cluster.endpoint("reader-1").port(), cluster.endpoint("reader-2").port());
+    let oracle = common::direct(cluster.server(cluster.writer())).await;
+    let verifier: String = oracle
+        .query_one("select rolpassword from pg_authid where rolname = $1", &[&APP_USER.user])
+        .await
+        .unwrap()
+        .get(0);
+    // The book holds the user's SCRAM verifier only (SCRAM passthrough on `app_ro`); `pt_ro` takes the
+    // client's own password. Neither route lets a read fall back to the writer: a reader that cannot log in
+    // fails the read.
+    let readers: Vec<String> = cluster.readers().iter().map(|r| cluster.endpoint(r).to_string()).collect();
+    let readers = format!("readers = \"{}\"", readers.join(","));
+    let writer = cluster.endpoint(cluster.writer());
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nclient_auth = \"scram-sha-256\"\nmax_connections_percent = 0\npool_max = 12\n\
+         topology_interval = \"100ms\"\nreader_fallback = \"error\"\n\
+         [[databases]]\nname = \"app_ro\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\n{readers}\n\
+         [[databases]]\nname = \"pt_ro\"\nhost = \"127.0.0.1\"\nport = {wport}\ndbname = \"pgmux\"\n{readers}\n\
+         auth = \"passthrough\"\n\
+         [[users]]\nname = \"{user}\"\npassword = \"{verifier}\"\n",
+        wport = writer.port(),
+        user = APP_USER.user,
+    );
+    let handle = Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux");
+    for database in ["app_ro", "pt_ro"] {
+        let ro = connect(&handle, database).await;
+        settles(&ro, database, |_, reader| reader).await;
+        let seen = spread(&ro, 100).await;
+        let on = |port| seen.get(&port).copied().unwrap_or(0);
+        assert_eq!(on(r1) + on(r2), 100, "{database}: every read on a reader: {seen:?}");
+        assert!(on(r1) > 0 && on(r2) > 0, "{database}: both readers logged in: {seen:?}");
+    }
+    handle.shutdown().await;
+}

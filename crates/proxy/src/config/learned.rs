@@ -16,6 +16,7 @@
 //!
 //! Each value lives in one pool, and a pool serves one server user: two users never share what was learned.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -30,7 +31,7 @@ use super::{LoginInfo, Secret};
 pub const RELEARN_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What a pool learns from, fixed when it is made.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Source {
     /// The verifier the server holds; clients' proved keys log in.
     ScramVerifier(ScramSecret),
@@ -65,7 +66,8 @@ pub struct LearnedCredentials {
     /// Where and as whom; the secret part is filled from what was learned.
     login: LoginInfo,
     source: Source,
-    held: Mutex<Held>,
+    /// Shared with the pools of the same route's reader instances ([`sharing_with`](Self::sharing_with)).
+    held: Arc<Mutex<Held>>,
 }
 
 impl std::fmt::Debug for LearnedCredentials {
@@ -78,13 +80,21 @@ impl LearnedCredentials {
     /// A pool whose user's password is the SCRAM `verifier` the server holds too.
     pub fn scram_passthrough(mut login: LoginInfo, verifier: ScramSecret) -> Self {
         login.password = None;
-        LearnedCredentials { login, source: Source::ScramVerifier(verifier), held: Mutex::default() }
+        LearnedCredentials { login, source: Source::ScramVerifier(verifier), held: Arc::default() }
     }
 
     /// A pool that logs in with its clients' own passwords.
     pub fn passthrough(mut login: LoginInfo) -> Self {
         login.password = None;
-        LearnedCredentials { login, source: Source::Passthrough, held: Mutex::default() }
+        LearnedCredentials { login, source: Source::Passthrough, held: Arc::default() }
+    }
+
+    /// The credentials of a reader instance's pool of the same route, logging in at `login` (its host and
+    /// port): what a client proves to either pool, both use. A reader route's clients log in through its
+    /// writer's pool, and without this its instances' pools would never learn a key or a password.
+    pub fn sharing_with(&self, mut login: LoginInfo) -> Self {
+        login.password = None;
+        LearnedCredentials { login, source: self.source.clone(), held: Arc::clone(&self.held) }
     }
 
     /// The server user this pool logs in as.
@@ -233,5 +243,23 @@ mod tests {
         assert_eq!(creds.check("new-pw", later), LocalCheck::Match);
         assert_eq!(creds.check("ann-pw", later), LocalCheck::Refused);
         assert_eq!(creds.current().unwrap().password.as_ref().map(Secret::expose), Some("new-pw"));
+    }
+
+    #[test]
+    fn a_reader_instance_logs_in_at_its_own_host_with_what_its_writer_learned() {
+        let writer = LearnedCredentials::passthrough(login());
+        let reader = writer.sharing_with(LoginInfo { host: "reader-1".into(), ..login() });
+        assert!(reader.current().is_err(), "nothing proved yet");
+        writer.proved(Secret::new("ann-pw"), Instant::now());
+        let got = reader.current().unwrap();
+        assert_eq!((got.host.as_str(), got.password.as_ref().map(Secret::expose)), ("reader-1", Some("ann-pw")));
+        assert_eq!(writer.current().unwrap().host, "db");
+        // And the other way round, for SCRAM passthrough's keys.
+        let verifier = ScramSecret::generate("ann-pw", 4096);
+        let writer = LearnedCredentials::scram_passthrough(login(), verifier.clone());
+        let reader = writer.sharing_with(LoginInfo { host: "reader-1".into(), ..login() });
+        reader.keep_keys(proved_keys(&verifier, "ann-pw").unwrap());
+        assert!(writer.current().unwrap().scram_keys.is_some());
+        assert_eq!(reader.current().unwrap().host, "reader-1");
     }
 }

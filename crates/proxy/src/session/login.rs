@@ -317,41 +317,62 @@ fn route_pool(
     looked_up: Option<Secret>,
 ) -> Result<PoolId, ErrorMessage> {
     let instances: Vec<RoutePlan> = plan.readers.iter().map(|(host, port)| plan.instance(host, *port)).collect();
-    let (route, fallback) = (plan.key.database.clone(), plan.reader_fallback);
-    // readers = "aurora": the instances' pools are made as the topology lists them, logging in the same way.
-    let discovery = plan.instance_domain.clone().map(|domain| {
-        let (source, looked_up) = (auth.pool_credentials().cloned(), looked_up.clone());
-        let credentials = move |plan: &RoutePlan| credentials_for(plan, looked_up.clone(), source.as_ref());
-        Discovery { template: plan.clone(), domain, credentials: Box::new(credentials) }
-    });
-    let writer = pool_of(shared, auth, plan, looked_up.clone())?;
-    if (instances.is_empty() && discovery.is_none()) || shared.pools.readers_of(writer).is_some() {
+    let (route, fallback, template) = (plan.key.database.clone(), plan.reader_fallback, plan.clone());
+    let source = auth.pool_credentials();
+    let writer = pool_of(shared, plan, |plan| credentials_for(plan, looked_up.clone(), source))?;
+    if (instances.is_empty() && template.instance_domain.is_none()) || shared.pools.readers_of(writer).is_some() {
         return Ok(writer);
     }
+    // The instances log in as the writer does; what a client proves through the writer's pool (a SCRAM key,
+    // a passthrough password) serves them too.
+    let writer_credentials = shared.pools.get(writer).credentials();
+    // readers = "aurora": the instances' pools are made as the topology lists them, logging in the same way.
+    let discovery = template.instance_domain.clone().map(|domain| {
+        let (source, looked_up, writer_credentials) =
+            (source.cloned(), looked_up.clone(), Arc::clone(&writer_credentials));
+        let credentials = move |plan: &RoutePlan| {
+            instance_credentials(plan, looked_up.clone(), source.as_ref(), &*writer_credentials)
+        };
+        Discovery { template, domain, credentials: Box::new(credentials) }
+    });
     let mut members = Vec::with_capacity(instances.len());
     for instance in instances {
         let name = format!("{}:{}", instance.login.host, instance.login.port);
-        members.push((pool_of(shared, auth, instance, looked_up.clone())?, name));
+        let make = |plan: &RoutePlan| instance_credentials(plan, looked_up.clone(), source, &*writer_credentials);
+        members.push((pool_of(shared, instance, make)?, name));
     }
     shared.pools.add_readers(ReaderSet::new(route, writer, members, fallback, discovery));
     Ok(writer)
 }
 
-/// The pool of a named database's plan, made the first time a client needs it. `looked_up`: the server
-/// user's password as `auth_query` read it (kept out of the plan, which a reload compares with its own).
+/// The pool of a named database's plan, made the first time a client needs it, logging in with what
+/// `credentials` makes of the plan.
 fn pool_of(
     shared: &Shared,
-    auth: &Authenticator,
     plan: RoutePlan,
-    looked_up: Option<Secret>,
+    credentials: impl FnOnce(&RoutePlan) -> Result<Arc<dyn Credentials>, String>,
 ) -> Result<PoolId, ErrorMessage> {
     let unable = |message: String| ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message);
     if let Some(id) = shared.pools.find(&plan.key) {
         return Ok(id);
     }
-    let credentials = credentials_for(&plan, looked_up, auth.pool_credentials()).map_err(unable)?;
+    let credentials = credentials(&plan).map_err(unable)?;
     let setup = PoolSetup { plan, credentials };
     shared.pools.pool_for(setup).map_err(|e| ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))
+}
+
+/// The logins of a reader instance's pool: its writer's learned ones, shared, when the writer learns them from
+/// its clients; else made as any pool's are.
+fn instance_credentials(
+    plan: &RoutePlan,
+    looked_up: Option<Secret>,
+    source: Option<&Arc<dyn PoolCredentials>>,
+    writer: &dyn Credentials,
+) -> Result<Arc<dyn Credentials>, String> {
+    match writer.learned() {
+        Some(learned) => Ok(Arc::new(learned.sharing_with(plan.login.clone()))),
+        None => credentials_for(plan, looked_up, source),
+    }
 }
 
 /// Where the logins of `plan`'s pool come from. `source`: the binary's, for IAM and secrets.
