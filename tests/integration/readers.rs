@@ -409,6 +409,35 @@ async fn a_black_holed_reader_leaves_the_rotation_once_a_probe_declares_it_dead(
     handle.shutdown().await;
 }
 
+/// A reader that hangs with nothing in flight on it (so no probe watches it) leaves the rotation at its next
+/// topology poll, which gives up on it after a second at the default one-second interval: before any client
+/// has to find out, and with no client error. (The time is printed; at the defaults it is about two seconds,
+/// `server_probe_timeout`'s default.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_reader_with_nothing_in_flight_leaves_at_its_next_poll_before_a_client_finds_it() {
+    let cluster = cluster(2).await;
+    let (r1, r2) = (cluster.endpoint("reader-1").port(), cluster.endpoint("reader-2").port());
+    let readers = format!("readers = \"{},{}\"", cluster.endpoint("reader-1"), cluster.endpoint("reader-2"));
+    let text = config_text(&cluster, "error", &readers, "")
+        .replace("topology_interval = \"100ms\"", "topology_interval = \"1s\"");
+    let handle = Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux");
+    let ro = connect(&handle, "app_ro").await;
+    settles(&ro, "on readers", |_, reader| reader).await;
+    assert!(cluster.server("reader-1").hang(true) > 0, "reader-1's processes stopped");
+    let hung_at = std::time::Instant::now();
+    let out = |handle: &ListenerHandle| {
+        let in_rotation = readers_in_metrics(handle);
+        in_rotation.iter().any(|(name, healthy)| name.ends_with(&format!(":{r1}")) && !healthy)
+    };
+    let left = common::eventually(Duration::from_secs(15), || async { out(&handle) }).await;
+    eprintln!("reader-1, idle, out of the rotation {:?} after it hung", hung_at.elapsed());
+    assert!(left, "a hung reader with nothing in flight stayed in the rotation");
+    let seen = spread(&ro, 40).await;
+    assert_eq!(seen.get(&r2).copied(), Some(40), "every read on reader-2, none failed: {seen:?}");
+    cluster.server("reader-1").hang(false);
+    handle.shutdown().await;
+}
+
 /// The server backends `n` reads on `c` ran on.
 async fn backends(c: &Client, n: usize) -> std::collections::HashSet<String> {
     let mut seen = std::collections::HashSet::new();
