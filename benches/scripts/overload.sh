@@ -11,12 +11,19 @@
 #   benches/scripts/overload.sh PGMUX_BINARY      (needs PostgreSQL 15's initdb, pgbench, pgbouncer; root)
 #   CAP=4 CLIENTS=500 SECS=20 CPUS=0,1 benches/scripts/overload.sh target/release/pgmux
 #   CLIENTS=100 SECS=3 UNLOADED_SECS=3 benches/scripts/overload.sh target/debug/pgmux   (make bench-quick's form)
+#   RATE=40 benches/scripts/overload.sh target/release/pgmux
+#
+# RATE (transactions per second, all clients together) turns the crowd's closed loop into an open one
+# (pgbench -R: each client starts a transaction at random times, Poisson, whether or not others are done):
+# a crowd of connections offering work the database can do, rather than more work than it can. The clients'
+# latency is then counted from each transaction's scheduled start (pgbench does so under -R), so a wait in a
+# queue shows in it; the unloaded row stays one client in a closed loop.
 #
 # The machine this was written on has 2 CPUs in all: pgbench and the pooler share them with PostgreSQL.
 set -euo pipefail
 pgmux_bin=$(realpath "$1")
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
-cap=${CAP:-4} clients=${CLIENTS:-500} secs=${SECS:-20} cpus=${CPUS:-0,1} unloaded_secs=${UNLOADED_SECS:-10}
+cap=${CAP:-4} rate=${RATE:-} clients=${CLIENTS:-500} secs=${SECS:-20} cpus=${CPUS:-0,1} unloaded_secs=${UNLOADED_SECS:-10}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pgmux-overload.XXXXXX")
 chown postgres "$work"
 pgport=$((20000 + RANDOM % 10000)); port=$((pgport + 1))
@@ -59,8 +66,9 @@ run() {
   rm -f "$work/stop-sampling" "$work/most" "$work"/pgbench_log.*
   local mark; mark=$(wc -l < "$work/pg.log")
   sample & local sampler=$!
-  local out rc=0
-  out=$(cd "$work" && "$pgbin/pgbench" -n -f tx.sql -c "$n" -j 2 -T "$t" -l \
+  local out rc=0 throttle=()
+  [ -n "$rate" ] && [ "$n" -gt 1 ] && throttle=(-R "$rate")
+  out=$(cd "$work" && "$pgbin/pgbench" -n -f tx.sql -c "$n" -j 2 -T "$t" -l "${throttle[@]}" \
     -h 127.0.0.1 -p "$target_port" -U bench postgres 2>&1) || rc=$?
   touch "$work/stop-sampling"; wait "$sampler"
   local tps failed e2e server
@@ -116,6 +124,7 @@ stop_last() {
   sleep 1
 }
 
+[ -n "$rate" ] && echo "Open loop: the crowd offers $rate transactions per second in all (pgbench -R $rate)."
 echo "| target | clients | most backends at work | failed clients | tps | client p50 (ms) | client p99 (ms) | server p50 (ms) | server p99 (ms) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 # TARGETS picks some of them (a rerun of one).
