@@ -194,6 +194,41 @@ async fn with_every_reader_down_reads_go_to_the_writer_or_fail_at_once_as_reader
     refusing.shutdown().await;
 }
 
+/// `reader_fallback = wait`: with every reader down, a read waits for a reader as for any connection (up to
+/// `query_wait_timeout`) and runs on whichever comes back first: no error, nothing on the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_reader_down_reader_fallback_wait_holds_a_read_until_a_reader_is_back() {
+    let mut cluster = cluster(2).await;
+    let r2 = cluster.endpoint("reader-2").port();
+    let handle = pgmux_with(&cluster, "wait", "query_wait_timeout = \"60s\"").await;
+    let ro = connect(&handle, "app_ro").await;
+    settles(&ro, "on readers", |_, reader| reader).await;
+    tokio::task::block_in_place(|| {
+        cluster.stop("reader-1");
+        cluster.stop("reader-2");
+    });
+    let out = common::eventually(Duration::from_secs(10), || async {
+        let readers = readers_in_metrics(&handle);
+        readers.len() == 2 && readers.iter().all(|(_, up)| !up)
+    });
+    assert!(out.await, "both readers out of the rotation");
+    let failed_connects = || handle.admin().metrics().server_connect_failures;
+    let before = failed_connects();
+    let reading = tokio::spawn(async move { (try_where_read(&ro).await, ro) });
+    // Three seconds: three rounds of a second on one reader, then the other.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!reading.is_finished(), "the read waits for a reader, it does not fail or go to the writer");
+    // Paced as any wait for a connection is (50 ms doubling to 250 ms between tries), never a spin; the
+    // topology polls add a few.
+    let tries = failed_connects() - before;
+    assert!(tries < 60, "{tries} connection attempts in three seconds of waiting");
+    tokio::task::block_in_place(|| cluster.restart("reader-2"));
+    let (read, _ro) = tokio::time::timeout(Duration::from_secs(60), reading).await.expect("bounded").expect("join");
+    let (port, reader) = read.expect("the read waited and ran");
+    assert!(reader && port == r2, "it ran on the reader that came back: {port}");
+    handle.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_topology_polls_stop_while_no_reader_is_used_so_the_cluster_may_sleep() {
     let cluster = cluster(1).await;

@@ -97,6 +97,10 @@ pub(crate) type ServerTicket = Ticket<Box<ServerConn>>;
 pub(crate) struct Resume {
     pub(crate) grant: Option<Box<ServerGrant>>,
     pub(crate) deadline: Instant,
+    /// A reader instance's pool waits for a connection it cannot open as any pool does, up to the
+    /// deadline, instead of failing at once so that the session picks another reader: `reader_fallback =
+    /// wait` with no reader left to pick.
+    pub(crate) patient: bool,
 }
 
 /// Whether an idle connection may be lent.
@@ -135,11 +139,21 @@ struct Wait {
     backoff: Backoff,
     /// What the line handed out before the wait went on here (boxed: it rarely does).
     first: Option<Box<ServerGrant>>,
+    /// See [`Resume::patient`].
+    patient: bool,
 }
 
 impl Wait {
     fn new(timeout: Duration) -> Self {
-        Wait { timeout, deadline: None, refused: None, failed_open: None, backoff: Backoff::default(), first: None }
+        Wait {
+            timeout,
+            deadline: None,
+            refused: None,
+            failed_open: None,
+            backoff: Backoff::default(),
+            first: None,
+            patient: false,
+        }
     }
 
     fn deadline(&mut self) -> Instant {
@@ -177,8 +191,8 @@ impl ServerPool {
         &self,
         resume: Option<Resume>,
     ) -> impl Future<Output = Result<ServerLease, CheckoutError>> + '_ {
-        let (first, deadline) = resume.map_or((None, None), |r| (r.grant, Some(r.deadline)));
-        self.checkout_with(first, deadline)
+        let (first, deadline, patient) = resume.map_or((None, None, false), |r| (r.grant, Some(r.deadline), r.patient));
+        self.checkout_with(first, deadline, patient)
     }
 
     // The wait is made inside: an async fn keeps its arguments for as long as it runs, besides its locals.
@@ -186,9 +200,10 @@ impl ServerPool {
         &self,
         first: Option<Box<ServerGrant>>,
         deadline: Option<Instant>,
+        patient: bool,
     ) -> Result<ServerLease, CheckoutError> {
         let mut wait = Wait::new(self.config().query_wait_timeout);
-        (wait.first, wait.deadline) = (first, deadline);
+        (wait.first, wait.deadline, wait.patient) = (first, deadline, patient);
         // Under max_active_servers the client's turn comes first, in the one line of every pool, and only
         // then a connection of its pool: a client that waits for its turn holds nothing.
         let permit = if self.globals.active.is_on() { Some(self.active_turn(&mut wait).await?) } else { None };
@@ -296,8 +311,9 @@ impl ServerPool {
         // back: the client waits, as long as query_wait_timeout allows, instead of failing its query. An
         // error that needs a fix goes to the client at once when no connection is open to wait for.
         let now = Instant::now();
-        // A reader instance's pool does not wait: its session picks another choice at once.
-        if (!e.is_transient() && self.pool.status().size == 0) || now >= until || self.is_reader_instance() {
+        // A reader instance's pool does not wait (its session picks another choice at once) unless told to.
+        let elsewhere = self.is_reader_instance() && !wait.patient;
+        if (!e.is_transient() && self.pool.status().size == 0) || now >= until || elsewhere {
             return Err(e.into());
         }
         tracing::warn!(error = %e, fault = ?e.fault(), retry_in = ?pause,

@@ -170,6 +170,13 @@ impl ReaderSet {
         choice
     }
 
+    /// Whether a transaction of this route waits for a reader: `reader_fallback = wait`, and no reader is
+    /// healthy and reachable (each transaction then takes one anyway, and waits for it).
+    pub(crate) fn waits_for_a_reader(&self, pools: &Pools) -> bool {
+        self.fallback == ReaderFallback::Wait
+            && !self.members.load().iter().any(|m| m.healthy() && !pools.get(m.id).is_unreachable())
+    }
+
     /// What one poll found of `member`: `Some(lag_ms)` for a reader that answered, `None` otherwise.
     fn polled(&self, member: &Member, reading: Option<u64>, max_lag_ms: u64) {
         let good = reading.is_some_and(|lag| lag <= max_lag_ms);

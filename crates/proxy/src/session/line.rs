@@ -75,7 +75,7 @@ impl Session {
             self.answer_unit(line.waiting.tag, err);
             return Ok(());
         };
-        let mut resume = Resume { grant: None, deadline: line.deadline };
+        let mut resume = Resume { grant: None, deadline: line.deadline, patient: false };
         match granted {
             Err(e) => {
                 let e = match e {

@@ -19,6 +19,9 @@ use crate::protocol::sql::PinReason;
 use crate::runtime::stop::Level;
 use crate::server::guard::Blame;
 
+/// How long a transaction waits for one reader under `reader_fallback = wait` before it picks again.
+const READER_WAIT_ROUND: Duration = Duration::from_secs(1);
+
 /// Longest pgmux spends bringing an abandoned server connection back to idle before it closes it instead.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -57,7 +60,8 @@ impl Session {
                     Ok(lease)
                 }
                 None => {
-                    let resume = resume.take().or(deadline.map(|deadline| Resume { grant: None, deadline }));
+                    let resume =
+                        resume.take().or(deadline.map(|deadline| Resume { grant: None, deadline, patient: false }));
                     self.lend(resume).await?
                 }
             };
@@ -94,7 +98,9 @@ impl Session {
 
     /// A server connection from the pool, or the error the client is told instead.
     async fn lend(&mut self, mut resume: Option<Resume>) -> Result<Result<ServerLease, ErrorMessage>, End> {
-        let mut elsewhere = 0;
+        // A reader route's transaction whose reader could not be reached: the other choices it tried, and
+        // until when it waits for a reader (`reader_fallback = wait` with none left).
+        let (mut tries, mut until) = (0u8, None);
         loop {
             let ready = if resume.is_none() { self.shared.pools.get(self.pool).try_checkout() } else { None };
             let checkout = match ready {
@@ -110,18 +116,48 @@ impl Session {
                     return Ok(Ok(lease));
                 }
                 // A reader that cannot be reached is out until its next good poll; the transaction, which
-                // has not begun, goes to another choice (a few times at most).
-                Err(CheckoutError::Connect(e)) if self.reader_route && elsewhere < 3 => {
+                // has not begun, goes to another choice.
+                Err(CheckoutError::Connect(e)) if self.reader_route => {
                     tracing::warn!(error = %e, "a reader could not be reached; trying another choice");
                     self.shared.pools.get(self.pool).set_unreachable(true);
-                    elsewhere += 1;
-                    if !self.choose_reader() {
-                        return Ok(Err(no_reader(self.shared.pools.get(self.route).readers())));
+                    match self.another_reader(&mut tries, &mut until) {
+                        Some(Ok(next)) => resume = next,
+                        Some(Err(none)) => return Ok(Err(none)),
+                        None => return self.no_server(CheckoutError::Connect(e)).map(Err),
                     }
                 }
                 Err(e) => return self.no_server(e).map(Err),
             }
         }
+    }
+
+    /// The next choice of a transaction whose reader could not be reached: another reader, a few times at
+    /// most. Under `reader_fallback = wait` with no reader left, the one picked is waited for as for any
+    /// connection, a second at a time (then the next pick: whichever comes back first is found), until
+    /// `query_wait_timeout`. `None`: give up with the last error; `Some(Err)`: no reader at all.
+    fn another_reader(
+        &mut self,
+        tries: &mut u8,
+        until: &mut Option<tokio::time::Instant>,
+    ) -> Option<Result<Option<Resume>, ErrorMessage>> {
+        if until.is_none() && *tries >= 3 {
+            return None;
+        }
+        *tries = tries.saturating_add(1);
+        if !self.choose_reader() {
+            return Some(Err(no_reader(self.shared.pools.get(self.route).readers())));
+        }
+        let readers = self.shared.pools.get(self.route).readers();
+        if !readers.is_some_and(|r| r.waits_for_a_reader(&self.shared.pools)) {
+            return Some(Ok(None));
+        }
+        let now = tokio::time::Instant::now();
+        let until = *until.get_or_insert_with(|| now + self.shared.config().query_wait_timeout);
+        if now >= until {
+            return None;
+        }
+        let deadline = until.min(now + READER_WAIT_ROUND);
+        Some(Ok(Some(Resume { grant: None, deadline, patient: true })))
     }
 
     /// The client cancelled its query while it waited for a server connection: what it is told.
