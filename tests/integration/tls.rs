@@ -24,6 +24,18 @@ impl Pki {
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
         std::fs::write(dir.path().join("other-ca.pem"), other.pem()).unwrap();
         std::fs::write(dir.path().join("server.crt"), cert.pem()).unwrap();
+        // Client certificates: one from the CA (named after the application's user), one from another CA.
+        for (name, issuer) in [("client", &ca), ("stranger", &other)] {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.distinguished_name.push(DnType::CommonName, APP_USER.user);
+            let cert = params.signed_by(&key, issuer).unwrap();
+            std::fs::write(dir.path().join(format!("{name}.crt")), cert.pem()).unwrap();
+            let key_path = dir.path().join(format!("{name}.key"));
+            std::fs::write(&key_path, key.serialize_pem()).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let key_path = dir.path().join("server.key");
         std::fs::write(&key_path, key.serialize_pem()).unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -167,4 +179,116 @@ async fn clients_can_use_tls_when_a_certificate_is_configured() {
     let (ok, _, err) = psql("disable");
     assert!(ok, "{err}");
     proxy.shutdown().await;
+}
+
+/// psql to pgmux at `port` (as `localhost`, trusting the test CA) with `sslmode` and, if named, a client
+/// certificate of the test PKI; runs `sql` on `database`. Whether it worked, and what it said.
+fn psql(pki: &Pki, port: u16, (sslmode, client): (&str, Option<&str>), database: &str, sql: &str) -> (bool, String) {
+    let cert = client.map_or_else(|| pki.path("none.crt"), |c| pki.path(&format!("{c}.crt")));
+    let key = client.map_or_else(|| pki.path("none.key"), |c| pki.path(&format!("{c}.key")));
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-At", "-c", sql])
+        .env("PGHOST", "localhost")
+        .env("PGHOSTADDR", "127.0.0.1")
+        .env("PGPORT", port.to_string())
+        .env("PGUSER", APP_USER.user)
+        .env("PGPASSWORD", APP_USER.password)
+        .env("PGDATABASE", database)
+        .env("PGSSLMODE", sslmode)
+        .env("PGSSLROOTCERT", pki.path("ca.pem"))
+        .env("PGSSLCERT", cert)
+        .env("PGSSLKEY", key)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout).trim(), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), said)
+}
+
+/// `tls_mode = require`: a TCP client without TLS is refused (28000), one with TLS gets in. The console's
+/// `SET client_tls_sslmode` changes it for new logins: to `verify-full`, where only a client certificate
+/// from `tls_client_ca` gets in, and to `disable`, where TLS is no longer offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_mode_require_refuses_plain_clients_and_verify_full_wants_a_client_certificate() {
+    let pki = Pki::new();
+    let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let tls = format!(
+        "client_auth = \"scram-sha-256\"\nadmin_users = \"{}\"\ntls_mode = \"require\"\ntls_cert = {:?}\n\
+         tls_key = {:?}\ntls_client_ca = {:?}",
+        APP_USER.user,
+        pki.path("server.crt").display().to_string(),
+        pki.path("server.key").display().to_string(),
+        pki.path("ca.pem").display().to_string(),
+    );
+    let proxy = pgmux_proxy::Listener::start(common::config(&pg, &tls)).await.unwrap();
+    let port = proxy.addr.port();
+    let run = |sslmode: &'static str, client: Option<&'static str>| {
+        let pki = &pki;
+        move || psql(pki, port, (sslmode, client), "pgmux", "select 'in'")
+    };
+    let (ok, said) = run("disable", None)();
+    assert!(!ok && said.contains("TLS only"), "a plain client is refused: {said}");
+    let (ok, said) = run("verify-full", None)();
+    assert!(ok && said.starts_with("in"), "over TLS: {said}");
+
+    let set =
+        |mode: &str| psql(&pki, port, ("require", None), "pgbouncer", &format!("SET client_tls_sslmode = '{mode}'"));
+    let (ok, said) = set("verify-full");
+    assert!(ok, "SET client_tls_sslmode = verify-full: {said}");
+    let (ok, said) = run("verify-full", Some("client"))();
+    assert!(ok, "a certificate from tls_client_ca: {said}");
+    let (ok, said) = run("verify-full", None)();
+    assert!(!ok, "no client certificate under verify-full: {said}");
+    let (ok, said) = run("verify-full", Some("stranger"))();
+    assert!(!ok, "a certificate from another CA under verify-full: {said}");
+
+    let (ok, said) =
+        psql(&pki, port, ("verify-full", Some("client")), "pgbouncer", "SET client_tls_sslmode = 'disable'");
+    assert!(ok, "SET client_tls_sslmode = disable: {said}");
+    let (ok, said) = run("disable", None)();
+    assert!(ok, "TLS off: a plain client gets in: {said}");
+    let (ok, said) = run("require", None)();
+    assert!(!ok, "TLS off: no longer offered: {said}");
+    proxy.shutdown().await;
+}
+
+/// The certificate offered to clients: an X.509 v1 certificate (what `openssl x509 -req` makes without
+/// extensions, as PgBouncer's own test certificates are) is offered as it is, and a key that is not the
+/// certificate's is refused at start, naming tls_key.
+#[test]
+fn a_v1_certificate_is_offered_and_a_key_of_another_certificate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name);
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "v1.key",
+        "-subj",
+        "/CN=localhost",
+        "-out",
+        "v1.csr",
+    ]);
+    openssl(&["x509", "-req", "-in", "v1.csr", "-signkey", "v1.key", "-days", "2", "-out", "v1.crt"]);
+    let text =
+        std::process::Command::new("openssl").args(["x509", "-noout", "-text", "-in"]).arg(at("v1.crt")).output();
+    assert!(String::from_utf8_lossy(&text.unwrap().stdout).contains("Version: 1"), "openssl made a v1 certificate");
+    pgmux_proxy::net::tls::client_acceptor(&at("v1.crt"), &at("v1.key"), None).expect("a v1 certificate is offered");
+
+    let other = KeyPair::generate().unwrap();
+    std::fs::write(at("other.key"), other.serialize_pem()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+    std::fs::write(at("v3.crt"), cert.pem()).unwrap();
+    let Err(err) = pgmux_proxy::net::tls::client_acceptor(&at("v3.crt"), &at("other.key"), None) else {
+        panic!("a key of another certificate was taken");
+    };
+    assert!(err.to_string().starts_with("tls_key"), "{err}");
 }

@@ -134,6 +134,12 @@ config_keys! {
     tls_cert: Option<PathBuf> = "";
     /// The PEM private key of tls_cert.
     tls_key: Option<PathBuf> = "";
+    /// TLS for clients, as PgBouncer's client_tls_sslmode: disable (none offered), allow or prefer (offered
+    /// to the clients that ask, with tls_cert), require (a TCP client without TLS is refused; the Unix
+    /// socket needs none), verify-ca or verify-full (require, and a client certificate from tls_client_ca).
+    tls_mode: SslMode = "prefer";
+    /// A PEM file of the CAs whose client certificates tls_mode = verify-ca or verify-full accepts.
+    tls_client_ca: Option<PathBuf> = "";
     /// A cap on server connections open at once. Unset: the database decides (see max_connections_percent),
     /// or 20 when sizing from the database is off.
     pool_max: Option<usize> = "";
@@ -451,9 +457,7 @@ impl Config {
         if self.client_auth == ClientAuth::Trust && self.profile.is_lambda() && !self.listen.ip().is_loopback() {
             return Err(invalid("listen", "in Lambda mode clients are trusted, so pgmux listens on loopback only"));
         }
-        if self.tls_cert.is_some() != self.tls_key.is_some() {
-            return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
-        }
+        self.validate_client_tls(&invalid)?;
         let namespace_ok = |ns: &str| {
             (1..=255).contains(&ns.len())
                 && !ns.starts_with("AWS/")
@@ -500,6 +504,44 @@ impl Config {
             return Err(invalid("min_pool_size", "must leave room within pool_max (less the control connection)"));
         }
         Ok(())
+    }
+
+    /// TLS for clients: a certificate with its key wherever TLS is offered, and a CA where client
+    /// certificates are checked. With `tls_mode = disable` a half-set pair is allowed: the console sets
+    /// them one at a time.
+    fn validate_client_tls(
+        &self,
+        invalid: &impl Fn(&'static str, &'static str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if self.tls_mode == SslMode::Disable {
+            return Ok(());
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
+        }
+        if self.requires_client_tls() && self.tls_cert.is_none() {
+            return Err(invalid(
+                "tls_mode",
+                "require, verify-ca and verify-full need tls_cert and tls_key to offer TLS",
+            ));
+        }
+        if self.tls_mode.verifies_certificate() && self.tls_client_ca.is_none() {
+            return Err(invalid(
+                "tls_client_ca",
+                "tls_mode = verify-ca and verify-full check client certificates against tls_client_ca: set it",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a client must use TLS (over TCP; the Unix socket needs none).
+    pub fn requires_client_tls(&self) -> bool {
+        matches!(self.tls_mode, SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+
+    /// Whether clients are offered TLS: a certificate, and a mode other than disable.
+    pub fn offers_client_tls(&self) -> bool {
+        self.tls_mode != SslMode::Disable && self.tls_cert.is_some() && self.tls_key.is_some()
     }
 }
 

@@ -137,27 +137,71 @@ pub(crate) fn from_config(
         extra_roots.extend(certs_from_pem_file("ssl_root_cert", path)?);
     }
     let server = ServerTls::new(config.effective_sslmode(), extra_roots)?;
-    let client = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => Some(client_acceptor(cert, key)?),
-        _ => None,
-    };
-    Ok((server, client))
+    Ok((server, client_from_config(config)?))
 }
 
-/// Offers clients TLS with a configured certificate.
-pub fn client_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsSetupError> {
+/// The TLS offered to clients, as `tls_mode`, `tls_cert`, `tls_key` and `tls_client_ca` say; `None` when
+/// none is offered.
+pub(crate) fn client_from_config(config: &crate::config::Config) -> Result<Option<TlsAcceptor>, TlsSetupError> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else { return Ok(None) };
+    if !config.offers_client_tls() {
+        return Ok(None);
+    }
+    let client_cas = match &config.tls_client_ca {
+        Some(ca) if config.tls_mode.verifies_certificate() => Some(ca.as_path()),
+        _ => None,
+    };
+    client_acceptor(cert, key, client_cas).map(Some)
+}
+
+/// Offers clients TLS with a configured certificate; with `client_cas`, asks each client for a certificate
+/// and accepts only one whose chain leads to one of them.
+pub fn client_acceptor(cert: &Path, key: &Path, client_cas: Option<&Path>) -> Result<TlsAcceptor, TlsSetupError> {
     let certs = certs_from_pem_file("tls_cert", cert)?;
     let key_bytes = std::fs::read(key)
         .map_err(|e| TlsSetupError::File { key: "tls_key", reason: format!("cannot read {}: {e}", key.display()) })?;
     let private = PrivateKeyDer::from_pem_slice(&key_bytes)
         .map_err(|e| TlsSetupError::File { key: "tls_key", reason: format!("not a PEM private key: {e}") })?;
-    let config = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|source| TlsSetupError::Rustls { key: "tls_cert", source })?
-        .with_no_client_auth()
-        .with_single_cert(certs, private)
+        .map_err(|source| TlsSetupError::Rustls { key: "tls_cert", source })?;
+    let builder = match client_cas {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in certs_from_pem_file("tls_client_ca", path)? {
+                roots.add(ca).map_err(|source| TlsSetupError::Rustls { key: "tls_client_ca", source })?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .build()
+                .map_err(|e| TlsSetupError::File { key: "tls_client_ca", reason: e.to_string() })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let signer = provider()
+        .key_provider
+        .load_private_key(private)
         .map_err(|source| TlsSetupError::Rustls { key: "tls_key", source })?;
+    let certified = rustls::sign::CertifiedKey::new(certs, signer);
+    match certified.keys_match() {
+        // A certificate rustls cannot read for its key (an X.509 v1 certificate, as `openssl x509 -req`
+        // makes without extensions) is still one clients accept: it is offered as it is.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InvalidCertificate(e)) if format!("{e:?}").contains("UnsupportedCertVersion") => {}
+        Err(source) => return Err(TlsSetupError::Rustls { key: "tls_key", source }),
+    }
+    let config = builder.with_cert_resolver(Arc::new(OneCertificate(Arc::new(certified))));
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The one certificate pgmux offers every client.
+#[derive(Debug)]
+struct OneCertificate(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for OneCertificate {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
 }
 
 /// `verify-ca`: the chain must lead to a trusted CA; the name in the certificate may be any.

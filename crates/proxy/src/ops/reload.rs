@@ -167,7 +167,15 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
         (None, None) => (None, shared.auth().pool_credentials().cloned()),
     };
     let auth = book.map(|book| Authenticator::new(&new, book, pool_credentials));
+    // The TLS offered to clients, when SET changed it (a full reload rebuilt it above).
+    let client_tls = match rebuilt {
+        None if changed.iter().any(|k| CLIENT_TLS_KEYS.contains(k)) => Some(tls::client_from_config(&new)?),
+        _ => None,
+    };
     shared.pools.live_config().replace(Arc::new(new));
+    if let Some(client_tls) = client_tls {
+        shared.replace_client_tls(client_tls);
+    }
     if let Some((credentials, server_tls, client_tls)) = rebuilt {
         // The default pool takes the new credentials; named databases' pools whose route changed drain.
         shared.pools.first().replace_access(credentials, server_tls.clone());
@@ -201,17 +209,11 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
 const CLIENT_AUTH_KEYS: &[&str] = &["client_auth", "client_password", "auth_file"];
 
 /// Keys whose change needs new credentials or TLS: only a full reload rebuilds those.
-const LOGIN_KEYS: &[&str] = &[
-    "database_url",
-    "secret_arn",
-    "database_host",
-    "database_port",
-    "iam_auth",
-    "sslmode",
-    "ssl_root_cert",
-    "tls_cert",
-    "tls_key",
-];
+const LOGIN_KEYS: &[&str] =
+    &["database_url", "secret_arn", "database_host", "database_port", "iam_auth", "sslmode", "ssl_root_cert"];
+
+/// Keys of the TLS offered to clients: `SET` rebuilds it (for new logins), no source needed.
+const CLIENT_TLS_KEYS: &[&str] = &["tls_cert", "tls_key", "tls_mode", "tls_client_ca"];
 
 /// Why `SET` may not change `key`, if it may not: it needs a RELOAD, or a restart.
 fn not_settable(key: &str, has_source: bool) -> Option<ReloadError> {

@@ -23,7 +23,7 @@ use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, PoolCredentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
 use crate::config::{ClientAuth, LoginInfo, PoolMode, Secret, ServerAuth};
-use crate::net::io::Conn;
+use crate::net::io::{Conn, Stream};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
 use crate::pools::auth_query::Lookup;
@@ -74,7 +74,7 @@ pub(super) async fn login(
         Err(denied) => return deny(&shared, conn, denied).await,
     };
     let private = super::passthrough::is_private(&conn, &peer);
-    if let Err(denied) = plain_allowed(&shared, private) {
+    if let Err(denied) = plain_allowed(&shared, private).and_then(|()| tls_required(&shared, &conn)) {
         return deny(&shared, conn, denied).await;
     }
     if console::wanted(&shared, &startup).await {
@@ -131,6 +131,21 @@ fn plain_allowed(shared: &Shared, private: bool) -> Result<(), OpeningError> {
             "client_auth = plain accepts passwords in clear text only over TLS, the Unix socket or loopback",
         )
         .with_hint("connect with sslmode=require, or use client_auth = scram-sha-256"),
+    ))
+}
+
+/// `tls_mode = require` (or verify-ca / verify-full): a client over TCP without TLS is refused, as
+/// PostgreSQL refuses one that only a `hostssl` line would let in (28000). The Unix socket needs no TLS.
+fn tls_required(shared: &Shared, conn: &Conn) -> Result<(), OpeningError> {
+    if !shared.config().requires_client_tls() || !matches!(conn.stream, Stream::Tcp(_)) {
+        return Ok(());
+    }
+    Err(OpeningError::Refused(
+        ErrorMessage::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            "pgmux accepts clients over TLS only (tls_mode = require): this connection did not ask for TLS",
+        )
+        .with_hint("connect with sslmode=require, or through pgmux's Unix socket"),
     ))
 }
 

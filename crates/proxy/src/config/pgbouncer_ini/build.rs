@@ -188,7 +188,7 @@ impl Builder {
                 self.push(None, item.key.clone(), Some(&item.at), Some("pgmux's averages always cover 60 seconds"));
                 Ok(())
             }
-            "listen_addr" | "listen_port" | "client_tls_sslmode" | "client_tls_cert_file" | "client_tls_key_file" => {
+            "listen_addr" | "listen_port" | "client_tls_sslmode" => {
                 let name = settings::SETTINGS.iter().find(|(n, _)| *n == item.key).map(|(n, _)| *n);
                 if let Some(name) = name {
                     self.held.insert(name, item.clone());
@@ -253,40 +253,20 @@ impl Builder {
         self.cfg.pool_max = Some(clients.unwrap_or(self.cfg.max_client_conn).max(2));
     }
 
-    /// `client_tls_sslmode` with its certificate and key: pgmux offers TLS to the clients that ask.
+    /// `client_tls_sslmode` is pgmux's `tls_mode`, with PgBouncer's default (disable: the certificate is not
+    /// offered) when the file leaves it out; the certificate, key and CA files are keys of their own.
     fn client_tls(&mut self) -> Result<(), Box<IniError>> {
-        let mode = self.held.get("client_tls_sslmode").cloned();
-        let mode_name = mode.as_ref().map_or("disable".to_owned(), |m| m.value.to_ascii_lowercase());
-        match mode_name.as_str() {
-            "disable" => Ok(()),
-            "allow" | "prefer" => {
-                for (setting, key) in [("client_tls_cert_file", "tls_cert"), ("client_tls_key_file", "tls_key")] {
-                    if let Some(item) = self.held.get(setting).cloned()
-                        && !self.env_sets(key)
-                    {
-                        self.set(key, &item.value, &item)?;
-                    }
-                }
-                Ok(())
+        if self.env_sets("tls_mode") {
+            return Ok(());
+        }
+        match self.held.get("client_tls_sslmode").cloned() {
+            Some(item) => {
+                let mode = item.value.trim().to_ascii_lowercase();
+                self.set("tls_mode", &mode, &item)
             }
-            _ => {
-                let item = mode.expect("a mode other than disable was set");
-                let kind = match mode_name.as_str() {
-                    "require" | "verify-ca" | "verify-full" => IniErrorKind::NotSupported {
-                        key: item.key.clone(),
-                        value: item.value.clone(),
-                        why: "pgmux offers TLS to the clients that ask for it (allow, prefer) but cannot require \
-                              it or check client certificates",
-                    },
-                    _ => IniErrorKind::Invalid {
-                        key: item.key.clone(),
-                        reason: ValueError::Expected {
-                            expected: "disable, allow, prefer, require, verify-ca or verify-full",
-                            got: item.value.clone(),
-                        },
-                    },
-                };
-                Err(IniError::at(&item.at, kind))
+            None => {
+                self.cfg.tls_mode = crate::config::SslMode::Disable;
+                Ok(())
             }
         }
     }

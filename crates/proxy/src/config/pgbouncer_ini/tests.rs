@@ -236,10 +236,19 @@ fn pool_modes_names_and_client_tls_are_pgbouncers() {
     assert_eq!(cfg.client_auth, ClientAuth::ScramSha256);
     assert_eq!(cfg.effective_sslmode().to_string(), "verify-full");
     assert_eq!(cfg.tls_cert.as_deref(), Some(Path::new("/etc/pgmux/cert.pem")));
+    assert!(cfg.offers_client_tls() && !cfg.requires_client_tls());
     // client_tls_sslmode = disable (PgBouncer's default): the certificate is not offered.
     let c =
         parse(&format!("{ONE_DB}[pgbouncer]\nclient_tls_cert_file = /c.pem\nclient_tls_key_file = /k.pem\n")).unwrap();
-    assert_eq!(c.config.tls_cert, None);
+    assert!(!c.config.offers_client_tls());
+    // require, with the CA that verify-full checks client certificates against.
+    let c = parse(&format!(
+        "{ONE_DB}[pgbouncer]\nclient_tls_cert_file = /c.pem\nclient_tls_key_file = /k.pem\n\
+         client_tls_ca_file = /ca.pem\nclient_tls_sslmode = verify-full\n"
+    ))
+    .unwrap();
+    assert!(c.config.requires_client_tls() && c.config.tls_mode.verifies_certificate());
+    assert_eq!(c.config.tls_client_ca.as_deref(), Some(Path::new("/ca.pem")));
 }
 
 #[test]

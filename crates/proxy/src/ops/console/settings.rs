@@ -45,7 +45,7 @@ pub(super) enum Derived {
     AdminUsers,
     /// `default_pool_size` (named databases' pools), else `pool_max`, else the limit in force.
     DefaultPoolSize,
-    /// `allow` when `tls_cert` is set (TLS for the clients that ask), `disable` otherwise.
+    /// `tls_mode` while clients are offered TLS (a certificate, a mode other than disable), `disable` otherwise.
     ClientTlsSslmode,
     /// The TLS mode to the database in force: `sslmode`, else `database_url`'s, else the profile's.
     ServerTlsSslmode,
@@ -63,6 +63,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("auth_user", Source::Key("auth_user", Unit::Same)),
     ("client_idle_timeout", Source::Key("client_idle_timeout", Unit::Seconds)),
     ("client_login_timeout", Source::Key("client_login_timeout", Unit::Seconds)),
+    ("client_tls_ca_file", Source::Key("tls_client_ca", Unit::Same)),
     ("client_tls_cert_file", Source::Key("tls_cert", Unit::Same)),
     ("client_tls_key_file", Source::Key("tls_key", Unit::Same)),
     ("client_tls_sslmode", Source::Derived(Derived::ClientTlsSslmode)),
@@ -168,7 +169,13 @@ fn derived<'a>(d: Derived, config: &Config, in_force: InForce<'_>, value_of: imp
         Derived::DefaultPoolSize => {
             config.default_pool_size.or(config.pool_max).unwrap_or(in_force.pool_limit).to_string()
         }
-        Derived::ClientTlsSslmode => if config.tls_cert.is_some() { "allow" } else { "disable" }.to_owned(),
+        Derived::ClientTlsSslmode => {
+            if config.offers_client_tls() {
+                config.tls_mode.to_string()
+            } else {
+                "disable".to_owned()
+            }
+        }
         Derived::ServerTlsSslmode => config.effective_sslmode().to_string(),
         Derived::Verbose => match value_of("log_level") {
             "debug" => "1",
@@ -218,7 +225,7 @@ pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), Not
             Ok(_) => to("log_level", "trace".to_owned()),
             Err(_) => Err(NotSettable::NotACount { key }),
         },
-        Source::Derived(Derived::ClientTlsSslmode) => Err(NotSettable::FollowsTlsCert { key }),
+        Source::Derived(Derived::ClientTlsSslmode) => to("tls_mode", value.to_ascii_lowercase()),
         Source::Derived(Derived::ListenAddr | Derived::ListenPort) => Err(NotSettable::PartOfListen { key }),
         Source::Fixed(value) => Err(NotSettable::Fixed { key, value }),
     }
@@ -227,9 +234,6 @@ pub(super) fn set_target(key: &str, value: &str) -> Result<(String, String), Not
 /// Why `SET` of a PgBouncer setting changes nothing in pgmux.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(super) enum NotSettable {
-    /// Client TLS follows `tls_cert`, which only a RELOAD changes.
-    #[error("{key} follows tls_cert in pgmux: set tls_cert and tls_key in the configuration and RELOAD")]
-    FollowsTlsCert { key: &'static str },
     /// Part of `listen`, which only a restart changes.
     #[error("{key} is part of listen, which cannot change while pgmux runs; change it and restart")]
     PartOfListen { key: &'static str },

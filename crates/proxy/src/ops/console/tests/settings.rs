@@ -273,12 +273,16 @@ fn admin_users_is_who_may_administer_now() {
 }
 
 #[test]
-fn client_tls_sslmode_follows_tls_cert() {
-    assert_eq!(value(&shown(&config("")), "client_tls_sslmode").value, "disable");
+fn client_tls_sslmode_is_tls_mode_while_tls_is_offered() {
+    assert_eq!(value(&shown(&config("")), "client_tls_sslmode").value, "disable", "no certificate");
     let with_tls = config("tls_cert = \"/etc/pgmux/cert.pem\"\ntls_key = \"/etc/pgmux/key.pem\"");
     let rows = shown(&with_tls);
-    assert_eq!(value(&rows, "client_tls_sslmode").value, "allow", "TLS for the clients that ask");
+    assert_eq!(value(&rows, "client_tls_sslmode").value, "prefer", "TLS for the clients that ask");
     assert_eq!(value(&rows, "client_tls_cert_file").value, "/etc/pgmux/cert.pem");
+    let required = config("tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\ntls_mode = \"require\"");
+    assert_eq!(value(&shown(&required), "client_tls_sslmode").value, "require");
+    let off = config("tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\ntls_mode = \"disable\"");
+    assert_eq!(value(&shown(&off), "client_tls_sslmode").value, "disable");
 }
 
 #[test]
@@ -317,8 +321,10 @@ fn set_by_pgbouncer_s_name_and_unit_changes_pgmux_s_key() {
     assert_eq!(target("auth_type", "md5"), Ok(ok("client_auth", "md5")));
     assert_eq!(target("server_tls_sslmode", "require"), Ok(ok("sslmode", "require")));
     assert_eq!(target("tcp_keepalive", "0"), Ok(ok("tcp_keepalive", "0")));
+    assert_eq!(target("client_tls_sslmode", "REQUIRE"), Ok(ok("tls_mode", "require")));
+    assert_eq!(target("client_tls_ca_file", "/ca.pem"), Ok(ok("tls_client_ca", "/ca.pem")));
     // What no setting changes says so.
-    for key in ["stats_period", "listen_port", "client_tls_sslmode"] {
+    for key in ["stats_period", "listen_port"] {
         let why = target(key, "1").expect_err(key);
         assert!(why.to_string().contains(key), "{why}");
     }
