@@ -17,6 +17,7 @@ mod protocol;
 mod readers;
 mod resilience;
 mod routes;
+mod server_queries;
 mod settings;
 mod sizing;
 mod statements;

@@ -227,6 +227,11 @@ config_keys! {
     client_login_timeout: Duration = "15s";
     /// A server connection idle longer than this is checked with a round trip before it is lent.
     server_check_delay: Duration = "30s";
+    /// SQL run once on each new server connection, after login and before it is lent (PgBouncer's
+    /// connect_query), unless its database's entry has its own: settings every session of the pool should
+    /// start with. If it fails, the connection is closed and logged, and waiting clients keep waiting while
+    /// pgmux tries again, as after a failed login. Empty: none.
+    connect_query: String = "";
     /// Prepared statements each server connection keeps (least recently used closed first); 0 turns
     /// statement tracking off (drivers' named statements then break across transactions).
     max_prepared_statements: usize = "200";

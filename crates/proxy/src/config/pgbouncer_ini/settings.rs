@@ -217,7 +217,11 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
 /// pgmux's own settings that an ini's `[pgbouncer]` section may carry too, though PgBouncer has nothing
 /// like them (such a file no longer runs under PgBouncer): the ones an operator moving over is most likely
 /// to want in the file rather than in the environment.
-pub const PGMUX_ONLY: &[(&str, Meaning)] = &[("max_active_servers", Key("max_active_servers", Unit::Same))];
+pub const PGMUX_ONLY: &[(&str, Meaning)] = &[
+    ("max_active_servers", Key("max_active_servers", Unit::Same)),
+    // PgBouncer has connect_query per database only; pgmux also has one for all databases.
+    ("connect_query", Key("connect_query", Unit::Same)),
+];
 
 /// What pgmux does with the setting `name`; `None` if neither PgBouncer nor [`PGMUX_ONLY`] has it.
 pub fn meaning(name: &str) -> Option<Meaning> {

@@ -57,6 +57,10 @@ pub(crate) struct ServerParams {
     pub(crate) reported: ParamMap,
     /// Values pgmux set for parameters the server does not report, by lower-case name.
     pub(crate) applied: ParamMap,
+    /// What the pool's `connect_query` left set in the session (parameters the server does not report): the
+    /// value a client that wants none of its own gets back, in place of a `RESET`. Boxed: a server connection
+    /// is moved in futures on the data path, and most pools have no connect_query.
+    baseline: Option<Box<ParamMap>>,
     /// Bumped on every change of `reported` or `applied`.
     generation: u64,
     /// The client set this server was last found in sync with, and the generation it had then.
@@ -93,6 +97,23 @@ impl ServerParams {
     #[inline]
     pub(crate) fn ends_idle(&self) -> bool {
         self.ends_idle
+    }
+
+    /// Takes the session's settings read back after `connect_query` as its starting point: what it holds
+    /// now, and what a client that sets none of them gets back.
+    pub(crate) fn set_baseline(&mut self, settings: &[Param]) {
+        let baseline: ParamMap = settings
+            .iter()
+            .filter(|p| !self.reported.contains_key(&key(&p.name)))
+            .map(|p| (key(&p.name), p.clone()))
+            .collect();
+        self.set_applied(baseline.clone());
+        self.baseline = (!baseline.is_empty()).then(|| Box::new(baseline));
+    }
+
+    /// connect_query's value of `k`, if it set one.
+    fn base(&self, k: &str) -> Option<&Param> {
+        self.baseline.as_ref()?.get(k)
     }
 
     /// Puts `applied` in place (and says whether it changed).
@@ -204,8 +225,16 @@ pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defau
         }
     }
     for (k, have) in &server.applied {
-        if !client.values.contains_key(k) {
-            resets.push(format!("RESET {}", ident(&have.name)));
+        if client.values.contains_key(k) {
+            continue;
+        }
+        // Back to what connect_query set, or to the session's default.
+        match server.base(k) {
+            Some(base) if base.value == have.value => {}
+            Some(base) => {
+                sets.push(format!("pg_catalog.set_config({}, {}, false)", literal(&base.name), literal(&base.value)))
+            }
+            None => resets.push(format!("RESET {}", ident(&have.name))),
         }
     }
     if sets.is_empty() && resets.is_empty() {
@@ -225,14 +254,18 @@ pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defau
     Some(sql.trim_end().to_owned())
 }
 
-/// After a successful sync, the server holds exactly the client's values.
+/// After a successful sync, the server holds exactly the client's values (and connect_query's where the
+/// client has none).
 pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
-    let applied: ParamMap = client
+    let mut applied: ParamMap = client
         .values
         .iter()
         .filter(|(k, _)| !server.reported.contains_key(*k))
         .map(|(k, p)| (k.clone(), p.clone()))
         .collect();
+    for (k, base) in server.baseline.iter().flat_map(|b| b.iter()) {
+        applied.entry(k.clone()).or_insert_with(|| base.clone());
+    }
     server.set_applied(applied);
     server.mark_in_sync(client);
 }

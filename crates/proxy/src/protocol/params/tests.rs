@@ -256,3 +256,29 @@ fn session_authorization_follows_its_client_and_is_reset_for_the_next() {
     let sql = sync_statement(&ClientParams::default(), &defaults_with_login, &defaults).unwrap();
     assert_eq!(sql, "RESET \"session_authorization\";", "the next client is not bob");
 }
+
+#[test]
+fn what_connect_query_set_is_the_servers_starting_point_and_comes_back_in_place_of_a_reset() {
+    let mut s = server(&[("TimeZone", "UTC")]);
+    s.set_baseline(&[p("enable_seqscan", "off"), p("TimeZone", "UTC")]);
+    let plain = ClientParams::default();
+    assert_eq!(sync_statement(&plain, &s, &defaults()), None, "a client that sets nothing: nothing to do");
+    // A client changed it (read back from its session): the next one gets connect_query's value back.
+    let mut c = ClientParams::default();
+    adopt_session(&mut c, &mut s, &[p("enable_seqscan", "on"), p("work_mem", "64")], false);
+    assert_eq!(
+        sync_statement(&plain, &s, &defaults()).as_deref(),
+        Some("RESET \"work_mem\"; SELECT pg_catalog.set_config(E'enable_seqscan', E'off', false);")
+    );
+    synced(&plain, &mut s);
+    assert_eq!(
+        s.applied.get("enable_seqscan").map(|p| p.value.as_str()),
+        Some("off"),
+        "held, as connect_query left it"
+    );
+    assert_eq!(sync_statement(&plain, &s, &defaults()), None);
+    assert!(
+        sync_statement(&c, &s, &defaults()).unwrap().contains("E'enable_seqscan', E'on'"),
+        "and the client's own again"
+    );
+}
