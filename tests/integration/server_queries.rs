@@ -1,5 +1,6 @@
 //! What pgmux runs on server connections for the operator, against a real PostgreSQL: `connect_query` once
-//! on each new connection (the global one, or a database's own), and what happens when it fails.
+//! on each new connection (the global one, or a database's own), and what happens when it fails;
+//! `server_check_query` on an idle connection before it is lent again.
 
 use pgmux_testkit::{APP_USER, Role};
 use tokio_postgres::Client;
@@ -85,4 +86,28 @@ async fn what_connect_query_set_is_restored_after_a_client_changed_it() {
     }
     let pids = (scalar(&a, "select pg_backend_pid()").await, scalar(&b, "select pg_backend_pid()").await);
     assert_eq!(pids.0, pids.1, "one server connection, shared");
+}
+
+/// `server_check_query` is what an idle connection runs before it is lent again: here it draws from a
+/// sequence, which counts the checks on the server itself. A check that fails retires the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_check_query_checks_an_idle_connection_and_a_failing_one_retires_it() {
+    let check = "pool_max = 2\nserver_check_delay = \"0s\"\nserver_check_query = \"SELECT nextval('pgmux_checks')\"";
+    let fx = common::start(check).await;
+    let direct = common::direct(&fx.pg).await;
+    direct.batch_execute("CREATE SEQUENCE pgmux_checks; GRANT USAGE ON SEQUENCE pgmux_checks TO PUBLIC").await.unwrap();
+    let client = fx.client().await;
+    let first = scalar(&client, "select pg_backend_pid()").await;
+    for _ in 0..3 {
+        assert_eq!(scalar(&client, "select pg_backend_pid()").await, first, "checked, and lent again");
+    }
+    let checks: i64 = direct.query_one("SELECT last_value FROM pgmux_checks", &[]).await.unwrap().get(0);
+    assert!(checks >= 3, "a check before each transaction after the first, on the server: {checks}");
+
+    // A check that fails: each transaction after the first gets a new server connection.
+    direct.batch_execute("DROP SEQUENCE pgmux_checks").await.unwrap();
+    let before = scalar(&client, "select pg_backend_pid()").await;
+    let after = scalar(&client, "select pg_backend_pid()").await;
+    assert_ne!(before, after, "the connection that failed its check was not lent");
+    assert_ne!(before, first);
 }

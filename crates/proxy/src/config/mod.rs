@@ -227,6 +227,10 @@ config_keys! {
     client_login_timeout: Duration = "15s";
     /// A server connection idle longer than this is checked with a round trip before it is lent.
     server_check_delay: Duration = "30s";
+    /// What that check sends (PgBouncer's server_check_query): empty, an empty query, a round trip that
+    /// runs no statement (PgBouncer's default); else this SQL, which must succeed and leave no transaction
+    /// open, or the connection is closed and another one used.
+    server_check_query: String = "";
     /// SQL run once on each new server connection, after login and before it is lent (PgBouncer's
     /// connect_query), unless its database's entry has its own: settings every session of the pool should
     /// start with. If it fails, the connection is closed and logged, and waiting clients keep waiting while

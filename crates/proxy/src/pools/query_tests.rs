@@ -73,3 +73,36 @@ async fn without_connect_query_a_new_connection_runs_nothing_before_it_is_lent()
     drop(pool.checkout().await.expect("a connection"));
     assert_eq!((fake.accepted(), fake.sql()), (1, vec![]));
 }
+
+const CHECK_NOW: &str = "server_check_delay = \"0s\"";
+
+#[tokio::test]
+async fn an_idle_connection_is_checked_with_an_empty_query_by_default() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\n{CHECK_NOW}")));
+    drop(pool.checkout().await.expect("a connection"));
+    drop(pool.checkout().await.expect("the idle one, checked"));
+    // PgBouncer's default check: a Query with no statement in it (the server logs `statement: `), no Sync.
+    assert_eq!(fake.log(), [(1, "Q ".to_owned())]);
+    assert_eq!(fake.accepted(), 1);
+}
+
+#[tokio::test]
+async fn server_check_query_is_what_the_check_runs_and_a_failing_one_retires_the_connection() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\n{CHECK_NOW}\nserver_check_query = \"SELECT 2\"")));
+    drop(pool.checkout().await.expect("a connection"));
+    drop(pool.checkout().await.expect("the idle one, checked"));
+    assert_eq!((fake.ran("SELECT 2"), fake.accepted()), (vec![1], 1), "checked with it, and lent again");
+    // The check fails: that connection is closed, and the client gets a new one.
+    fake.on_once("SELECT 2", Reply::Error("XX000"));
+    drop(pool.checkout().await.expect("a new connection in place of the failed one"));
+    assert_eq!((fake.ran("SELECT 2"), fake.accepted()), (vec![1, 1], 2));
+    fake.until("the failed connection closed", |f| f.open() == 1).await;
+    // Within server_check_delay nothing is sent at all.
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\nserver_check_query = \"SELECT 2\"")));
+    drop(pool.checkout().await.expect("a connection"));
+    drop(pool.checkout().await.expect("the idle one, unchecked"));
+    assert_eq!(fake.log(), []);
+}

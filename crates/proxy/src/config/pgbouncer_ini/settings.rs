@@ -174,7 +174,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("sbuf_loopcnt", Unsupported),
     ("scram_iterations", Unsupported),
     ("server_check_delay", Key("server_check_delay", Unit::Seconds)),
-    ("server_check_query", Unsupported),
+    ("server_check_query", Key("server_check_query", Unit::Same)),
     ("server_connect_timeout", Key("server_connect_timeout", Unit::SecondsNoLimit)),
     ("server_fast_close", Unsupported),
     ("server_idle_timeout", Key("server_idle_timeout", Unit::Seconds)),

@@ -81,6 +81,7 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     assert_eq!((cfg.max_client_conn, cfg.default_pool_size), (10, Some(5)));
     assert_eq!((cfg.pool_max, cfg.max_connections_percent), (Some(10), 0), "the budget: max_client_conn");
     assert_eq!(cfg.server_check_delay, Duration::from_secs(10));
+    assert_eq!(cfg.server_check_query, "", "not in test.ini: PgBouncer's default, an empty query");
     assert_eq!((cfg.server_lifetime, cfg.server_idle_timeout), (Duration::from_secs(120), Duration::from_secs(60)));
     assert!(!cfg.tcp_keepalive);
 
@@ -445,4 +446,13 @@ fn a_reader_route_is_written_in_an_entry_as_in_toml() {
     let route = &c.config.databases[0];
     assert!(route.discovers_readers());
     assert!(!c.unsupported.iter().any(|u| u.setting.contains("reader")), "{:?}", c.unsupported);
+}
+
+#[test]
+fn server_check_query_is_read_as_written_and_empty_is_pgbouncer_s_default() {
+    let c = parse(&format!("{ONE_DB}[pgbouncer]\nserver_check_query = select 1; -- keep\n")).unwrap();
+    assert_eq!(c.config.server_check_query, "select 1; -- keep");
+    assert!(!settings_of(&c).contains(&"server_check_query"), "not listed as left out");
+    let c = parse(&format!("{ONE_DB}[pgbouncer]\nserver_check_query =\n")).unwrap();
+    assert_eq!(c.config.server_check_query, "");
 }

@@ -84,6 +84,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("reserve_pool_size", Source::Key("reserve_pool_size", Unit::Same)),
     ("reserve_pool_timeout", Source::Key("reserve_pool_timeout", Unit::Seconds)),
     ("server_check_delay", Source::Key("server_check_delay", Unit::Seconds)),
+    ("server_check_query", Source::Key("server_check_query", Unit::Same)),
     ("server_connect_timeout", Source::Key("server_connect_timeout", Unit::Seconds)),
     ("server_idle_timeout", Source::Key("server_idle_timeout", Unit::Seconds)),
     ("server_lifetime", Source::Key("server_lifetime", Unit::Seconds)),
