@@ -20,6 +20,7 @@ mod routes;
 mod server_queries;
 mod settings;
 mod sizing;
+mod startup_params;
 mod statements;
 mod timeouts;
 mod tls;

@@ -231,6 +231,16 @@ config_keys! {
     /// runs no statement (PgBouncer's default); else this SQL, which must succeed and leave no transaction
     /// open, or the connection is closed and another one used.
     server_check_query: String = "";
+    /// Start-up parameters dropped wherever a client sends them, directly or in `options` (PgBouncer's
+    /// ignore_startup_parameters; comma-separated names): the session keeps the server's value. `options`
+    /// in the list drops the `-c` settings that track_extra_parameters does not follow, rather than refusing
+    /// the client.
+    ignore_startup_parameters: String = "";
+    /// PgBouncer's track_extra_parameters (comma-separated names). Empty (pgmux's default): pgmux follows
+    /// every start-up parameter and setting onto each server connection. Set: a client may send only these,
+    /// client_encoding, DateStyle, TimeZone, standard_conforming_strings and application_name (and what
+    /// ignore_startup_parameters drops); any other is refused with 0A000, as PgBouncer refuses it.
+    track_extra_parameters: String = "";
     /// SQL run once on each new server connection, after login and before it is lent (PgBouncer's
     /// connect_query), unless its database's entry has its own: settings every session of the pool should
     /// start with. If it fails, the connection is closed and logged, and waiting clients keep waiting while
