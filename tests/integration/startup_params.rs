@@ -53,3 +53,18 @@ async fn with_options_ignored_an_untracked_setting_in_it_is_dropped_and_a_tracke
     assert_eq!(scalar(&c, "show enable_seqscan").await, "on", "dropped");
     assert_eq!(scalar(&c, "show timezone").await, "Europe/Lisbon", "applied");
 }
+
+/// PgBouncer's test_startup_packet_larger_than_pktbuf: a start-up packet over 4 KiB whose long value is in
+/// an ignored parameter. Dropped, it logs in; without the list the server refuses the value, and the client
+/// gets the server's own error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_ignored_value_in_a_large_startup_packet_is_dropped() {
+    let long = format!("-c extra_float_digits={}", "1".repeat(4096));
+    let fx = common::start("pool_max = 1\nignore_startup_parameters = \"extra_float_digits\"").await;
+    let c = with_options(&fx, &long).await.expect("a long ignored value");
+    assert_eq!(scalar(&c, "show extra_float_digits").await, "1");
+    drop(fx);
+    let fx = common::start("pool_max = 1").await;
+    let err = with_options(&fx, &long).await.expect_err("followed: the server refuses the value");
+    assert_eq!(code(&err), "22023", "the server's invalid_parameter_value");
+}

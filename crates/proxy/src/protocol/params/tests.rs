@@ -298,6 +298,10 @@ fn ignore_startup_parameters_drops_a_name_wherever_it_comes() {
         ("options", "-c extra_float_digits=2 -c work_mem=64MB --GEQO=on"),
     ]);
     assert_eq!(from_startup(&params, &rules).unwrap(), vec![p("work_mem", "64MB")]);
+    // A value longer than PgBouncer's packet buffer (4096 bytes: test_startup_packet_larger_than_pktbuf) is
+    // dropped all the same.
+    let long = format!("-c extra_float_digits={}", "1".repeat(4096));
+    assert_eq!(from_startup(&startup(&[("options", &long)]), &rules).unwrap(), vec![]);
     assert_eq!(from_startup(&params, &StartupRules::default()).unwrap().len(), 3, "without the list: all kept");
 }
 
