@@ -233,6 +233,25 @@ config_keys! {
     client_login_timeout: Duration = "15s";
     /// A server connection idle longer than this is checked with a round trip before it is lent.
     server_check_delay: Duration = "30s";
+    /// What that check sends (PgBouncer's server_check_query): empty, an empty query, a round trip that
+    /// runs no statement (PgBouncer's default); else this SQL, which must succeed and leave no transaction
+    /// open, or the connection is closed and another one used.
+    server_check_query: String = "";
+    /// Start-up parameters dropped wherever a client sends them, directly or in `options` (PgBouncer's
+    /// ignore_startup_parameters; comma-separated names): the session keeps the server's value. `options`
+    /// in the list drops the `-c` settings that track_extra_parameters does not follow, rather than refusing
+    /// the client.
+    ignore_startup_parameters: String = "";
+    /// PgBouncer's track_extra_parameters (comma-separated names). Empty (pgmux's default): pgmux follows
+    /// every start-up parameter and setting onto each server connection. Set: a client may send only these,
+    /// client_encoding, DateStyle, TimeZone, standard_conforming_strings and application_name (and what
+    /// ignore_startup_parameters drops); any other is refused with 0A000, as PgBouncer refuses it.
+    track_extra_parameters: String = "";
+    /// SQL run once on each new server connection, after login and before it is lent (PgBouncer's
+    /// connect_query), unless its database's entry has its own: settings every session of the pool should
+    /// start with. If it fails, the connection is closed and logged, and waiting clients keep waiting while
+    /// pgmux tries again, as after a failed login. Empty: none.
+    connect_query: String = "";
     /// Prepared statements each server connection keeps (least recently used closed first); 0 turns
     /// statement tracking off (drivers' named statements then break across transactions).
     max_prepared_statements: usize = "200";

@@ -120,6 +120,8 @@ pub struct RouteSpec {
     pub reserve_pool_size: Option<usize>,
     /// Its own `server_lifetime` (unset: the global one).
     pub server_lifetime: Option<std::time::Duration>,
+    /// Its own `connect_query` (unset: the global one).
+    pub connect_query: Option<String>,
     /// The user whose credentials read others' (PgBouncer's `auth_user`, with `auth_query`).
     pub auth_user: Option<String>,
     /// The entry whose server and database `auth_query` runs on (PgBouncer's `auth_dbname`).
@@ -275,7 +277,6 @@ const DISCOVER_READERS: &str = "aurora";
 
 /// Keys of PgBouncer's `[databases]` entries that pgmux does not have.
 const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
-    "connect_query",
     "client_encoding",
     "datestyle",
     "timezone",
@@ -326,6 +327,7 @@ impl RouteSpec {
                 };
                 self.server_lifetime = Some(super::duration::parse_duration(value.trim()).ok_or(expected)?);
             }
+            "connect_query" => self.connect_query = text(value.trim()),
             "auth_user" => self.auth_user = text(value),
             "auth_dbname" => self.auth_dbname = text(value),
             "readers" => {

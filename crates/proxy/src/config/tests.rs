@@ -286,3 +286,28 @@ fn a_reader_route_discovering_its_instances_must_know_where_they_are() {
     .unwrap();
     assert!(!cfg.databases[0].discovers_readers());
 }
+
+#[test]
+fn connect_query_is_global_in_toml_and_the_environment_and_a_database_may_have_its_own() {
+    let file = format!(
+        "database_url = {URL:?}\nconnect_query = \"SET enable_seqscan = off\"\n\
+         [[databases]]\nname = \"app\"\nconnect_query = \"SET work_mem = '64MB'; SET jit = off\""
+    );
+    let cfg = Config::from_toml_str(&file).unwrap();
+    assert_eq!(cfg.connect_query, "SET enable_seqscan = off");
+    assert_eq!(cfg.databases[0].connect_query.as_deref(), Some("SET work_mem = '64MB'; SET jit = off"));
+    let cfg = Config::from_parts(
+        Profile::Sidecar,
+        &file,
+        env(&[
+            ("PGMUX_CONNECT_QUERY", "SET jit = off"),
+            ("PGMUX_DATABASES", "app = dbname=app connect_query='SET a.b = 1'"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        (cfg.connect_query.as_str(), cfg.databases[0].connect_query.as_deref()),
+        ("SET jit = off", Some("SET a.b = 1"))
+    );
+    assert_eq!(Config::from_toml_str(&format!("database_url = {URL:?}")).unwrap().connect_query, "", "none by default");
+}

@@ -415,8 +415,9 @@ impl ServerPool {
             Fitness::Fit => true,
             Fitness::Unfit => false,
             Fitness::NeedsRoundTrip => {
-                let timeout = self.config().server_connect_timeout;
-                Box::pin(lease.ping(timeout)).await.is_ok()
+                // server_check_query as written; empty is an empty query (PgBouncer's default).
+                let config = self.globals.config.full();
+                Box::pin(lease.run_plain(&config.server_check_query, config.server_connect_timeout)).await.is_ok()
             }
         }
     }

@@ -81,6 +81,8 @@ pub(crate) struct ServerPool {
     reserve: std::sync::atomic::AtomicUsize,
     /// A named database's own `server_lifetime` (unset: the global one, read at each open).
     server_lifetime: Option<Duration>,
+    /// A named database's own `connect_query` (unset: the global one, read at each open).
+    connect_query: Option<String>,
     /// Its own cap, for the pool of a named database (the default pool's limit is sizing's plan).
     cap: Option<usize>,
     /// Connections kept warm, if its database or user says (else min_pool_size).
@@ -126,6 +128,7 @@ impl ServerPool {
             jitter: Default::default(),
             mode: config.pool_mode,
             server_lifetime: None,
+            connect_query: None,
             reserve: Default::default(),
             cap: None,
             min_pool_size: None,
@@ -155,6 +158,7 @@ impl ServerPool {
         pool.pool.share(limits);
         pool.mode = plan.mode;
         pool.server_lifetime = plan.server_lifetime;
+        pool.connect_query = plan.connect_query.clone();
         pool.reserve = plan.reserve.into();
         pool.pool.set_reserve(plan.reserve, pool.config().reserve_pool_timeout);
         pool.cap = plan.cap;
@@ -573,5 +577,7 @@ fn jittered(lifetime: Duration, random: u64) -> Duration {
     lifetime.saturating_sub(Duration::from_millis(random % (tenth_ms + 1)))
 }
 
+#[cfg(test)]
+mod query_tests;
 #[cfg(test)]
 mod tests;

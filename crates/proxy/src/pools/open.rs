@@ -30,7 +30,10 @@ impl ServerPool {
         let id = self.globals.next_id.fetch_add(1, Ordering::Relaxed);
         let config = self.globals.config.full();
         let started = std::time::Instant::now();
-        let opened = self.connect(id, config.max_prepared_statements, None).await;
+        let opened = match self.connect(id, config.max_prepared_statements, None).await {
+            Ok(conn) => self.connect_query(conn, &config).await,
+            Err(e) => Err(e),
+        };
         let mut conn = self.globals.observer.opened(opened, started)?;
         let login = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         if self.login_micros.swap(login, Ordering::Relaxed).abs_diff(login) > 1000 {
@@ -58,6 +61,37 @@ impl ServerPool {
         tracing::info!(server_id = conn.id, addr = %conn.addr, database = %self.key.database, user = %self.key.user,
             "new connection to server (from {local})");
         Ok(conn)
+    }
+
+    /// Runs the pool's `connect_query` (its database's, else the global one) on a pool connection that just
+    /// logged in. If it fails, the connection is closed and the open counts as failed: waiting clients keep
+    /// waiting while pgmux tries again, as after a failed login. Before the pool reads its defaults, so that
+    /// what the query sets is what the pool's sessions start from.
+    async fn connect_query(&self, mut conn: ServerConn, config: &Config) -> Result<ServerConn, CheckoutError> {
+        let sql = self.connect_query.as_deref().unwrap_or(&config.connect_query);
+        if sql.is_empty() {
+            return Ok(conn);
+        }
+        let timeout = config.server_connect_timeout;
+        // What it set is read back: the connection's starting point, restored for each client that sets
+        // none of it (rather than reset to the server's default).
+        let ran = match conn.run_plain(sql, timeout).await {
+            Ok(()) => conn.session_settings(timeout, false).await,
+            Err(failure) => Err(failure),
+        };
+        match ran {
+            Ok(settings) => {
+                conn.params.set_baseline(&settings);
+                Ok(conn)
+            }
+            Err(failure) => {
+                let addr = conn.addr.to_string();
+                tracing::warn!(server_id = conn.id, %addr, database = %self.key.database, user = %self.key.user,
+                    error = %failure, "connect_query failed; closing the new server connection");
+                self.globals.tasks.spawn(Box::new(conn).terminate());
+                Err(ConnectError::ConnectQuery { addr, failure: Box::new(failure) }.into())
+            }
+        }
     }
 
     /// Opens and logs in a new server connection, and refuses it if its node's role does not fit

@@ -48,6 +48,8 @@ pub(crate) struct RoutePlan {
     pub(crate) reserve: usize,
     /// The route's own `server_lifetime`, if it has one.
     pub(crate) server_lifetime: Option<std::time::Duration>,
+    /// The route's own `connect_query`, if it has one.
+    pub(crate) connect_query: Option<String>,
     pub(crate) route_limit: Option<usize>,
     pub(crate) user_limit: Option<usize>,
     /// Who looks up users pgmux does not know (`auth_query`): the route's `auth_user`, else the global one.
@@ -158,6 +160,7 @@ fn plan(
         min_pool_size: spec.min_pool_size.unwrap_or(config.min_pool_size),
         mode: user_spec.and_then(|u| u.pool_mode).or(spec.pool_mode).unwrap_or(config.pool_mode),
         server_lifetime: spec.server_lifetime,
+        connect_query: spec.connect_query.clone(),
         reserve: user_spec
             .and_then(|u| u.reserve_pool_size)
             .or(spec.reserve_pool_size)

@@ -42,6 +42,10 @@ pub(crate) enum ConnectError {
     NoTls { addr: String, mode: SslMode },
     #[error("the database at {addr} is a {role} node, and target_session_attrs={wanted} needs another")]
     WrongRole { addr: String, role: NodeRole, wanted: TargetSessionAttrs },
+    /// The new connection logged in, and `connect_query` failed on it (the query itself is not repeated:
+    /// it may hold a secret).
+    #[error("connect_query failed on a new server connection to {addr}: {failure}")]
+    ConnectQuery { addr: String, failure: Box<ServerFailure> },
 }
 
 impl ConnectError {
@@ -67,7 +71,12 @@ impl ConnectError {
     /// else (a wrong password, a database that does not exist, TLS that cannot be satisfied) needs a fix.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            ConnectError::Io { .. } | ConnectError::Timeout { .. } | ConnectError::WrongRole { .. } => true,
+            // A failing connect_query is treated as a failed login that may pass: clients wait while pgmux
+            // tries again (a lock or a missing object may clear; a wrong query shows in the log meanwhile).
+            ConnectError::Io { .. }
+            | ConnectError::Timeout { .. }
+            | ConnectError::WrongRole { .. }
+            | ConnectError::ConnectQuery { .. } => true,
             ConnectError::Rejected { error, .. } => {
                 error.code.starts_with(sqlstate::CLASS_OPERATOR_INTERVENTION_SERVER)
                     || error.code.starts_with(sqlstate::CLASS_CONNECTION_EXCEPTION)
@@ -94,7 +103,8 @@ impl ConnectError {
             | ConnectError::Unsupported { .. }
             | ConnectError::NoTls { .. }
             | ConnectError::Scram { .. }
-            | ConnectError::WrongRole { .. } => Fault::Server,
+            | ConnectError::WrongRole { .. }
+            | ConnectError::ConnectQuery { .. } => Fault::Server,
             ConnectError::Protocol { failure, .. } => failure.fault(),
             ConnectError::NoPassword { .. } | ConnectError::StoredPassword { .. } => Fault::Pgmux,
         }

@@ -164,6 +164,19 @@ impl ServerConn {
         }
     }
 
+    /// Runs `sql` as the operator wrote it (`connect_query`, `server_check_query`): one simple Query, once,
+    /// unshielded. Ok if every statement in it succeeded and the server is idle after it; an empty `sql` is
+    /// a round trip that runs no statement.
+    pub(crate) async fn run_plain(&mut self, sql: &str, timeout: Duration) -> Result<(), ServerFailure> {
+        let mut buf = BytesMut::with_capacity(sql.len() + 6);
+        encode::query(&mut buf, sql);
+        match within(timeout, self.converse(buf.freeze(), 1, None)).await? {
+            (None, TxStatus::Idle) => Ok(()),
+            (Some(error), _) => Err(ServerFailure::Query(Box::new(error))),
+            (None, status) => Err(ServerFailure::NotIdle(status)),
+        }
+    }
+
     /// Brings a connection that a client left mid-way back to idle: ends a COPY the server still waits on,
     /// closes an open extended-protocol unit, reads and drops every reply still owed, and rolls back an
     /// open transaction. True if the server ends idle and can be lent again.

@@ -218,7 +218,11 @@ async fn admit(
     if shared.disabled.is(database) {
         return Err(refused(disabled(database)));
     }
-    let raw = params::from_startup(&startup.params).map_err(refused)?;
+    let rules = {
+        let config = shared.config();
+        params::StartupRules::new(&config.ignore_startup_parameters, &config.track_extra_parameters)
+    };
+    let raw = params::from_startup(&startup.params, &rules).map_err(refused)?;
     let id = match routed {
         Routed::Default => default_login(shared, &auth, conn, (user, database), deadline).await?,
         Routed::Route(plan) => route_login(shared, &auth, conn, (user, *plan), private, deadline).await?,

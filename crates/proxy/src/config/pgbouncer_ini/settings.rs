@@ -141,7 +141,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("dns_nxdomain_ttl", Unsupported),
     ("dns_zone_check_period", Unsupported),
     ("idle_transaction_timeout", Key("idle_transaction_timeout", Unit::Seconds)),
-    ("ignore_startup_parameters", Unsupported),
+    ("ignore_startup_parameters", Key("ignore_startup_parameters", Unit::Same)),
     ("job_name", Unsupported),
     ("listen_addr", Rule),
     ("listen_backlog", Unsupported),
@@ -174,7 +174,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("sbuf_loopcnt", Unsupported),
     ("scram_iterations", Unsupported),
     ("server_check_delay", Key("server_check_delay", Unit::Seconds)),
-    ("server_check_query", Unsupported),
+    ("server_check_query", Key("server_check_query", Unit::Same)),
     ("server_connect_timeout", Key("server_connect_timeout", Unit::SecondsNoLimit)),
     ("server_fast_close", Unsupported),
     ("server_idle_timeout", Key("server_idle_timeout", Unit::Seconds)),
@@ -205,7 +205,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("tcp_keepintvl", Key("tcp_keepintvl", Unit::SecondsOrKeep)),
     ("tcp_socket_buffer", Unsupported),
     ("tcp_user_timeout", Key("tcp_user_timeout", Unit::Millis)),
-    ("track_extra_parameters", Unsupported),
+    ("track_extra_parameters", Key("track_extra_parameters", Unit::Same)),
     ("transaction_timeout", Key("transaction_timeout", Unit::Seconds)),
     ("unix_socket_dir", Rule),
     ("unix_socket_group", Unsupported),
@@ -217,7 +217,11 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
 /// pgmux's own settings that an ini's `[pgbouncer]` section may carry too, though PgBouncer has nothing
 /// like them (such a file no longer runs under PgBouncer): the ones an operator moving over is most likely
 /// to want in the file rather than in the environment.
-pub const PGMUX_ONLY: &[(&str, Meaning)] = &[("max_active_servers", Key("max_active_servers", Unit::Same))];
+pub const PGMUX_ONLY: &[(&str, Meaning)] = &[
+    ("max_active_servers", Key("max_active_servers", Unit::Same)),
+    // PgBouncer has connect_query per database only; pgmux also has one for all databases.
+    ("connect_query", Key("connect_query", Unit::Same)),
+];
 
 /// What pgmux does with the setting `name`; `None` if neither PgBouncer nor [`PGMUX_ONLY`] has it.
 pub fn meaning(name: &str) -> Option<Meaning> {

@@ -81,6 +81,11 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     assert_eq!((cfg.max_client_conn, cfg.default_pool_size), (10, Some(5)));
     assert_eq!((cfg.pool_max, cfg.max_connections_percent), (Some(10), 0), "the budget: max_client_conn");
     assert_eq!(cfg.server_check_delay, Duration::from_secs(10));
+    assert_eq!(cfg.server_check_query, "", "not in test.ini: PgBouncer's default, an empty query");
+    assert_eq!(
+        (cfg.track_extra_parameters.as_str(), cfg.ignore_startup_parameters.as_str()),
+        ("search_path, intervalstyle", "extra_float_digits")
+    );
     assert_eq!((cfg.server_lifetime, cfg.server_idle_timeout), (Duration::from_secs(120), Duration::from_secs(60)));
     assert!(!cfg.tcp_keepalive);
 
@@ -98,6 +103,8 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     assert_eq!(route("p3").pool_mode, Some(PoolMode::Session));
     assert_eq!((route("p9").server_lifetime, route("p0").server_lifetime), (Some(Duration::from_secs(2)), None));
     assert_eq!(route("p3x").pool_mode, Some(PoolMode::Transaction));
+    assert_eq!(route("p8").connect_query.as_deref(), Some("set enable_seqscan=off; set enable_nestloop=off"));
+    assert_eq!((route("p0").connect_query.as_deref(), cfg.connect_query.as_str()), (None, ""));
     assert_eq!((route("p0y").min_pool_size, route("p0y").max_db_connections), (Some(5), Some(2)));
     assert_eq!(route("p4").password.as_ref().map(|p| p.expose()), Some("foo"));
     assert_eq!(route("hostlist1").host.as_deref(), Some("127.0.0.1"), "a host list: the first host");
@@ -126,7 +133,6 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
     // What pgmux does not have, in the file's order: entries first (their sections come first), then the
     // [pgbouncer] settings.
     let expected = [
-        "database p8: connect_query",
         "database hostlist1: host",
         "database hostlist2: host",
         "database hostlist_good_first: load_balance_hosts",
@@ -140,14 +146,12 @@ fn pgbouncers_own_test_ini_reads_with_its_routes_users_and_what_pgmux_lacks() {
         "pidfile",
         "tcp_defer_accept",
         "tcp_socket_buffer",
-        "track_extra_parameters",
-        "ignore_startup_parameters",
     ];
     assert_eq!(settings_of(&c), expected);
     let logfile = c.unsupported.iter().find(|u| u.setting == "logfile").unwrap();
     assert_eq!(logfile.at, Some(At { file: "pgbouncer.ini".into(), line: HEADER_LINES + 70 }));
     let warning = c.warning().expect("a warning");
-    assert!(warning.starts_with("16 PgBouncer setting(s) pgmux does not have"), "{warning}");
+    assert!(warning.starts_with("13 PgBouncer setting(s) pgmux does not have"), "{warning}");
     assert!(warning.contains("logfile (pgbouncer.ini:90)"), "{warning}");
     assert!(!warning.contains("foo") && !warning.contains("wrong"), "no value, no password: {warning}");
 }
@@ -453,4 +457,13 @@ fn a_reader_route_is_written_in_an_entry_as_in_toml() {
     let route = &c.config.databases[0];
     assert!(route.discovers_readers());
     assert!(!c.unsupported.iter().any(|u| u.setting.contains("reader")), "{:?}", c.unsupported);
+}
+
+#[test]
+fn server_check_query_is_read_as_written_and_empty_is_pgbouncer_s_default() {
+    let c = parse(&format!("{ONE_DB}[pgbouncer]\nserver_check_query = select 1; -- keep\n")).unwrap();
+    assert_eq!(c.config.server_check_query, "select 1; -- keep");
+    assert!(!settings_of(&c).contains(&"server_check_query"), "not listed as left out");
+    let c = parse(&format!("{ONE_DB}[pgbouncer]\nserver_check_query =\n")).unwrap();
+    assert_eq!(c.config.server_check_query, "");
 }

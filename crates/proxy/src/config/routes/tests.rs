@@ -20,9 +20,9 @@ fn connection_strings_read_as_pgbouncer_writes_them() {
 
 #[test]
 fn keys_pgmux_lacks_are_returned_and_unknown_ones_refused() {
-    let e = Entry::parse_connstr("p", "dbname=p reserve_pool_size=3 connect_query='select 1'").unwrap();
+    let e = Entry::parse_connstr("p", "dbname=p reserve_pool_size=3 load_balance_hosts=disable").unwrap();
     let (route, unsupported) = route_from(&e).unwrap();
-    assert_eq!((route.reserve_pool_size, unsupported), (Some(3), vec!["connect_query".to_owned()]));
+    assert_eq!((route.reserve_pool_size, unsupported), (Some(3), vec!["load_balance_hosts".to_owned()]));
     let e = Entry::parse_connstr("p", "dbname=p colour=blue").unwrap();
     let err = route_from(&e).unwrap_err();
     assert_eq!((err.kind, err.key.as_deref()), (EntryErrorKind::UnknownKey, Some("colour")));
@@ -31,6 +31,25 @@ fn keys_pgmux_lacks_are_returned_and_unknown_ones_refused() {
     let err = user_from(&e).unwrap_err();
     assert_eq!(err.kind, EntryErrorKind::Invalid);
     assert!(err.to_string().contains("statement is not supported"), "{err}");
+}
+
+#[test]
+fn a_database_s_connect_query_is_read_whole_from_a_quoted_value() {
+    let e = Entry::parse_connstr("p8", "dbname=p0 connect_query='set enable_seqscan=off; set enable_nestloop=off'")
+        .unwrap();
+    let (route, unsupported) = route_from(&e).unwrap();
+    assert_eq!(route.connect_query.as_deref(), Some("set enable_seqscan=off; set enable_nestloop=off"));
+    assert!(unsupported.is_empty(), "{unsupported:?}");
+    // In the environment, the `;` inside the quotes does not end the entry.
+    let list = Entry::parse_list("PGMUX_DATABASES", "a = dbname=a connect_query='set x.y=1; set x.z=2'; b = dbname=b")
+        .unwrap();
+    let routes: Vec<RouteSpec> = list.iter().map(|e| route_from(e).unwrap().0).collect();
+    assert_eq!(
+        (routes[0].connect_query.as_deref(), routes[1].connect_query.as_deref()),
+        (Some("set x.y=1; set x.z=2"), None)
+    );
+    let (empty, _) = route_from(&Entry::parse_connstr("c", "connect_query=''").unwrap()).unwrap();
+    assert_eq!(empty.connect_query, None, "empty: the global one");
 }
 
 #[test]

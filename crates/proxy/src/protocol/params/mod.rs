@@ -22,8 +22,6 @@ use std::sync::Arc;
 pub(crate) type ParamMap = BTreeMap<String, Param>;
 
 use parking_lot::Mutex;
-use pgmux_proto::encode::ErrorMessage;
-use pgmux_proto::sqlstate;
 
 /// Reported parameters no session can change, or that follow from others: never reset, never compared.
 /// (`session_authorization` is not among them: a superuser's session may change it, and it must then
@@ -57,6 +55,10 @@ pub(crate) struct ServerParams {
     pub(crate) reported: ParamMap,
     /// Values pgmux set for parameters the server does not report, by lower-case name.
     pub(crate) applied: ParamMap,
+    /// What the pool's `connect_query` left set in the session (parameters the server does not report): the
+    /// value a client that wants none of its own gets back, in place of a `RESET`. Boxed: a server connection
+    /// is moved in futures on the data path, and most pools have no connect_query.
+    baseline: Option<Box<ParamMap>>,
     /// Bumped on every change of `reported` or `applied`.
     generation: u64,
     /// The client set this server was last found in sync with, and the generation it had then.
@@ -93,6 +95,23 @@ impl ServerParams {
     #[inline]
     pub(crate) fn ends_idle(&self) -> bool {
         self.ends_idle
+    }
+
+    /// Takes the session's settings read back after `connect_query` as its starting point: what it holds
+    /// now, and what a client that sets none of them gets back.
+    pub(crate) fn set_baseline(&mut self, settings: &[Param]) {
+        let baseline: ParamMap = settings
+            .iter()
+            .filter(|p| !self.reported.contains_key(&key(&p.name)))
+            .map(|p| (key(&p.name), p.clone()))
+            .collect();
+        self.set_applied(baseline.clone());
+        self.baseline = (!baseline.is_empty()).then(|| Box::new(baseline));
+    }
+
+    /// connect_query's value of `k`, if it set one.
+    fn base(&self, k: &str) -> Option<&Param> {
+        self.baseline.as_ref()?.get(k)
     }
 
     /// Puts `applied` in place (and says whether it changed).
@@ -204,8 +223,16 @@ pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defau
         }
     }
     for (k, have) in &server.applied {
-        if !client.values.contains_key(k) {
-            resets.push(format!("RESET {}", ident(&have.name)));
+        if client.values.contains_key(k) {
+            continue;
+        }
+        // Back to what connect_query set, or to the session's default.
+        match server.base(k) {
+            Some(base) if base.value == have.value => {}
+            Some(base) => {
+                sets.push(format!("pg_catalog.set_config({}, {}, false)", literal(&base.name), literal(&base.value)))
+            }
+            None => resets.push(format!("RESET {}", ident(&have.name))),
         }
     }
     if sets.is_empty() && resets.is_empty() {
@@ -225,14 +252,18 @@ pub(crate) fn sync_statement(client: &ClientParams, server: &ServerParams, defau
     Some(sql.trim_end().to_owned())
 }
 
-/// After a successful sync, the server holds exactly the client's values.
+/// After a successful sync, the server holds exactly the client's values (and connect_query's where the
+/// client has none).
 pub(crate) fn synced(client: &ClientParams, server: &mut ServerParams) {
-    let applied: ParamMap = client
+    let mut applied: ParamMap = client
         .values
         .iter()
         .filter(|(k, _)| !server.reported.contains_key(*k))
         .map(|(k, p)| (k.clone(), p.clone()))
         .collect();
+    for (k, base) in server.baseline.iter().flat_map(|b| b.iter()) {
+        applied.entry(k.clone()).or_insert_with(|| base.clone());
+    }
     server.set_applied(applied);
     server.mark_in_sync(client);
 }
@@ -378,92 +409,8 @@ pub(crate) fn unchecked(raw: &[Param]) -> ClientParams {
     ClientParams { values: Arc::new(raw.iter().map(|p| (key(&p.name), p.clone())).collect()) }
 }
 
-/// Start-up keys that are about the connection, not session parameters.
-const CONNECTION_KEYS: &[&str] = &["user", "database", "replication", "options"];
-
-/// The session parameters of a start-up packet: every key except the connection ones, with `options`
-/// (`-c name=value`, `--name=value`) expanded in place.
-pub(crate) fn from_startup(params: &[(String, String)]) -> Result<Vec<Param>, ErrorMessage> {
-    let mut out: Vec<Param> = Vec::new();
-    let mut put = |name: &str, value: &str| {
-        out.retain(|p| key(&p.name) != key(name));
-        out.push(Param { name: name.to_owned(), value: value.to_owned() });
-    };
-    for (name, value) in params {
-        match name.as_str() {
-            "options" => {
-                for (n, v) in parse_options(value)? {
-                    put(&n, &v);
-                }
-            }
-            "replication" if !matches!(value.as_str(), "false" | "0" | "off" | "no") => {
-                return Err(ErrorMessage::fatal(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "pgmux does not pool replication connections",
-                )
-                .with_hint("connect to the database directly for replication"));
-            }
-            n if CONNECTION_KEYS.contains(&n) || n.starts_with("_pq_.") => {}
-            n => put(n, value),
-        }
-    }
-    Ok(out)
-}
-
-/// Splits a libpq `options` string (whitespace-separated, backslash escapes) into `-c` settings.
-fn parse_options(options: &str) -> Result<Vec<(String, String)>, ErrorMessage> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut chars = options.chars();
-    let mut in_word = false;
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => {
-                if let Some(next) = chars.next() {
-                    word.push(next);
-                }
-                in_word = true;
-            }
-            c if c.is_ascii_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                word.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    let bad = |w: &str| {
-        ErrorMessage::fatal(
-            sqlstate::FEATURE_NOT_SUPPORTED,
-            format!("unsupported option {w:?} in the options start-up parameter"),
-        )
-        .with_hint("pgmux accepts only -c name=value and --name=value there")
-    };
-    let mut out = Vec::new();
-    let mut it = words.into_iter();
-    while let Some(w) = it.next() {
-        let setting = if w == "-c" {
-            it.next().ok_or_else(|| bad(&w))?
-        } else if let Some(rest) = w.strip_prefix("-c") {
-            rest.to_owned()
-        } else if let Some(rest) = w.strip_prefix("--") {
-            rest.to_owned()
-        } else {
-            return Err(bad(&w));
-        };
-        let (name, value) = setting.split_once('=').ok_or_else(|| bad(&setting))?;
-        // Like PostgreSQL, dashes in a command-line name mean underscores.
-        out.push((name.replace('-', "_"), value.to_owned()));
-    }
-    Ok(out)
-}
+mod startup;
+pub(crate) use startup::{StartupRules, from_startup};
 
 mod greeting;
 pub(crate) use greeting::Greetings;

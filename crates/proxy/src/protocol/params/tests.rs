@@ -1,6 +1,7 @@
 //! Parameter sync plans, start-up parsing and the catalog of known values.
 
 use super::*;
+use pgmux_proto::sqlstate;
 
 fn p(name: &str, value: &str) -> Param {
     Param { name: name.into(), value: value.into() }
@@ -151,7 +152,7 @@ fn startup_parameters_and_options() {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let got = from_startup(&params).unwrap();
+    let got = from_startup(&params, &StartupRules::default()).unwrap();
     assert_eq!(
         got,
         vec![
@@ -168,18 +169,19 @@ fn startup_parameters_and_options() {
 fn bad_startup_options_are_refused_with_a_reason() {
     for bad in ["-B 100", "-c", "-c nothing", "plain"] {
         let params = vec![("options".to_string(), bad.to_string())];
-        let err = from_startup(&params).unwrap_err();
-        assert_eq!(err.code, sqlstate::FEATURE_NOT_SUPPORTED, "{bad}");
+        let err = from_startup(&params, &StartupRules::default()).unwrap_err();
+        assert_eq!(err.code, sqlstate::SYNTAX_ERROR, "{bad}");
+        assert!(err.message.contains("only '-c config=val' and '--config=val' are allowed"), "{}", err.message);
     }
     let repl = vec![("replication".to_string(), "database".to_string())];
-    assert!(from_startup(&repl).unwrap_err().message.contains("replication"));
+    assert!(from_startup(&repl, &StartupRules::default()).unwrap_err().message.contains("replication"));
 }
 
 #[test]
 fn a_later_value_for_the_same_name_wins() {
     let params =
         vec![("DateStyle".to_string(), "ISO".to_string()), ("options".to_string(), "-c datestyle=German".to_string())];
-    assert_eq!(from_startup(&params).unwrap(), vec![p("datestyle", "German")]);
+    assert_eq!(from_startup(&params, &StartupRules::default()).unwrap(), vec![p("datestyle", "German")]);
 }
 
 #[test]
@@ -255,4 +257,68 @@ fn session_authorization_follows_its_client_and_is_reset_for_the_next() {
     defaults_with_login.report("session_authorization", "bob");
     let sql = sync_statement(&ClientParams::default(), &defaults_with_login, &defaults).unwrap();
     assert_eq!(sql, "RESET \"session_authorization\";", "the next client is not bob");
+}
+
+#[test]
+fn what_connect_query_set_is_the_servers_starting_point_and_comes_back_in_place_of_a_reset() {
+    let mut s = server(&[("TimeZone", "UTC")]);
+    s.set_baseline(&[p("enable_seqscan", "off"), p("TimeZone", "UTC")]);
+    let plain = ClientParams::default();
+    assert_eq!(sync_statement(&plain, &s, &defaults()), None, "a client that sets nothing: nothing to do");
+    // A client changed it (read back from its session): the next one gets connect_query's value back.
+    let mut c = ClientParams::default();
+    adopt_session(&mut c, &mut s, &[p("enable_seqscan", "on"), p("work_mem", "64")], false);
+    assert_eq!(
+        sync_statement(&plain, &s, &defaults()).as_deref(),
+        Some("RESET \"work_mem\"; SELECT pg_catalog.set_config(E'enable_seqscan', E'off', false);")
+    );
+    synced(&plain, &mut s);
+    assert_eq!(
+        s.applied.get("enable_seqscan").map(|p| p.value.as_str()),
+        Some("off"),
+        "held, as connect_query left it"
+    );
+    assert_eq!(sync_statement(&plain, &s, &defaults()), None);
+    assert!(
+        sync_statement(&c, &s, &defaults()).unwrap().contains("E'enable_seqscan', E'on'"),
+        "and the client's own again"
+    );
+}
+
+fn startup(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn ignore_startup_parameters_drops_a_name_wherever_it_comes() {
+    let rules = StartupRules::new("extra_float_digits, Geqo", "");
+    let params = startup(&[
+        ("extra_float_digits", "3"),
+        ("geqo", "off"),
+        ("options", "-c extra_float_digits=2 -c work_mem=64MB --GEQO=on"),
+    ]);
+    assert_eq!(from_startup(&params, &rules).unwrap(), vec![p("work_mem", "64MB")]);
+    // A value longer than PgBouncer's packet buffer (4096 bytes: test_startup_packet_larger_than_pktbuf) is
+    // dropped all the same.
+    let long = format!("-c extra_float_digits={}", "1".repeat(4096));
+    assert_eq!(from_startup(&startup(&[("options", &long)]), &rules).unwrap(), vec![]);
+    assert_eq!(from_startup(&params, &StartupRules::default()).unwrap().len(), 3, "without the list: all kept");
+}
+
+#[test]
+fn track_extra_parameters_set_refuses_what_it_does_not_list_unless_options_is_ignored() {
+    let rules = StartupRules::new("extra_float_digits", "search_path, IntervalStyle");
+    let ok =
+        startup(&[("DateStyle", "ISO"), ("options", "-c timezone=UTC -c intervalstyle=iso_8601 -c search_path=a")]);
+    assert_eq!(from_startup(&ok, &rules).unwrap().len(), 4);
+    let err = from_startup(&startup(&[("options", "-c enable_seqscan=false")]), &rules).unwrap_err();
+    assert_eq!((&*err.code, &*err.message), ("0A000", "unsupported startup parameter in options: enable_seqscan"));
+    let err = from_startup(&startup(&[("enable_seqscan", "false")]), &rules).unwrap_err();
+    assert_eq!(err.message, "unsupported startup parameter: enable_seqscan");
+    // `options` ignored: what is not followed inside it is dropped; what is followed still applies.
+    let rules = StartupRules::new("extra_float_digits, options", "search_path");
+    let params = startup(&[("options", "-c enable_seqscan=false -ctimezone=Europe/Lisbon")]);
+    assert_eq!(from_startup(&params, &rules).unwrap(), vec![p("timezone", "Europe/Lisbon")]);
+    // Unset (pgmux's default): every parameter is followed.
+    assert_eq!(from_startup(&startup(&[("enable_seqscan", "false")]), &StartupRules::default()).unwrap().len(), 1);
 }
