@@ -12,7 +12,8 @@ use pgmux_proto::sqlstate;
 
 use super::Pools;
 use crate::config::{LoginInfo, Secret};
-use crate::protocol::failure::ServerFailure;
+use crate::protocol::failure::{ServerError, ServerFailure};
+use crate::server::ConnectError;
 
 /// The `application_name` of auth_query connections.
 const AUTH_QUERY_NAME: &str = "pgmux-auth-query";
@@ -22,7 +23,10 @@ const AUTH_QUERY_NAME: &str = "pgmux-auth-query";
 pub(crate) enum Lookup {
     /// Its password as the server stores it.
     Found(Secret),
-    /// No such user, or one without a password (or whose password expired, if the query says so).
+    /// The user exists but has no password (or one that expired, if the query says so): `trust` lets it in,
+    /// every other method fails it as a wrong password.
+    NoPassword,
+    /// No such user.
     NoSuchUser,
 }
 
@@ -35,7 +39,14 @@ pub(crate) enum LookupError {
          role can read pg_authid"
     )]
     NotAllowed { auth_user: String, reason: String },
-    /// Anything else: the login as auth_user failed, the query is wrong, the server is away.
+    /// The server refused the query itself (a table that is not there, a syntax error): the configuration's
+    /// fault.
+    #[error("auth_query, run as \"{auth_user}\", failed on the server: {reason}")]
+    Query { auth_user: String, reason: String },
+    /// The server has no database of that name: the client is told as PostgreSQL would tell it.
+    #[error("server login failed: {} {}", .0.severity, .0.message)]
+    NoDatabase(Box<ServerError>),
+    /// Anything else: the login as auth_user failed, the server is away.
     #[error("looking up the user with auth_query as \"{auth_user}\" failed: {reason}")]
     Failed { auth_user: String, reason: String },
 }
@@ -49,6 +60,8 @@ impl LookupError {
                  password or SCRAM verifier in auth_file or [[users]], or auth = \"iam\"; see \
                  docs/authentication.md"
             }
+            LookupError::Query { .. } => "fix auth_query (pgmux's log has the server's error)",
+            LookupError::NoDatabase(_) => "connect to a database that exists on the server",
             LookupError::Failed { .. } => "check auth_user's password in auth_file or [[users]], and auth_query",
         }
     }
@@ -63,11 +76,12 @@ pub(crate) fn statement(query: &str, user: &str) -> String {
     query.replace("$1", &literal)
 }
 
-/// The answer of the query's rows: the second column of the first row.
+/// The answer of the query's rows: the second column of the first row; no row, no such user.
 fn answer(rows: Vec<Vec<Option<String>>>) -> Lookup {
-    match rows.into_iter().next().and_then(|row| row.into_iter().nth(1).flatten()) {
+    let Some(row) = rows.into_iter().next() else { return Lookup::NoSuchUser };
+    match row.into_iter().nth(1).flatten() {
         Some(password) if !password.is_empty() => Lookup::Found(Secret::new(password)),
-        _ => Lookup::NoSuchUser,
+        _ => Lookup::NoPassword,
     }
 }
 
@@ -76,7 +90,12 @@ impl Pools {
     /// password).
     pub(crate) async fn look_up_user(&self, auth: &LoginInfo, query: &str, user: &str) -> Result<Lookup, LookupError> {
         let failed = |reason: String| LookupError::Failed { auth_user: auth.user.clone(), reason };
-        let mut conn = self.connect_once(auth, AUTH_QUERY_NAME).await.map_err(|e| failed(e.to_string()))?;
+        let mut conn = self.connect_once(auth, AUTH_QUERY_NAME).await.map_err(|e| match e {
+            ConnectError::Rejected { error, .. } if error.code == sqlstate::INVALID_CATALOG_NAME => {
+                LookupError::NoDatabase(error)
+            }
+            e => failed(e.to_string()),
+        })?;
         let timeout = self.live_config().full().server_connect_timeout;
         let result = conn.run_own(&statement(query, user), timeout).await;
         self.close_once(conn);
@@ -85,7 +104,9 @@ impl Pools {
             Err(ServerFailure::Query(error)) if error.code == sqlstate::INSUFFICIENT_PRIVILEGE => {
                 Err(LookupError::NotAllowed { auth_user: auth.user.clone(), reason: error.message.clone() })
             }
-            Err(ServerFailure::Query(error)) => Err(failed(format!("{} ({})", error.message, error.code))),
+            Err(ServerFailure::Query(error)) => {
+                Err(LookupError::Query { auth_user: auth.user.clone(), reason: error.to_string() })
+            }
             Err(other) => Err(failed(other.to_string())),
         }
     }
@@ -104,11 +125,11 @@ mod tests {
     }
 
     #[test]
-    fn the_second_column_of_the_first_row_is_the_password_and_none_is_no_user() {
+    fn the_second_column_of_the_first_row_is_the_password_and_no_row_is_no_user() {
         let row = |p: Option<&str>| vec![Some("ann".to_owned()), p.map(str::to_owned)];
         assert_eq!(answer(vec![row(Some("md5abc"))]), Lookup::Found(Secret::new("md5abc")));
-        assert_eq!(answer(vec![row(None)]), Lookup::NoSuchUser);
-        assert_eq!(answer(vec![row(Some(""))]), Lookup::NoSuchUser);
+        assert_eq!(answer(vec![row(None)]), Lookup::NoPassword);
+        assert_eq!(answer(vec![row(Some(""))]), Lookup::NoPassword);
         assert_eq!(answer(Vec::new()), Lookup::NoSuchUser);
     }
 
