@@ -185,7 +185,7 @@ impl std::io::Write for Captured {
 
 // One thread: pgmux's tasks run where the capturing subscriber is the default.
 #[tokio::test]
-async fn the_log_has_the_servers_error_and_never_a_password_or_verifier_read() {
+async fn the_log_has_the_servers_error_and_never_a_password_or_verifier_read_even_when_it_quotes_one() {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -200,17 +200,22 @@ async fn the_log_has_the_servers_error_and_never_a_password_or_verifier_read() {
         oracle.query_one("select rolpassword from pg_authid where rolname = $1", &[&DYN.user]).await.unwrap().get(0);
     let broken = "[[databases]]\nname = \"broken\"\ndbname = \"pgmux\"\n\
                   auth_query = \"SELECT usename, passwd FROM not_pg_shadow WHERE usename = $1\"\n";
-    let proxy = pgmux(&pg, &format!("{AUTH_USER}{APP}{broken}{AUTH_USERS}")).await;
+    // A query that casts the password: the server quotes it back in its error, which is logged blanked.
+    let casting = "[[databases]]\nname = \"casting\"\ndbname = \"pgmux\"\n\
+                   auth_query = \"SELECT rolname, rolpassword::int FROM pg_authid WHERE rolname = $1\"\n";
+    let proxy = pgmux(&pg, &format!("{AUTH_USER}{APP}{broken}{casting}{AUTH_USERS}")).await;
     let c = connect_as(proxy.addr, &DYN, "app").await.expect("looked up");
     scalar(&c, "select 1").await;
     let wrong = Role { user: DYN.user, password: "wrong-guess-9" };
     assert_eq!(refusal(proxy.addr, &wrong, "app").await.0, "28P01");
     assert_eq!(refusal(proxy.addr, &DYN, "broken").await.0, "F0000");
+    assert_eq!(refusal(proxy.addr, &DYN, "casting").await.0, "F0000");
     drop(c);
     proxy.shutdown().await;
 
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(log.contains("relation \"not_pg_shadow\" does not exist"), "the server's error is logged: {log}");
+    assert!(log.contains("invalid input syntax for type integer: \"<a stored password, not logged>\""), "{log}");
     let (_, keys) = verifier.rsplit_once('$').unwrap();
     let (stored_key, server_key) = keys.split_once(':').unwrap();
     for secret in [DYN.password, AUTH.password, "wrong-guess-9", verifier.as_str(), stored_key, server_key] {

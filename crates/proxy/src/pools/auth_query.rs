@@ -76,6 +76,36 @@ pub(crate) fn statement(query: &str, user: &str) -> String {
     query.replace("$1", &literal)
 }
 
+/// `text` (a server's error about the query) with every stored password form in it blanked: a query that
+/// casts or compares the password column gets it quoted back in the server's error, and that error goes
+/// to the log. SCRAM verifiers and md5 hashes have shapes to find; a plaintext password has none, which
+/// is one more reason to keep plaintext out of the server (PostgreSQL stores none since version 10).
+pub(crate) fn scrub(text: &str) -> String {
+    const HIDDEN: &str = "<a stored password, not logged>";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if rest.starts_with("SCRAM-SHA-256$") {
+            // A verifier has no space or quote in it: it ends at the first one.
+            let end = rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len());
+            out.push_str(HIDDEN);
+            rest = &rest[end..];
+        } else if rest.starts_with("md5")
+            && rest.len() >= 35
+            && rest.as_bytes()[3..35].iter().all(u8::is_ascii_hexdigit)
+            && !rest.as_bytes().get(35).is_some_and(u8::is_ascii_hexdigit)
+        {
+            out.push_str(HIDDEN);
+            rest = &rest[35..];
+        } else {
+            let step = rest.chars().next().map_or(1, char::len_utf8);
+            out.push_str(&rest[..step]);
+            rest = &rest[step..];
+        }
+    }
+    out
+}
+
 /// The answer of the query's rows: the second column of the first row; no row, no such user.
 fn answer(rows: Vec<Vec<Option<String>>>) -> Lookup {
     let Some(row) = rows.into_iter().next() else { return Lookup::NoSuchUser };
@@ -102,12 +132,12 @@ impl Pools {
         match result {
             Ok(rows) => Ok(answer(rows)),
             Err(ServerFailure::Query(error)) if error.code == sqlstate::INSUFFICIENT_PRIVILEGE => {
-                Err(LookupError::NotAllowed { auth_user: auth.user.clone(), reason: error.message.clone() })
+                Err(LookupError::NotAllowed { auth_user: auth.user.clone(), reason: scrub(&error.message) })
             }
             Err(ServerFailure::Query(error)) => {
-                Err(LookupError::Query { auth_user: auth.user.clone(), reason: error.to_string() })
+                Err(LookupError::Query { auth_user: auth.user.clone(), reason: scrub(&error.to_string()) })
             }
-            Err(other) => Err(failed(other.to_string())),
+            Err(other) => Err(failed(scrub(&other.to_string()))),
         }
     }
 }
@@ -131,6 +161,21 @@ mod tests {
         assert_eq!(answer(vec![row(None)]), Lookup::NoPassword);
         assert_eq!(answer(vec![row(Some(""))]), Lookup::NoPassword);
         assert_eq!(answer(Vec::new()), Lookup::NoSuchUser);
+    }
+
+    #[test]
+    fn stored_passwords_quoted_back_in_a_servers_error_are_blanked() {
+        let verifier = "SCRAM-SHA-256$4096:c2FsdA==$AAAA+/=:BBBB=";
+        let hash = "md5a3556571e93b0d20722ba62be61e8c2d";
+        let error = format!("invalid input syntax for type integer: \"{verifier}\" or {hash}, not md5abc é");
+        let scrubbed = scrub(&error);
+        assert!(!scrubbed.contains("AAAA") && !scrubbed.contains("a3556571"), "{scrubbed}");
+        assert_eq!(
+            scrubbed,
+            "invalid input syntax for type integer: \"<a stored password, not logged>\" or <a stored password, not \
+             logged>, not md5abc é"
+        );
+        assert_eq!(scrub("relation \"not_pg_shadow\" does not exist"), "relation \"not_pg_shadow\" does not exist");
     }
 
     #[test]
