@@ -196,6 +196,10 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
     for pool in shared.pools.all() {
         pool.resize();
         if reconnect {
+            // "<database>: database configuration changed" is PgBouncer's line for this moment; operators'
+            // scripts and PgBouncer's own test suite look for it.
+            let key = pool.key();
+            tracing::info!(user = %key.user, "{}: database configuration changed, its server connections are opened anew", key.database);
             pool.reconnect();
         }
     }
