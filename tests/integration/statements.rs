@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use pgmux_testkit::APP_USER;
 use pgmux_testkit::wire::{cstr, msg};
 
 use crate::common::{self, scalar};
@@ -328,6 +329,35 @@ async fn servers_keep_at_most_max_prepared_statements() {
     }
     a.send_query("select count(*) from pg_prepared_statements where name like 'pgmux_%'").await;
     assert_eq!(outcome(&a.until_ready().await), "3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_prepared_statements_set_on_the_console_applies_to_open_server_connections() {
+    let fx = trust("pool_max = 1\nmax_prepared_statements = 1").await;
+    let console = common::connect(fx.addr(), &APP_USER, |c| {
+        c.dbname("pgbouncer");
+    })
+    .await
+    .expect("the console");
+    let mut a = RawClient::connect(fx.addr()).await;
+    let mut prepared = 0;
+    let mut on_server = async |a: &mut RawClient, n: usize| {
+        for _ in 0..n {
+            a.send(&[parse(&format!("s{prepared}"), &format!("select {prepared}")), sync()].concat()).await;
+            a.until_ready().await;
+            prepared += 1;
+        }
+        a.send_query("select count(*) from pg_prepared_statements where name like 'pgmux_%'").await;
+        outcome(&a.until_ready().await)
+    };
+    assert_eq!(on_server(&mut a, 5).await, "1");
+    // Raised: the one server connection, open all along, keeps more from its next statement on.
+    console.simple_query("SET max_prepared_statements = 5").await.expect("SET");
+    assert_eq!(on_server(&mut a, 5).await, "5");
+    // Lowered: nothing is closed until the next statement is prepared, then it is down to the new count.
+    console.simple_query("SET max_prepared_statements = 2").await.expect("SET");
+    assert_eq!(on_server(&mut a, 0).await, "5");
+    assert_eq!(on_server(&mut a, 1).await, "2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

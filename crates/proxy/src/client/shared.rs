@@ -68,12 +68,13 @@ impl Shared {
         client_tls: Option<tokio_rustls::TlsAcceptor>,
         auth: Authenticator,
     ) -> Self {
+        let statements = Registry::with_capacity(pools.live_config().load().max_prepared_statements);
         Shared {
             auth: RwLock::new(Arc::new(auth)),
             pools,
             catalog: Catalog::default(),
             greetings: Greetings::default(),
-            statements: Registry::default(),
+            statements,
             cancels: Arc::new(CancelRegistry::default()),
             client_tls: RwLock::new(client_tls.map(ClientTls)),
             clients: AtomicUsize::new(0),

@@ -172,6 +172,7 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
         None if changed.iter().any(|k| CLIENT_TLS_KEYS.contains(k)) => Some(tls::client_from_config(&new)?),
         _ => None,
     };
+    shared.statements.set_capacity(new.max_prepared_statements);
     shared.pools.live_config().replace(Arc::new(new));
     if let Some(client_tls) = client_tls {
         shared.replace_client_tls(client_tls);
@@ -196,6 +197,10 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
     for pool in shared.pools.all() {
         pool.resize();
         if reconnect {
+            // "<database>: database configuration changed" is PgBouncer's line for this moment; operators'
+            // scripts and PgBouncer's own test suite look for it.
+            let key = pool.key();
+            tracing::info!(user = %key.user, "{}: database configuration changed, its server connections are opened anew", key.database);
             pool.reconnect();
         }
     }

@@ -529,7 +529,6 @@ fn connect_options<'a>(config: &Config, id: u64, application_name: Option<&'a st
     ConnectOptions {
         id,
         timeout: config.server_connect_timeout,
-        max_statements: 0,
         application_name,
         socket: SocketOptions { keepalive, user_timeout: config.tcp_user_timeout },
         need_role: config.target_session_attrs.cares(),

@@ -23,7 +23,7 @@ impl ServerPool {
     /// Opens the control connection (sizing): logged in like a pool connection, named from its first
     /// moment, never lent.
     pub(crate) async fn open_control(&self, application_name: &str) -> Result<ServerConn, CheckoutError> {
-        self.connect(0, 0, Some(application_name)).await
+        self.connect(0, Some(application_name)).await
     }
 
     /// Opens a pool connection, with its own jittered `server_lifetime`.
@@ -31,7 +31,7 @@ impl ServerPool {
         let id = self.globals.next_id.fetch_add(1, Ordering::Relaxed);
         let config = self.globals.config.full();
         let started = std::time::Instant::now();
-        let opened = match self.connect(id, config.max_prepared_statements, None).await {
+        let opened = match self.connect(id, None).await {
             Ok(conn) => self.connect_query(conn, &config).await,
             Err(e) => Err(e),
         };
@@ -101,19 +101,10 @@ impl ServerPool {
     /// Opens and logs in a new server connection, and refuses it if its node's role does not fit
     /// `target_session_attrs`. A login refused for its password is tried once more after the credentials are
     /// refreshed: a rotated secret then takes effect without an error.
-    pub(super) async fn connect(
-        &self,
-        id: u64,
-        max_statements: usize,
-        application_name: Option<&str>,
-    ) -> Result<ServerConn, CheckoutError> {
+    pub(super) async fn connect(&self, id: u64, application_name: Option<&str>) -> Result<ServerConn, CheckoutError> {
         let config = self.globals.config.full();
         let wanted = self.target.unwrap_or(config.target_session_attrs);
-        let options = ConnectOptions {
-            max_statements,
-            need_role: wanted.cares(),
-            ..connect_options(&config, id, application_name)
-        };
+        let options = ConnectOptions { need_role: wanted.cares(), ..connect_options(&config, id, application_name) };
         let (credentials, tls) = (self.credentials(), self.server_tls());
         let login = credentials.login().await?;
         let mut conn = match ServerConn::connect(&login, &tls, options).await {

@@ -19,7 +19,7 @@
 //! compares them before a client uses a copy.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -118,9 +118,27 @@ pub(crate) fn server_name(id: u64) -> String {
 pub(crate) struct Registry {
     by_key: Mutex<HashMap<Bytes, Weak<Statement>>>,
     next_id: AtomicU64,
+    /// `max_prepared_statements` now: how many statements each server connection keeps. Read when a
+    /// statement is prepared on a server (not per transaction), so that `SET` and `RELOAD` apply to the
+    /// connections already open, as PgBouncer's do.
+    capacity: AtomicUsize,
 }
 
 impl Registry {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Registry { capacity: AtomicUsize::new(capacity), ..Registry::default() }
+    }
+
+    /// How many statements a server connection keeps now.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Puts a new `max_prepared_statements` in force, for open server connections too.
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        self.capacity.store(capacity, Ordering::Relaxed);
+    }
+
     /// The statement for a Parse body's `key` (query and types), made if new.
     pub(crate) fn intern(&self, key: &[u8]) -> Arc<Statement> {
         let mut map = self.by_key.lock();
@@ -294,7 +312,6 @@ pub(crate) struct ServerStatements {
     /// Statement id → its copy on this server.
     prepared: HashMap<u64, Copy>,
     clock: u64,
-    capacity: usize,
     /// Whose unnamed statement the server holds: (client session id, that client's generation).
     pub(crate) unnamed: Option<(u64, u64)>,
     /// Counts for `SHOW PREPARED` and the statement metrics, readable while the connection is lent.
@@ -320,8 +337,8 @@ pub(crate) struct StatementStats {
 }
 
 impl ServerStatements {
-    pub(crate) fn new(capacity: usize) -> Self {
-        ServerStatements { prepared: HashMap::new(), clock: 0, capacity, unnamed: None, stats: Arc::default() }
+    pub(crate) fn new() -> Self {
+        ServerStatements { prepared: HashMap::new(), clock: 0, unnamed: None, stats: Arc::default() }
     }
 
     /// The counts of this connection's statements.
@@ -374,17 +391,21 @@ impl ServerStatements {
         }
     }
 
-    /// Records statement `id` as prepared; returns the least recently used one to close if that makes too
-    /// many.
-    pub(crate) fn add(&mut self, id: u64) -> Option<u64> {
+    /// Records statement `id` as prepared (then [`evict_over`](Self::evict_over) keeps the count in bounds).
+    pub(crate) fn add(&mut self, id: u64) {
         self.clock += 1;
         self.prepared.insert(id, Copy { used: self.clock, shape: None });
         self.stats.parses.fetch_add(1, Ordering::Relaxed);
-        if self.prepared.len() <= self.capacity {
-            self.publish_len();
+        self.publish_len();
+    }
+
+    /// While more than `capacity` are prepared (`max_prepared_statements` now, which may have been lowered
+    /// since), the least recently used one other than `keep`, forgotten here: the caller closes it.
+    pub(crate) fn evict_over(&mut self, capacity: usize, keep: u64) -> Option<u64> {
+        if self.prepared.len() <= capacity {
             return None;
         }
-        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != id).min_by_key(|(_, copy)| copy.used)?;
+        let (&oldest, _) = self.prepared.iter().filter(|(k, _)| **k != keep).min_by_key(|(_, copy)| copy.used)?;
         self.prepared.remove(&oldest);
         self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         self.publish_len();
@@ -542,28 +563,47 @@ mod tests {
         assert_eq!(named.expected(), Some(&new), "and stays");
     }
 
+    fn add(s: &mut ServerStatements, id: u64, capacity: usize) -> Option<u64> {
+        s.add(id);
+        s.evict_over(capacity, id)
+    }
+
+    #[test]
+    fn a_lowered_capacity_is_reached_at_the_next_statement() {
+        let mut s = ServerStatements::new();
+        for id in 1..=5 {
+            assert_eq!(add(&mut s, id, 5), None);
+        }
+        s.add(6);
+        let evicted: Vec<u64> = std::iter::from_fn(|| s.evict_over(2, 6)).collect();
+        assert_eq!(evicted, [1, 2, 3, 4], "the oldest, down to two, the new one kept");
+        assert_eq!(s.len(), 2);
+    }
+
     #[test]
     fn a_server_knows_what_its_copies_return_until_they_go() {
         let shape = Shape::of_rows(&row_description(&[("a", 23, -1)])).unwrap();
-        let mut s = ServerStatements::new(1);
+        let mut s = ServerStatements::new();
+        let cap = 1;
         s.set_shape(1, shape.clone());
         assert_eq!(s.shape(1), None, "no copy, nothing to note");
-        s.add(1);
+        add(&mut s, 1, cap);
         assert_eq!(s.shape(1), None, "not described yet");
         s.set_shape(1, shape.clone());
         assert_eq!(s.shape(1), Some(&shape));
-        assert_eq!(s.add(2), Some(1));
+        assert_eq!(add(&mut s, 2, cap), Some(1));
         s.restore(1);
         assert_eq!(s.shape(1), None, "evicted and put back: described again when it matters");
     }
 
     #[test]
     fn servers_evict_the_least_recently_used() {
-        let mut s = ServerStatements::new(2);
-        assert_eq!(s.add(1), None);
-        assert_eq!(s.add(2), None);
+        let mut s = ServerStatements::new();
+        let cap = 2;
+        assert_eq!(add(&mut s, 1, cap), None);
+        assert_eq!(add(&mut s, 2, cap), None);
         assert!(s.has(1));
-        assert_eq!(s.add(3), Some(2), "2 was used longest ago");
+        assert_eq!(add(&mut s, 3, cap), Some(2), "2 was used longest ago");
         assert!(s.has(1) && s.has(3) && !s.has(2));
         assert_eq!(s.len(), 2);
         let stats = Arc::clone(s.stats());

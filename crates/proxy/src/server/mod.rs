@@ -64,8 +64,6 @@ pub(crate) struct ConnectOptions<'a> {
     pub(crate) id: u64,
     /// Longest to connect and log in (`server_connect_timeout`).
     pub(crate) timeout: Duration,
-    /// Prepared statements it keeps (0: none tracked).
-    pub(crate) max_statements: usize,
     /// Sent in the start-up packet: a control connection names itself from its first moment.
     pub(crate) application_name: Option<&'a str>,
     pub(crate) socket: SocketOptions,
@@ -163,7 +161,7 @@ impl ServerConn {
             local,
             key: (0, 0),
             params: ServerParams::default(),
-            statements: ServerStatements::new(options.max_statements),
+            statements: ServerStatements::new(),
             tracker: TxTracker::default(),
             retire_at_ns: u64::MAX,
             idle_since_ns: 0,
@@ -379,7 +377,6 @@ mod tests {
         let options = ConnectOptions {
             id: 0,
             timeout: Duration::from_secs(5),
-            max_statements: 0,
             application_name,
             socket: SocketOptions::default(),
             need_role: false,

@@ -374,7 +374,7 @@ impl Router {
             let note = Undo::Parse { client_name: name, on_server: None };
             return server.answer(Reply::Parse, parse_complete(), Some(note));
         }
-        make_room_for(server, stmt.id);
+        make_room_for(server, stmt.id, registry.capacity());
         let note = Undo::Parse { client_name: name.clone(), on_server: Some(stmt.id) };
         server.send(stmt.parse.clone(), Reply::Parse, Fate::Forward, Some(note));
         if stmt.shape().is_some() {
@@ -394,9 +394,9 @@ impl Router {
     }
 
     /// Prepares `stmt` on the server if it lacks it (the client does not see the ParseComplete).
-    fn prepare_on(server: &mut ServerView<'_>, stmt: &Statement) {
+    fn prepare_on(server: &mut ServerView<'_>, stmt: &Statement, registry: &Registry) {
         if !server.statements.has(stmt.id) {
-            make_room_for(server, stmt.id);
+            make_room_for(server, stmt.id, registry.capacity());
             server.send(stmt.parse.clone(), Reply::Parse, Fate::Swallow, Some(Undo::Injected(stmt.id)));
         }
     }
@@ -429,14 +429,14 @@ impl Router {
             // In a failed transaction PostgreSQL refuses the Bind for that (25P02) before it looks at the
             // plan: the server says so.
             Use::Ready(stmt) | Use::Stale(stmt, _) => {
-                Self::prepare_on(server, &stmt);
+                Self::prepare_on(server, &stmt, registry);
                 self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
                 let mut bind = BytesMut::with_capacity(msg.len() + stmt.name.len());
                 encode::bind_renamed(&mut bind, &msg[5..], range, &stmt.name);
                 server.send(bind.freeze(), Reply::Bind, Fate::Forward, Some(Undo::Used(stmt)));
             }
             Use::Check(stmt, expected) => {
-                Self::prepare_on(server, &stmt);
+                Self::prepare_on(server, &stmt, registry);
                 self.start_check(Some(msg), &stmt, expected, server);
             }
         }
@@ -473,7 +473,7 @@ impl Router {
             // the copy pgmux prepares (docs/architecture.md, step 5).
             Use::Ready(stmt) | Use::Stale(stmt, _) | Use::Check(stmt, _) => stmt,
         };
-        Self::prepare_on(server, &stmt);
+        Self::prepare_on(server, &stmt, registry);
         self.commit_in_flight |= stmt.may_commit(server.tracker.status() != TxStatus::Idle);
         let renamed_len = declared as usize - range.len() + stmt.name.len() + 1;
         let mut renamed = BytesMut::with_capacity(head.len() + stmt.name.len());
@@ -497,7 +497,7 @@ impl Router {
             } else if let Some(found) = self.statement_for_use(name, server, registry) {
                 return match found {
                     Use::Ready(stmt) => {
-                        Self::prepare_on(server, &stmt);
+                        Self::prepare_on(server, &stmt, registry);
                         let note = Undo::Described { client_name: name.to_owned(), stmt: Arc::clone(&stmt) };
                         server.send(
                             describe_statement(&stmt.name),
@@ -509,7 +509,7 @@ impl Router {
                     // The client's own Describe asks the question, and its reply (or PostgreSQL's error) is
                     // the answer.
                     Use::Check(stmt, expected) | Use::Stale(stmt, expected) => {
-                        Self::prepare_on(server, &stmt);
+                        Self::prepare_on(server, &stmt, registry);
                         self.start_check(None, &stmt, expected, server);
                     }
                 };
@@ -544,10 +544,11 @@ fn describe_statement(name: &str) -> Bytes {
     describe.freeze()
 }
 
-/// Records `id` as prepared on the server, closing the least recently used statement if that makes too many
-/// (the CloseComplete is swallowed).
-fn make_room_for(server: &mut ServerView<'_>, id: u64) {
-    if let Some(evicted) = server.statements.add(id) {
+/// Records `id` as prepared on the server, closing the least recently used statements while there are more
+/// than `capacity` (their CloseCompletes are swallowed).
+fn make_room_for(server: &mut ServerView<'_>, id: u64, capacity: usize) {
+    server.statements.add(id);
+    while let Some(evicted) = server.statements.evict_over(capacity, id) {
         let mut close = BytesMut::with_capacity(32);
         encode::describe_or_close(&mut close, b'C', b'S', &server_name(evicted));
         server.send(close.freeze(), Reply::Close, Fate::Swallow, Some(Undo::Evicted(evicted)));

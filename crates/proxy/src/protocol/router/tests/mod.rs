@@ -28,8 +28,8 @@ struct Server {
 }
 
 impl Server {
-    fn new(capacity: usize) -> Self {
-        Server { statements: Some(ServerStatements::new(capacity)), ..Default::default() }
+    fn new() -> Self {
+        Server { statements: Some(ServerStatements::new()), ..Default::default() }
     }
 }
 
@@ -48,8 +48,8 @@ impl Rig {
     fn new(capacity: usize) -> Rig {
         Rig {
             router: Router::new(1, true),
-            registry: Registry::default(),
-            servers: vec![Server::new(capacity), Server::new(capacity)],
+            registry: Registry::with_capacity(capacity),
+            servers: vec![Server::new(), Server::new()],
             on: 0,
             unread: Default::default(),
         }
