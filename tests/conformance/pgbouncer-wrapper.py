@@ -57,6 +57,14 @@ def pgmux_view(text):
             line = "pool_mode = transaction"
         elif section in ("databases", "users"):
             line = re.sub(r"(?i)\bpool_mode\s*=\s*statement\b", "pool_mode=transaction", line)
+        elif section == "pgbouncer" and (m := re.match(r"(?i)^admin_users\s*=\s*(.*)$", s)):
+            # A list without `pgbouncer`: PgBouncer still lets its own OS user in as `pgbouncer` over the Unix
+            # socket (peer credentials, below), which is how the suite puts its configuration back after a
+            # test that names other admins; pgmux needs the name in the list.
+            names = [n.strip() for n in m.group(1).split(",") if n.strip()]
+            if "pgbouncer" not in names:
+                out.append("; pgbouncer added by tests/conformance/pgbouncer-wrapper.py (peer credentials, below)")
+                line = "admin_users = " + ", ".join(names + ["pgbouncer"])
         out.append(line)
     if not any(s == "pgbouncer" and k.lower() == "admin_users" for s, k, _ in read_ini_text(text)):
         # PgBouncer lets the OS user it runs as in as `pgbouncer` over its Unix socket (peer credentials), and

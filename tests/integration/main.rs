@@ -4,6 +4,7 @@
 use pgmux_testkit::fixture as common;
 
 mod auth_plain;
+mod auth_query;
 mod auth_routes;
 mod basics;
 mod console_routes;

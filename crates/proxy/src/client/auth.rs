@@ -24,6 +24,7 @@ use crate::config::auth_file::UserBook;
 use crate::config::credentials::PoolCredentials;
 use crate::config::{ClientAuth, Config, Secret};
 use crate::net::io::{Conn, ReadOutcome};
+use crate::pools::auth_query::Lookup;
 
 /// What a login is checked against.
 #[derive(Clone, Copy, Debug)]
@@ -119,15 +120,20 @@ impl Authenticator {
         self.check(conn, user, expected).await
     }
 
-    /// Runs the exchange for `user`, a user pgmux does not know, against `stored`: what `auth_query` read
-    /// from the server (`None`: no such user, which fails as a wrong password does).
+    /// Runs the exchange for `user`, a user pgmux does not know, against what `auth_query` read from the
+    /// server. No such user fails as a wrong password does (under trust: 28000, no such user); a user
+    /// without a password passes trust only.
     pub(crate) async fn authenticate_looked_up(
         &self,
         conn: &mut Conn,
         user: &str,
-        stored: Option<&Secret>,
+        found: &Lookup,
     ) -> Result<Option<scram::ScramKeys>, OpeningError> {
-        let expected = if stored.is_some() { Expected::Known(stored) } else { Expected::Unknown };
+        let expected = match found {
+            Lookup::Found(stored) => Expected::Known(Some(stored)),
+            Lookup::NoPassword => Expected::Known(None),
+            Lookup::NoSuchUser => Expected::Unknown,
+        };
         self.check(conn, user, expected).await
     }
 
@@ -168,7 +174,7 @@ impl Authenticator {
                 Expected::Known(_) => Ok(None),
                 Expected::Unknown => Err(OpeningError::Refused(ErrorMessage::fatal(
                     sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                    format!("\"trust\" authentication failed: role \"{user}\" is not known to pgmux"),
+                    format!("\"trust\" authentication failed: no such user \"{user}\""),
                 ))),
             },
             ClientAuth::Plain => {

@@ -7,6 +7,7 @@ pub(crate) mod auth;
 pub(crate) mod cancel;
 pub(crate) mod caps;
 pub(crate) mod disabled;
+pub(crate) mod lookup;
 pub(crate) mod memory;
 pub(crate) mod shared;
 pub(crate) mod startup;

@@ -204,8 +204,10 @@ config_keys! {
     /// Aurora, where no role may read `pg_authid` (see docs/authentication.md).
     auth_user: String = "";
     /// The statement `auth_user` runs; `$1` is the user's name (as a quoted literal). It returns the name
-    /// and the password (plaintext, md5 hash or SCRAM verifier), or no row for no such user.
-    auth_query: String = "SELECT usename, passwd FROM pg_shadow WHERE usename=$1";
+    /// and the password (plaintext, md5 hash or SCRAM verifier), NULL for a user without one, or no row
+    /// for no such user. The default is PgBouncer's since 1.24.1 (CVE-2025-2291): a password past its
+    /// `VALID UNTIL` reads as NULL, and a role that may not log in is no user.
+    auth_query: String = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
     /// PgBouncer's `auth_dbname`: the `[[databases]]` entry whose server and database `auth_query` runs on
     /// (a route's own `auth_dbname` comes first). Unset: the route's own.
     auth_dbname: String = "";
@@ -322,6 +324,9 @@ config_keys! {
     /// Print CloudWatch Embedded Metric Format lines on stdout in Lambda.
     metrics_emf: bool = "true";
 }
+
+/// The admin console's virtual database: no server behind it, so never a place to run `auth_query`.
+pub const CONSOLE_DATABASE: &str = "pgbouncer";
 
 /// Keys that only a restart changes: the listener and its Unix socket (both bound once, at start), the
 /// runtime, the log format. A reload that changes one keeps the running value and says so.
@@ -475,6 +480,14 @@ impl Config {
         }
         if self.client_auth == ClientAuth::Trust && self.profile.is_lambda() && !self.listen.ip().is_loopback() {
             return Err(invalid("listen", "in Lambda mode clients are trusted, so pgmux listens on loopback only"));
+        }
+        if self.auth_dbname == CONSOLE_DATABASE {
+            // PgBouncer's words, which its test suite and operators' scripts look for in the log.
+            return Err(invalid(
+                "auth_dbname",
+                "cannot use the reserved \"pgbouncer\" database as an auth_dbname: it is the admin console, which \
+                 has no users to look up; name a [[databases]] entry on the server",
+            ));
         }
         self.validate_client_tls(&invalid)?;
         let namespace_ok = |ns: &str| {

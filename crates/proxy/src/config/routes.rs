@@ -126,6 +126,8 @@ pub struct RouteSpec {
     pub auth_user: Option<String>,
     /// The entry whose server and database `auth_query` runs on (PgBouncer's `auth_dbname`).
     pub auth_dbname: Option<String>,
+    /// Its own `auth_query` (unset: the global one): what its clients' users are looked up with.
+    pub auth_query: Option<String>,
     /// A reader route's instances, `host[:port]` each (the port defaults to the route's), or `aurora`:
     /// those the cluster's topology lists. Each transaction goes to a healthy one; `host`/`port` stay the
     /// writer, for `reader_fallback = writer`.
@@ -282,7 +284,6 @@ const ROUTE_KEYS_NOT_SUPPORTED: &[&str] = &[
     "timezone",
     "application_name",
     "load_balance_hosts",
-    "auth_query",
     "query_wait_timeout",
     "target_session_attrs",
 ];
@@ -330,6 +331,7 @@ impl RouteSpec {
             "connect_query" => self.connect_query = text(value.trim()),
             "auth_user" => self.auth_user = text(value),
             "auth_dbname" => self.auth_dbname = text(value),
+            "auth_query" => self.auth_query = text(value.trim()),
             "readers" => {
                 self.readers = value.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect();
             }

@@ -12,7 +12,8 @@ use pgmux_proto::sqlstate;
 
 use super::Pools;
 use crate::config::{LoginInfo, Secret};
-use crate::protocol::failure::ServerFailure;
+use crate::protocol::failure::{ServerError, ServerFailure};
+use crate::server::ConnectError;
 
 /// The `application_name` of auth_query connections.
 const AUTH_QUERY_NAME: &str = "pgmux-auth-query";
@@ -22,7 +23,10 @@ const AUTH_QUERY_NAME: &str = "pgmux-auth-query";
 pub(crate) enum Lookup {
     /// Its password as the server stores it.
     Found(Secret),
-    /// No such user, or one without a password (or whose password expired, if the query says so).
+    /// The user exists but has no password (or one that expired, if the query says so): `trust` lets it in,
+    /// every other method fails it as a wrong password.
+    NoPassword,
+    /// No such user.
     NoSuchUser,
 }
 
@@ -35,7 +39,14 @@ pub(crate) enum LookupError {
          role can read pg_authid"
     )]
     NotAllowed { auth_user: String, reason: String },
-    /// Anything else: the login as auth_user failed, the query is wrong, the server is away.
+    /// The server refused the query itself (a table that is not there, a syntax error): the configuration's
+    /// fault.
+    #[error("auth_query, run as \"{auth_user}\", failed on the server: {reason}")]
+    Query { auth_user: String, reason: String },
+    /// The server has no database of that name: the client is told as PostgreSQL would tell it.
+    #[error("server login failed: {} {}", .0.severity, .0.message)]
+    NoDatabase(Box<ServerError>),
+    /// Anything else: the login as auth_user failed, the server is away.
     #[error("looking up the user with auth_query as \"{auth_user}\" failed: {reason}")]
     Failed { auth_user: String, reason: String },
 }
@@ -49,6 +60,8 @@ impl LookupError {
                  password or SCRAM verifier in auth_file or [[users]], or auth = \"iam\"; see \
                  docs/authentication.md"
             }
+            LookupError::Query { .. } => "fix auth_query (pgmux's log has the server's error)",
+            LookupError::NoDatabase(_) => "connect to a database that exists on the server",
             LookupError::Failed { .. } => "check auth_user's password in auth_file or [[users]], and auth_query",
         }
     }
@@ -63,11 +76,42 @@ pub(crate) fn statement(query: &str, user: &str) -> String {
     query.replace("$1", &literal)
 }
 
-/// The answer of the query's rows: the second column of the first row.
+/// `text` (a server's error about the query) with every stored password form in it blanked: a query that
+/// casts or compares the password column gets it quoted back in the server's error, and that error goes
+/// to the log. SCRAM verifiers and md5 hashes have shapes to find; a plaintext password has none, which
+/// is one more reason to keep plaintext out of the server (PostgreSQL stores none since version 10).
+pub(crate) fn scrub(text: &str) -> String {
+    const HIDDEN: &str = "<a stored password, not logged>";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if rest.starts_with("SCRAM-SHA-256$") {
+            // A verifier has no space or quote in it: it ends at the first one.
+            let end = rest.find(|c: char| c.is_whitespace() || c == '"' || c == '\'').unwrap_or(rest.len());
+            out.push_str(HIDDEN);
+            rest = &rest[end..];
+        } else if rest.starts_with("md5")
+            && rest.len() >= 35
+            && rest.as_bytes()[3..35].iter().all(u8::is_ascii_hexdigit)
+            && !rest.as_bytes().get(35).is_some_and(u8::is_ascii_hexdigit)
+        {
+            out.push_str(HIDDEN);
+            rest = &rest[35..];
+        } else {
+            let step = rest.chars().next().map_or(1, char::len_utf8);
+            out.push_str(&rest[..step]);
+            rest = &rest[step..];
+        }
+    }
+    out
+}
+
+/// The answer of the query's rows: the second column of the first row; no row, no such user.
 fn answer(rows: Vec<Vec<Option<String>>>) -> Lookup {
-    match rows.into_iter().next().and_then(|row| row.into_iter().nth(1).flatten()) {
+    let Some(row) = rows.into_iter().next() else { return Lookup::NoSuchUser };
+    match row.into_iter().nth(1).flatten() {
         Some(password) if !password.is_empty() => Lookup::Found(Secret::new(password)),
-        _ => Lookup::NoSuchUser,
+        _ => Lookup::NoPassword,
     }
 }
 
@@ -76,17 +120,24 @@ impl Pools {
     /// password).
     pub(crate) async fn look_up_user(&self, auth: &LoginInfo, query: &str, user: &str) -> Result<Lookup, LookupError> {
         let failed = |reason: String| LookupError::Failed { auth_user: auth.user.clone(), reason };
-        let mut conn = self.connect_once(auth, AUTH_QUERY_NAME).await.map_err(|e| failed(e.to_string()))?;
+        let mut conn = self.connect_once(auth, AUTH_QUERY_NAME).await.map_err(|e| match e {
+            ConnectError::Rejected { error, .. } if error.code == sqlstate::INVALID_CATALOG_NAME => {
+                LookupError::NoDatabase(error)
+            }
+            e => failed(e.to_string()),
+        })?;
         let timeout = self.live_config().full().server_connect_timeout;
         let result = conn.run_own(&statement(query, user), timeout).await;
         self.close_once(conn);
         match result {
             Ok(rows) => Ok(answer(rows)),
             Err(ServerFailure::Query(error)) if error.code == sqlstate::INSUFFICIENT_PRIVILEGE => {
-                Err(LookupError::NotAllowed { auth_user: auth.user.clone(), reason: error.message.clone() })
+                Err(LookupError::NotAllowed { auth_user: auth.user.clone(), reason: scrub(&error.message) })
             }
-            Err(ServerFailure::Query(error)) => Err(failed(format!("{} ({})", error.message, error.code))),
-            Err(other) => Err(failed(other.to_string())),
+            Err(ServerFailure::Query(error)) => {
+                Err(LookupError::Query { auth_user: auth.user.clone(), reason: scrub(&error.to_string()) })
+            }
+            Err(other) => Err(failed(scrub(&other.to_string()))),
         }
     }
 }
@@ -104,12 +155,27 @@ mod tests {
     }
 
     #[test]
-    fn the_second_column_of_the_first_row_is_the_password_and_none_is_no_user() {
+    fn the_second_column_of_the_first_row_is_the_password_and_no_row_is_no_user() {
         let row = |p: Option<&str>| vec![Some("ann".to_owned()), p.map(str::to_owned)];
         assert_eq!(answer(vec![row(Some("md5abc"))]), Lookup::Found(Secret::new("md5abc")));
-        assert_eq!(answer(vec![row(None)]), Lookup::NoSuchUser);
-        assert_eq!(answer(vec![row(Some(""))]), Lookup::NoSuchUser);
+        assert_eq!(answer(vec![row(None)]), Lookup::NoPassword);
+        assert_eq!(answer(vec![row(Some(""))]), Lookup::NoPassword);
         assert_eq!(answer(Vec::new()), Lookup::NoSuchUser);
+    }
+
+    #[test]
+    fn stored_passwords_quoted_back_in_a_servers_error_are_blanked() {
+        let verifier = "SCRAM-SHA-256$4096:c2FsdA==$AAAA+/=:BBBB=";
+        let hash = "md5a3556571e93b0d20722ba62be61e8c2d";
+        let error = format!("invalid input syntax for type integer: \"{verifier}\" or {hash}, not md5abc é");
+        let scrubbed = scrub(&error);
+        assert!(!scrubbed.contains("AAAA") && !scrubbed.contains("a3556571"), "{scrubbed}");
+        assert_eq!(
+            scrubbed,
+            "invalid input syntax for type integer: \"<a stored password, not logged>\" or <a stored password, not \
+             logged>, not md5abc é"
+        );
+        assert_eq!(scrub("relation \"not_pg_shadow\" does not exist"), "relation \"not_pg_shadow\" does not exist");
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub(crate) struct RoutePlan {
     pub(crate) auth_user: Option<String>,
     /// Where `auth_query` runs (the entry it names): the route's `auth_dbname`, else the global one.
     pub(crate) auth_dbname: Option<String>,
+    /// What looks them up: the route's `auth_query`, else the global one.
+    pub(crate) auth_query: String,
     /// A reader route's instances (host, port); empty for any other route, and for one that discovers them.
     pub(crate) readers: Vec<(String, u16)>,
     /// A reader route that discovers its instances in the cluster's topology: where their endpoints are.
@@ -175,6 +177,7 @@ fn plan(
             .auth_dbname
             .clone()
             .or_else(|| (!config.auth_dbname.is_empty()).then(|| config.auth_dbname.clone())),
+        auth_query: spec.auth_query.clone().unwrap_or_else(|| config.auth_query.clone()),
         readers: match spec.discovers_readers() {
             true => Vec::new(),
             false => spec.readers.iter().map(|r| host_port(r, port)).collect(),

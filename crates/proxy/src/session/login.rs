@@ -18,11 +18,12 @@ use super::{ClientSlot, Session, shutting_down, timers};
 use crate::client::auth::Authenticator;
 use crate::client::cancel::Registration;
 use crate::client::caps::{Caps, Hold};
+use crate::client::lookup::{self, Asker};
 use crate::client::shared::Shared;
 use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, PoolCredentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
-use crate::config::{ClientAuth, LoginInfo, PoolMode, Secret, ServerAuth};
+use crate::config::{ClientAuth, PoolMode, Secret, ServerAuth};
 use crate::net::io::{Conn, Stream};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
@@ -290,12 +291,25 @@ async fn route_login(
         let login = passthrough::login(shared, auth, conn, (user, plan), private, make_pool);
         return tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
     }
-    if auth.book().get(user).is_none() && plan.auth_user.is_some() {
-        let stored = looked_up(shared, auth, &plan, user).await?;
-        let check = auth.authenticate_looked_up(conn, user, stored.as_ref());
+    if let Some(auth_user) = plan.auth_user.as_deref().filter(|_| lookup::needed(auth, user)) {
+        let asker = Asker {
+            auth_user,
+            query: &plan.auth_query,
+            auth_dbname: plan.auth_dbname.as_deref(),
+            home: Some(&plan.login),
+        };
+        let found = lookup::look_up(shared, auth, asker, user).await?;
+        let check = auth.authenticate_looked_up(conn, user, &found);
         let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
         // The server login of the client's own user's pool uses what was read, if the route has nothing.
-        let server_password = stored.filter(|_| plan.login.user == user && plan.login.password.is_none());
+        let stored = match found {
+            Lookup::Found(stored) => Some(stored),
+            Lookup::NoPassword | Lookup::NoSuchUser => None,
+        };
+        // A verifier serves only with the keys the client proved (SCRAM passthrough); under trust none came,
+        // so the server gets no password and says whether it wants one.
+        let usable = |s: &Secret| keys.is_some() || ScramSecret::parse_verifier(s.expose()).is_none();
+        let server_password = stored.filter(|s| plan.login.user == user && plan.login.password.is_none() && usable(s));
         let id = route_pool(shared, auth, plan, server_password).map_err(refused)?;
         passthrough::keep_keys(shared, id, user, keys);
         return Ok(id);
@@ -422,63 +436,6 @@ fn credentials_for(
             source.for_pool(&plan.login, plan.auth, plan.secret_arn.as_deref()).map_err(|e| e.to_string())?
         }
     })
-}
-
-/// The stored password of `user`, whom pgmux does not know, read with `auth_query` as the plan's auth_user
-/// (who logs in with its own password from the book); `None` if the server has no such user.
-async fn looked_up(
-    shared: &Shared,
-    auth: &Authenticator,
-    plan: &RoutePlan,
-    user: &str,
-) -> Result<Option<Secret>, OpeningError> {
-    let auth_user = plan.auth_user.clone().unwrap_or_default();
-    let password = auth.book().get(&auth_user).and_then(|k| k.password.clone());
-    let login = LoginInfo { user: auth_user, password, ..auth_database(shared, auth, plan, user)? };
-    let query = shared.config().auth_query.clone();
-    match shared.pools.look_up_user(&login, &query, user).await {
-        Ok(Lookup::Found(stored)) => Ok(Some(stored)),
-        Ok(Lookup::NoSuchUser) => Ok(None),
-        Err(e) => {
-            tracing::warn!(user, error = %e, "auth_query failed");
-            let hint = e.hint();
-            Err(OpeningError::Refused(
-                ErrorMessage::fatal(
-                    sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
-                    format!("pgmux cannot check the password of user \"{user}\": {e}"),
-                )
-                .with_hint(hint),
-            ))
-        }
-    }
-}
-
-/// Where `auth_query` runs: the server and database of the entry the plan's `auth_dbname` names (PgBouncer's
-/// `auth_dbname`), else the route's own. An `auth_dbname` that no entry (nor `*`) serves is the
-/// configuration's fault: the client is told so, and the log says which name.
-fn auth_database(
-    shared: &Shared,
-    auth: &Authenticator,
-    plan: &RoutePlan,
-    user: &str,
-) -> Result<LoginInfo, OpeningError> {
-    let Some(name) = plan.auth_dbname.as_deref() else { return Ok(plan.login.clone()) };
-    let config = shared.config();
-    let auth_user = plan.auth_user.as_deref().unwrap_or_default();
-    // As for a client's database: an entry of that name, else the `*` entry's server with that database.
-    match routing::route(&config, auth.book(), name, auth_user) {
-        Ok(Routed::Route(found)) => Ok(found.login),
-        _ => {
-            tracing::warn!(user, auth_dbname = name, "authentication database \"{name}\" is not configured");
-            Err(OpeningError::Refused(
-                ErrorMessage::fatal(
-                    sqlstate::CONFIG_FILE_ERROR,
-                    format!("pgmux cannot check the password of user \"{user}\": its auth_dbname is not configured"),
-                )
-                .with_hint("auth_dbname must name a [[databases]] entry"),
-            ))
-        }
-    }
 }
 
 /// `"a", "b" and "c"`.

@@ -35,9 +35,10 @@ use pgmux_proto::{Step, TxStatus, sqlstate};
 use tokio::time::Instant;
 
 use crate::client::caps::{Caps, Hold};
+use crate::client::lookup::{self, Asker};
 use crate::client::shared::Shared;
 use crate::client::startup::OpeningError;
-use crate::config::{Config, LoginInfo};
+use crate::config::{ClientAuth, Config, LoginInfo};
 use crate::net::io::{Conn, ReadOutcome};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::runtime::stop::{Level, Stop};
@@ -165,7 +166,7 @@ async fn admit(
         (access_of(&config, user, &served.user), Instant::now() + config.client_login_timeout)
     };
     // A user without rights fails the password check like a wrong password, telling nothing more.
-    match tokio::time::timeout_at(deadline, shared.auth().authenticate_console(conn, user, access.is_some())).await {
+    match tokio::time::timeout_at(deadline, check_password(shared, conn, user, access.is_some())).await {
         Err(_) => return Err(refused(sqlstate::PROTOCOL_VIOLATION, "client did not log in in time".into())),
         Ok(result) => result?,
     }
@@ -177,6 +178,24 @@ async fn admit(
     let counted = shared.counts.enter(DATABASE, user, caps, access == Access::Admin).map_err(OpeningError::Refused)?;
     conn.send(greeting()).await.map_err(|_| OpeningError::Gone)?;
     Ok((access, served, user.to_owned(), counted))
+}
+
+/// Checks a console user's password against the book; an allowed user the book has no password for is
+/// looked up with the global `auth_query` when there is an `auth_user` (as PgBouncer looks up its console
+/// and stats users), in the global `auth_dbname`: the console has no server of its own to run it on.
+async fn check_password(shared: &Shared, conn: &mut Conn, user: &str, allowed: bool) -> Result<(), OpeningError> {
+    let auth = shared.auth();
+    let (auth_user, query, auth_dbname) = {
+        let config = shared.config();
+        (config.auth_user.clone(), config.auth_query.clone(), config.auth_dbname.clone())
+    };
+    if allowed && !auth_user.is_empty() && auth.method() != ClientAuth::Trust && lookup::needed(&auth, user) {
+        let auth_dbname = (!auth_dbname.is_empty()).then_some(auth_dbname.as_str());
+        let asker = Asker { auth_user: &auth_user, query: &query, auth_dbname, home: None };
+        let found = lookup::look_up(shared, &auth, asker, user).await?;
+        return auth.authenticate_looked_up(conn, user, &found).await.map(drop);
+    }
+    auth.authenticate_console(conn, user, allowed).await
 }
 
 /// AuthenticationOk, PgBouncer's parameters (psycopg wants a DateStyle starting with ISO), a key that
