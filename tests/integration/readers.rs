@@ -616,3 +616,92 @@ async fn readers_log_in_with_what_clients_prove_through_the_writers_pool_scram_k
     }
     handle.shutdown().await;
 }
+
+/// Clients whose transactions wait for a reader when a probe declares it dead are sent on to the other
+/// reader at once, with no error: the one whose connection is being opened to the silent host does not wait
+/// out `server_connect_timeout`, nor the ones in line at the reader's cap `query_wait_timeout` (or, as each
+/// is handed the connection given up by the transaction in flight there, `server_connect_timeout` in turn).
+/// The transaction in flight on it gets 08006, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_waiting_for_a_black_holed_reader_go_to_another_once_it_is_declared_dead() {
+    let cluster = cluster(2).await;
+    let ports = [cluster.endpoint("reader-1").port(), cluster.endpoint("reader-2").port()];
+    // Two connections per reader instance, so that reads wait; a minute between polls, so that only the
+    // probe takes a reader out; timeouts long enough to tell a wait sent on from one waited out.
+    let readers =
+        format!("readers = \"{},{}\"\npool_max = 2", cluster.endpoint("reader-1"), cluster.endpoint("reader-2"));
+    let extra = "server_probe_timeout = \"1s\"\nserver_connect_timeout = \"10s\"\nquery_wait_timeout = \"30s\"";
+    let text = config_text(&cluster, "writer", &readers, extra)
+        .replace("topology_interval = \"100ms\"", "topology_interval = \"60s\"");
+    let handle = Listener::start(Config::from_toml_str(&text).expect("valid")).await.expect("start pgmux");
+    // The route's pools start with its first client; no read yet, which would leave a connection idle.
+    let mut first = Some(connect(&handle, "app_ro").await);
+    let up = common::eventually(Duration::from_secs(10), || async {
+        let readers = readers_in_metrics(&handle);
+        readers.len() == 2 && readers.iter().all(|(_, up)| *up)
+    });
+    assert!(up.await, "both readers in the rotation");
+    // Three transactions held open, none committed (a committed one would leave an idle connection behind):
+    // each goes to the reader with fewer in use, so one reader holds one and the other two (its cap). The
+    // one with one is the victim.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let c = match first.take() {
+            Some(c) => c,
+            None => connect(&handle, "app_ro").await,
+        };
+        c.simple_query("begin").await.expect("begin");
+        let (port, reader) = where_read(&c).await;
+        assert!(reader, "a transaction on a reader");
+        held.push((port, c));
+    }
+    let victim = if held.iter().filter(|(p, _)| *p == ports[0]).count() == 1 { 0 } else { 1 };
+    let (victim_port, other_port) = (ports[victim], ports[1 - victim]);
+    let (victim_name, other_name) = (["reader-1", "reader-2"][victim], ["reader-1", "reader-2"][1 - victim]);
+    let stuck_at = held.iter().position(|(p, _)| *p == victim_port).expect("one on the victim");
+    let (_, stuck) = held.remove(stuck_at);
+    assert!(held.iter().all(|(p, _)| *p == other_port), "two on {other_name}");
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(connect(&handle, "app_ro").await);
+    }
+
+    assert!(cluster.server(victim_name).hang(true) > 0, "{victim_name}'s processes stopped");
+    let hung_at = std::time::Instant::now();
+    // Each read goes to the victim, which has fewer connections in use: the first opens one to the silent
+    // host, the others wait in line at its cap.
+    let mut reads = Vec::new();
+    for c in waiting {
+        reads.push(tokio::spawn(async move {
+            let read = try_where_read(&c).await;
+            (read, std::time::Instant::now())
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(reads.iter().all(|r| !r.is_finished()), "the reads wait for {victim_name}");
+    let err = stuck.simple_query("select 1").await.expect_err("the hung reader never answers");
+    let dead_at = std::time::Instant::now();
+    assert_eq!(code(&err), "08006", "the transaction in flight on {victim_name}: {}", common::message(&err));
+    eprintln!("{victim_name} declared dead {:?} after it hung", dead_at - hung_at);
+    // The other reader comes free: every read that waited runs there, none failed.
+    for (_, c) in &held {
+        c.simple_query("commit").await.expect("commit");
+    }
+    let mut last = dead_at;
+    for read in reads {
+        let (read, done) = tokio::time::timeout(Duration::from_secs(60), read).await.expect("bounded").expect("join");
+        let (port, reader) =
+            read.unwrap_or_else(|e| panic!("a waiting read failed: {} {}", code(&e), common::message(&e)));
+        assert!(reader && port == other_port, "a waiting read ran on {port}, not {other_name}");
+        last = last.max(done);
+    }
+    eprintln!("every waiting read answered {:?} after {victim_name} was declared dead", last - dead_at);
+    assert!(
+        last - dead_at < Duration::from_secs(2),
+        "reads waiting for {victim_name} were answered {:?} after it was declared dead",
+        last - dead_at
+    );
+    cluster.server(victim_name).hang(false);
+    handle.shutdown().await;
+}

@@ -100,6 +100,9 @@ pub enum WaitError {
     /// The pool's owner sent every waiter away ([`Pool::refuse_waiters`]): opening a connection fails for
     /// a reason that waiting will not fix. The owner knows the reason and tells the caller.
     Refused,
+    /// The pool's owner sent every waiter elsewhere ([`Pool::dismiss_waiters`]): this pool will not serve
+    /// them now, and another may.
+    Dismissed,
 }
 
 /// A snapshot of the pool's counters.
@@ -210,6 +213,7 @@ enum Handout<C> {
     Grant(Grant<C>),
     TimedOut,
     Refused,
+    Dismissed,
 }
 
 impl<C> Pool<C> {

@@ -36,6 +36,7 @@ impl<C> Ticket<C> {
             Ok(Handout::Grant(grant)) => Ok(grant),
             Ok(Handout::TimedOut) => Err(WaitError::TimedOut),
             Ok(Handout::Refused) => Err(WaitError::Refused),
+            Ok(Handout::Dismissed) => Err(WaitError::Dismissed),
             Err(_) => Err(WaitError::Closed),
         })
     }
@@ -46,6 +47,17 @@ impl<C> Pool<C> {
     /// found that opening a connection fails for a reason waiting will not fix (the server refused the
     /// login). Callers that come later wait as usual. Returns how many were sent away.
     pub fn refuse_waiters(&self) -> usize {
+        self.send_waiters_away(|| Handout::Refused)
+    }
+
+    /// Sends every caller waiting now away with [`WaitError::Dismissed`], in the order they came: the owner
+    /// will not serve them from this pool now (a reader instance that left the rotation), and another pool
+    /// may. Callers that come later wait as usual. Returns how many were sent away.
+    pub fn dismiss_waiters(&self) -> usize {
+        self.send_waiters_away(|| Handout::Dismissed)
+    }
+
+    fn send_waiters_away(&self, handout: impl Fn() -> Handout<C>) -> usize {
         let waiters = {
             let mut st = self.shared.lock();
             let waiters = std::mem::take(&mut st.waiters);
@@ -57,7 +69,7 @@ impl<C> Pool<C> {
         let count = waiters.len();
         for waiter in waiters {
             // A waiter that gave up meanwhile is not told.
-            let _ = waiter.tx.send(Handout::Refused);
+            let _ = waiter.tx.send(handout());
         }
         count
     }
@@ -172,5 +184,29 @@ mod tests {
         let Joined::Line(mut next) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
         drop(held);
         assert!(matches!(next.poll_grant(&mut cx), Poll::Ready(Ok(Grant::Idle(_)))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dismissed_waiters_are_told_at_once_and_the_connection_goes_to_the_next_caller() {
+        let p: Pool<u32> = Pool::new(PoolConfig::new(1, Duration::ZERO));
+        let Ok(Some(Grant::Open(slot))) = p.try_acquire() else { panic!("an empty pool grants a slot") };
+        let held: Lease<u32> = slot.fill(5);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let Joined::Line(mut ticket) = p.join_line(Some(deadline)).unwrap() else {
+            panic!("at the limit: a place in line")
+        };
+        let waiting = tokio::spawn({
+            let p = p.clone();
+            async move { p.acquire_until(deadline).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(p.status().waiting, 2);
+        assert_eq!(p.dismiss_waiters(), 2);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(matches!(ticket.poll_grant(&mut cx), Poll::Ready(Err(WaitError::Dismissed))));
+        assert_eq!(waiting.await.unwrap(), Err(WaitError::Dismissed));
+        // The connection that comes back stays for whoever asks next.
+        drop(held);
+        let Ok(Joined::Now(Grant::Idle(_))) = p.join_line(Some(deadline)) else { panic!("an idle connection at once") };
     }
 }

@@ -114,6 +114,7 @@ impl Options {
                 long_query_ms: 3000,
                 op_timeout_ms: 15_000,
                 lock_holder: false,
+                readers: 0,
                 // Two routes (two pools on the same primary), each judged on its own (issue 30).
                 routes: vec!["pgmux".into(), "pgmux_b".into()],
             };
@@ -129,6 +130,7 @@ impl Options {
                 long_query_ms: 10_000,
                 op_timeout_ms: 40_000,
                 lock_holder: false,
+                readers: 0,
                 routes: vec!["pgmux".into()],
             };
             (plan, FaultTiming { hold_ms: 15_000, flip_delay_ms: 0 })
@@ -230,6 +232,7 @@ pub fn drive(opts: &Options, namespace: &str) -> Result<Results, String> {
         pool_size: 10,
         pgmux_env: opts.pgmux_env.clone(),
         routes: opts.plan.routes.clone(),
+        reader: false,
     };
     let bench = Bench {
         seed: &seed,

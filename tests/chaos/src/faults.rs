@@ -18,7 +18,7 @@ use pgmux_testkit::toxiproxy::{Stream, Toxic, ToxicKind};
 use serde::Serialize;
 
 use crate::clock::Clock;
-use crate::topology::{PROXY_A_NAME, PROXY_B, Topology, admin_sql, block_on};
+use crate::topology::{PROXY_A_NAME, PROXY_B, PROXY_B_NAME, Topology, admin_sql, block_on};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -38,9 +38,12 @@ pub enum Scenario {
     SlowLink,
     Lossy,
     ClientKill,
+    ReaderBlackHole,
 }
 
-pub const ALL: [Scenario; 15] = [
+/// Every scenario of the long form. `reader-black-hole` is the long form's alone: it adds a reader route and
+/// clients of its own, and measures the reads, which no goal of the short form judges.
+pub const ALL: [Scenario; 16] = [
     Scenario::TerminateIdle,
     Scenario::TerminateActive,
     Scenario::RestartFast,
@@ -56,6 +59,7 @@ pub const ALL: [Scenario; 15] = [
     Scenario::SlowLink,
     Scenario::Lossy,
     Scenario::ClientKill,
+    Scenario::ReaderBlackHole,
 ];
 
 /// The short form's scenarios: what the enforced goals need (idle, in-flight and first-write goals across a
@@ -103,6 +107,9 @@ impl Scenario {
             Scenario::SlowLink => "A's proxy at 16 KB/s server to client, +10 ms client to server, for the hold time",
             Scenario::Lossy => "100 ms ± 20 ms each way, +400 ms stalls on 2 % of connections, for the hold time",
             Scenario::ClientKill => "a client holding a row lock mid-query is killed (its socket closed)",
+            Scenario::ReaderBlackHole => {
+                "B's proxy black-holed for the hold time while reader clients read through a route whose reader is B"
+            }
         }
     }
 
@@ -114,6 +121,11 @@ impl Scenario {
     /// Whether A ends up up but not writable (its connections are watched until none is left).
     pub fn demotes_a(self) -> bool {
         matches!(self, Scenario::Demote | Scenario::ReadOnly)
+    }
+
+    /// Whether reader clients read through a reader route on B (B is the reader, the writer is the fallback).
+    pub fn reads(self) -> bool {
+        self == Scenario::ReaderBlackHole
     }
 
     /// Whether the server hangs rather than fails (detection time is measured).
@@ -187,6 +199,14 @@ fn run_fault(
         Scenario::ClientKill => {
             // The workload kills its lock holder at time 0; nothing happens to the servers.
             ev.writer_reachable_ms = Some(ev.fault_ms);
+        }
+        Scenario::ReaderBlackHole => {
+            // The writer is untouched; the reader goes silent for the hold time, then comes back.
+            ev.writer_reachable_ms = Some(ev.fault_ms);
+            black_hole_on(topo, PROXY_B_NAME)?;
+            clock.sleep_until_blocking(timing.hold_ms as f64);
+            remove_on(topo, PROXY_B_NAME, &["hole-up", "hole-down"])?;
+            ev.healed_ms = Some(clock.now_ms());
         }
     }
     Ok(())
@@ -312,8 +332,12 @@ fn terminate(topo: &Topology, states: &str) -> Result<usize, String> {
 }
 
 fn black_hole(topo: &Topology) -> Result<(), String> {
-    topo.toxi.add_toxic(PROXY_A_NAME, &Toxic::black_hole("hole-up").on(Stream::Upstream))?;
-    topo.toxi.add_toxic(PROXY_A_NAME, &Toxic::black_hole("hole-down").on(Stream::Downstream))?;
+    black_hole_on(topo, PROXY_A_NAME)
+}
+
+fn black_hole_on(topo: &Topology, proxy: &str) -> Result<(), String> {
+    topo.toxi.add_toxic(proxy, &Toxic::black_hole("hole-up").on(Stream::Upstream))?;
+    topo.toxi.add_toxic(proxy, &Toxic::black_hole("hole-down").on(Stream::Downstream))?;
     Ok(())
 }
 
@@ -341,8 +365,12 @@ fn network_toxics(scenario: Scenario, topo: &Topology) -> Result<Vec<String>, St
 }
 
 fn remove(topo: &Topology, names: &[&str]) -> Result<(), String> {
+    remove_on(topo, PROXY_A_NAME, names)
+}
+
+fn remove_on(topo: &Topology, proxy: &str, names: &[&str]) -> Result<(), String> {
     for name in names {
-        topo.toxi.remove_toxic(PROXY_A_NAME, name)?;
+        topo.toxi.remove_toxic(proxy, name)?;
     }
     Ok(())
 }

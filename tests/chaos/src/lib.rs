@@ -15,6 +15,7 @@ pub mod hosts;
 pub mod isolate;
 pub mod node;
 pub mod publish;
+pub mod reads;
 pub mod report;
 pub mod runner;
 pub mod soak;

@@ -35,6 +35,7 @@ pub fn markdown(results: &Results) -> String {
         o.timing.flip_delay_ms,
     );
     out.push_str(&markdown_table(&results.summaries));
+    out.push_str(&crate::reads::table(&results.summaries));
     out.push_str("\nErrors are counted by SQLSTATE (`net:closed`: the connection ended without an error message; ");
     out.push_str("`timeout`: abandoned by the client after the operation timeout). Times are the worst run's.\n\n");
     out.push_str(

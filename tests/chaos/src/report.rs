@@ -44,6 +44,8 @@ pub struct Summary {
     /// Client kill: from the kill until another session could lock the row.
     pub lock_released_ms: Option<f64>,
     pub lock_held_before_kill: bool,
+    /// The reader scenario: what the reads went through (see the `reads` module).
+    pub reads: Option<crate::reads::ReadFigures>,
     pub target_crashed: bool,
     pub notes: Vec<String>,
 }
@@ -71,6 +73,7 @@ impl Summary {
             hang_detected_ms: None,
             lock_released_ms: None,
             lock_held_before_kill: true,
+            reads: None,
             target_crashed: false,
             notes: Vec::new(),
         }
@@ -138,6 +141,7 @@ fn summarize_one(scenario: Scenario, target: TargetKind, runs: &[&ScenarioRun]) 
     let mut drained = Vec::new();
     let mut detected = Vec::new();
     let mut released = Vec::new();
+    let mut reads = Vec::new();
     for run in runs {
         if let Some(e) = &run.error {
             s.failed_runs.push(e.clone());
@@ -167,6 +171,7 @@ fn summarize_one(scenario: Scenario, target: TargetKind, runs: &[&ScenarioRun]) 
         if scenario.hangs() {
             detected.push(hang_detected(run));
         }
+        reads.extend(crate::reads::of_run(run));
         if let Some(lock) = &run.lock {
             s.lock_held_before_kill &= lock.held_before_kill;
             released.push(lock.released_after_ms);
@@ -178,6 +183,7 @@ fn summarize_one(scenario: Scenario, target: TargetKind, runs: &[&ScenarioRun]) 
     s.demoted_drained_ms = worst(&drained);
     s.hang_detected_ms = worst(&detected);
     s.lock_released_ms = worst(&released);
+    s.reads = crate::reads::worst(&reads);
     if released.is_empty() {
         s.lock_held_before_kill = false;
     }
@@ -191,7 +197,8 @@ fn count_ops(s: &mut Summary, ops: &[Op]) {
             *s.errors.entry(op.role).or_default().entry(key).or_default() += 1;
         }
         let refused_read_only = matches!(&op.outcome, Outcome::Sql { code, .. } if code == "25006");
-        if refused_read_only || op.in_recovery == Some(true) {
+        // A reader client's read on a standby is what it asked for.
+        if op.kind.writes() && (refused_read_only || op.in_recovery == Some(true)) {
             s.writes_to_read_only += 1;
         }
     }
@@ -232,7 +239,7 @@ fn client_waits(run: &ScenarioRun) -> (Vec<f64>, u64) {
     let reachable = run.events.writer_reachable_ms.unwrap_or(f64::INFINITY);
     let mut per_client: BTreeMap<u32, (f64, Option<f64>)> = BTreeMap::new();
     for op in run.record.ops.iter().filter(|op| is_write_after(op, fault) || op.kind == OpKind::Connect) {
-        if op.start_ms < fault || op.role == Role::Holder {
+        if op.start_ms < fault || op.role == Role::Holder || op.role == Role::Reader {
             continue;
         }
         let entry = per_client.entry(op.client).or_insert((op.start_ms, None));

@@ -17,7 +17,10 @@ use crate::faults::{self, FaultEvents, FaultTiming, Scenario};
 use crate::hosts::HostsFile;
 use crate::target::{LISTEN, Target, TargetKind, TargetSettings};
 use crate::topology::{NODE_A, Seed, Topology, admin_sql};
-use crate::workload::{self, LockWatch, Plan, Record};
+use crate::workload::{self, LockWatch, Plan, READER_ROUTE, Record};
+
+/// Reader clients in the reader scenario.
+const READERS: u32 = 4;
 
 /// Everything a scenario run needs that does not change between runs.
 #[derive(Debug)]
@@ -88,11 +91,18 @@ impl Bench<'_> {
 
     fn run_into(&self, out: &mut ScenarioRun) -> Result<(), String> {
         let mut topo = Topology::build(self.seed, self.hosts, self.toxi)?;
-        let mut target = Target::start(out.target, self.settings)?;
-        for route in &self.plan.routes {
+        // The reader scenario's target also serves the reader route, on B.
+        let reads = out.scenario.reads();
+        let settings = TargetSettings { reader: reads, ..self.settings.clone() };
+        let mut target = Target::start(out.target, &settings)?;
+        for route in self.plan.routes.iter().map(String::as_str).chain(reads.then_some(READER_ROUTE)) {
             self.runtime.block_on(wait_serving(&target, route))?;
         }
-        let plan = Plan { lock_holder: out.scenario == Scenario::ClientKill, ..self.plan.clone() };
+        let plan = Plan {
+            lock_holder: out.scenario == Scenario::ClientKill,
+            readers: if reads { READERS } else { 0 },
+            ..self.plan.clone()
+        };
         let sessions = self.runtime.block_on(workload::prepare(&plan, client_config()));
         let cold = sessions.iter().filter(|s| !s.warmed_up()).count();
         if cold > 0 {

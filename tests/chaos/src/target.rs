@@ -3,6 +3,8 @@
 //! suggests), both in transaction mode in front of the writer host name, SCRAM on both sides. With more than
 //! one route, each is a database name of its own for the same server database, so each has its own pool:
 //! `PGMUX_DATABASES` for pgmux (and `PGMUX_USERS` for the app role's password), `[databases]` for PgBouncer.
+//! The reader scenario adds [`READER_ROUTE`]: for pgmux a reader route whose one reader is the standby's
+//! proxy (the writer is its fallback, pgmux's default), for PgBouncer a database on the standby's proxy.
 
 use std::fs;
 use std::net::SocketAddr;
@@ -16,6 +18,8 @@ use serde::Serialize;
 
 use crate::hosts::WRITER_NAME;
 use crate::node::PG_PORT;
+use crate::topology::PROXY_B;
+use crate::workload::READER_ROUTE;
 
 /// Where every target listens, inside the namespace.
 pub const LISTEN: &str = "127.0.0.1:6432";
@@ -60,6 +64,8 @@ pub struct TargetSettings {
     /// The database names clients use; beyond the first (`pgmux`, the server database), each another
     /// route to it. One route: pgmux as before routes existed, `database_url` alone.
     pub routes: Vec<String>,
+    /// Add [`READER_ROUTE`], read on the standby (the reader scenario).
+    pub reader: bool,
 }
 
 /// `PGMUX_DATABASES` for `routes`, when there is more than one: each a name for the server's `pgmux`.
@@ -145,7 +151,12 @@ fn pgmux_command(settings: &TargetSettings) -> Command {
         .env("PGMUX_CLIENT_AUTH", "scram-sha-256")
         .env("PGMUX_LOG_LEVEL", "info")
         .env_remove("AWS_LAMBDA_RUNTIME_API");
-    if let Some(databases) = pgmux_routes(&settings.routes) {
+    let mut databases = pgmux_routes(&settings.routes);
+    if settings.reader {
+        let first = databases.take().unwrap_or_else(|| "pgmux = dbname=pgmux".to_owned());
+        databases = Some(format!("{first}; {READER_ROUTE} = dbname=pgmux readers={PROXY_B}:{PG_PORT}"));
+    }
+    if let Some(databases) = databases {
         // Routes log in as the client, with the password pgmux knows for it.
         cmd.env("PGMUX_DATABASES", databases)
             .env("PGMUX_USERS", format!("{} = password={}", APP_USER.user, APP_USER.password));
@@ -158,11 +169,14 @@ fn pgmux_command(settings: &TargetSettings) -> Command {
 
 /// PgBouncer's ini for `kind`: its defaults, but for what every target shares (transaction mode, the pool
 /// size, SCRAM with the app role's password in the auth file).
-pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path, routes: &[String]) -> String {
+pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path, routes: &[String], reader: bool) -> String {
     let (host, port) = LISTEN.split_once(':').unwrap_or(("127.0.0.1", "6432"));
     let mut databases = format!("pgmux = host={WRITER_NAME} port={PG_PORT} dbname=pgmux\n");
     for route in routes.iter().filter(|r| *r != "pgmux") {
         databases.push_str(&format!("{route} = host={WRITER_NAME} port={PG_PORT} dbname=pgmux\n"));
+    }
+    if reader {
+        databases.push_str(&format!("{READER_ROUTE} = host={PROXY_B} port={PG_PORT} dbname=pgmux\n"));
     }
     let mut ini = format!(
         "[databases]\n\
@@ -197,7 +211,7 @@ pub fn pgbouncer_ini(kind: TargetKind, pool_size: u32, dir: &Path, routes: &[Str
 
 fn pgbouncer_command(kind: TargetKind, settings: &TargetSettings, dir: &Path) -> Result<Command, String> {
     let ini_path = dir.join("pgbouncer.ini");
-    let ini = pgbouncer_ini(kind, settings.pool_size, dir, &settings.routes);
+    let ini = pgbouncer_ini(kind, settings.pool_size, dir, &settings.routes, settings.reader);
     fs::write(&ini_path, ini).map_err(|e| format!("ini: {e}"))?;
     let userlist = dir.join("userlist.txt");
     fs::write(&userlist, format!("\"{}\" \"{}\"\n", APP_USER.user, APP_USER.password))

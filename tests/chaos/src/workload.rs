@@ -9,6 +9,10 @@
 //! same primary) in turn, so that every route has idle, busy and in-flight clients; each operation says
 //! which route it went through, and the report judges every route on its own.
 //!
+//! For the reader scenario, reader clients read in a loop through [`READER_ROUTE`], a reader route whose reader
+//! is the standby, each read recording the node that served it: how fast reads leave a reader that goes
+//! silent, and how soon they come back to it.
+//!
 //! Everything is bounded: each operation by a timeout, each loop by the run's end and a count. All SQL goes
 //! over the simple query protocol, which every pooler in transaction mode passes through unchanged.
 
@@ -42,6 +46,9 @@ pub struct Plan {
     pub op_timeout_ms: u64,
     /// Add a client that holds a row lock and is killed at the fault (the client-kill scenario).
     pub lock_holder: bool,
+    /// Reader clients, reading in a loop through [`READER_ROUTE`] from 1 s before the fault to the run's end
+    /// (the reader scenario; 0 otherwise).
+    pub readers: u32,
     /// The database names clients connect to, in turn (client `i` uses `routes[(i - 1) % len]`); the
     /// lock holder uses the first.
     pub routes: Vec<String>,
@@ -58,6 +65,9 @@ impl Plan {
 /// The database name clients use when a plan names no route.
 pub const FIRST_ROUTE: &str = "pgmux";
 
+/// The reader route's database name: the server's `pgmux` database, read on the standby (see `target`).
+pub const READER_ROUTE: &str = "pgmux_ro";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
@@ -65,6 +75,7 @@ pub enum Role {
     Busy,
     InFlight,
     Holder,
+    Reader,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -79,6 +90,8 @@ pub enum OpKind {
     Txn,
     /// `BEGIN; INSERT; SELECT pg_sleep(long); COMMIT`, in flight at the fault.
     LongTxn,
+    /// A reader client's autocommit `SELECT inet_server_addr(), pg_is_in_recovery()` (its warm-up too).
+    Read,
 }
 
 impl OpKind {
@@ -224,6 +237,18 @@ pub async fn prepare(plan: &Plan, target: Config) -> Vec<Session> {
             }));
         }
     }
+    let mut reading = target.clone();
+    reading.dbname(READER_ROUTE);
+    let reading = Arc::new(reading);
+    for _ in 0..plan.readers {
+        id += 1;
+        let mut session = Session::new(id, Role::Reader, &reading, provisional, plan);
+        session.route = READER_ROUTE.to_owned();
+        tasks.push(tokio::spawn(async move {
+            session.read().await;
+            session
+        }));
+    }
     let mut sessions = Vec::new();
     for task in tasks {
         if let Ok(session) = task.await {
@@ -247,6 +272,7 @@ pub async fn run(sessions: Vec<Session>, plan: &Plan, clock: Clock) -> Record {
                 tokio::spawn(session.idle(offset))
             }
             Role::Busy => tokio::spawn(session.busy(plan.run_ms)),
+            Role::Reader => tokio::spawn(session.reads(plan.run_ms)),
             Role::InFlight | Role::Holder => tokio::spawn(session.in_flight(plan.long_query_ms)),
         };
         tasks.push(task);
@@ -323,9 +349,9 @@ impl Session {
         }
     }
 
-    /// Whether the warm-up write was acknowledged.
+    /// Whether the warm-up write (a reader's first read) was acknowledged.
     pub fn warmed_up(&self) -> bool {
-        self.record.ops.iter().any(|op| op.kind == OpKind::Warmup && op.outcome == Outcome::Ok)
+        self.record.ops.iter().any(|op| matches!(op.kind, OpKind::Warmup | OpKind::Read) && op.outcome == Outcome::Ok)
     }
 
     /// Move to `clock`: what was recorded so far is shifted to be relative to its fault time.
@@ -357,6 +383,44 @@ impl Session {
             }
         }
         self.finish()
+    }
+
+    /// Reads in a loop from 1 s before the fault to `run_ms` after it, as fast as they are answered.
+    async fn reads(mut self, run_ms: u64) -> Record {
+        sleep_until(self.clock.instant_at(-(BUSY_LEAD.as_millis() as f64))).await;
+        let end = self.clock.instant_at(run_ms as f64);
+        for _ in 0..MAX_BUSY_OPS {
+            if Instant::now() >= end || crate::isolate::stop_requested() {
+                break;
+            }
+            if !self.read().await {
+                sleep(RETRY_PAUSE).await;
+            }
+        }
+        self.finish()
+    }
+
+    /// One read, recording the node that served it; true if it was answered.
+    async fn read(&mut self) -> bool {
+        if !self.connected().await {
+            return false;
+        }
+        self.seq += 1;
+        let steps = ["SELECT inet_server_addr()::text, pg_is_in_recovery()".to_owned()];
+        let start = self.clock.now_ms();
+        let Some(conn) = self.conn.as_ref() else {
+            return false;
+        };
+        let (outcome, served) = match timeout(self.op_timeout, run_steps(&conn.client, &steps)).await {
+            Ok(Ok(served)) => (Outcome::Ok, served),
+            Ok(Err(e)) => (classify(&e), None),
+            Err(_) => (Outcome::Timeout, None),
+        };
+        let end = self.clock.now_ms();
+        let ok = outcome == Outcome::Ok;
+        let closed = if ok { false } else { self.settle_after_error(&outcome).await };
+        self.push_ended(OpKind::Read, (start, end), outcome, closed, served);
+        ok
     }
 
     async fn in_flight(mut self, long_ms: u64) -> Record {

@@ -51,6 +51,10 @@ pub(crate) enum CheckoutError {
     LoginRefused(std::sync::Arc<ServerError>),
     #[error("pgmux is shutting down")]
     Closed,
+    /// The reader instance waited for left the rotation ([`ServerPool::leave_rotation`]): the transaction,
+    /// which has not begun, picks again. A client sees it only if nothing else is left to pick.
+    #[error("the reader instance it waited for left the rotation")]
+    LeftRotation,
 }
 
 impl CheckoutError {
@@ -69,7 +73,7 @@ impl CheckoutError {
             .with_hint("raise query_wait_timeout or the pool limit (pool_max, max_connections_percent), or shorten transactions"),
             CheckoutError::ActiveCap { .. } => ErrorMessage::error(sqlstate::TOO_MANY_CONNECTIONS, self.to_string())
                 .with_hint("the database is kept from overload: raise query_wait_timeout or max_active_servers, or shorten transactions"),
-            CheckoutError::Connect(_) | CheckoutError::Credentials(_) => {
+            CheckoutError::Connect(_) | CheckoutError::Credentials(_) | CheckoutError::LeftRotation => {
                 ErrorMessage::error(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, self.to_string())
             }
             CheckoutError::Closed => ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, self.to_string()),
@@ -228,7 +232,14 @@ impl ServerPool {
                         continue;
                     }
                     self.note_reserve();
-                    match Box::pin(self.open()).await {
+                    // A reader instance's open is given up if the instance leaves the rotation meanwhile: the
+                    // client goes elsewhere rather than wait out server_connect_timeout on a silent host.
+                    let opened = if self.is_reader_instance() && !wait.patient {
+                        Box::pin(self.open_in_rotation()).await
+                    } else {
+                        Box::pin(self.open()).await
+                    };
+                    match opened {
                         Ok(conn) => {
                             let mut lease = slot.fill(Box::new(conn));
                             lease.hold(permit);
@@ -282,6 +293,23 @@ impl ServerPool {
             Err(WaitError::Closed) => Err(CheckoutError::Closed),
             Err(WaitError::TimedOut) => Err(wait.give_up(self.reach())),
             Err(WaitError::Refused) => Err(self.refused_in_line()),
+            Err(WaitError::Dismissed) => Err(CheckoutError::LeftRotation),
+        }
+    }
+
+    /// [`open`](Self::open) for a reader instance's pool, given up (the half-open connection closed) if
+    /// the instance leaves the rotation before it is done.
+    async fn open_in_rotation(&self) -> Result<ServerConn, CheckoutError> {
+        // Made before the open begins: a leave from then on wakes it, polled or not.
+        let left = self.left_rotation.notified();
+        tokio::select! {
+            biased;
+            opened = self.open() => opened,
+            () = left => {
+                tracing::info!(database = %self.key().database,
+                    "a connection being opened to a reader that left the rotation is given up; its client goes elsewhere");
+                Err(CheckoutError::LeftRotation)
+            }
         }
     }
 

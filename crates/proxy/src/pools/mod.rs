@@ -93,6 +93,9 @@ pub(crate) struct ServerPool {
     readers: std::sync::OnceLock<Arc<readers::ReaderSet>>,
     /// A reader instance's pool that a client could not reach: out of the rotation until its next good poll.
     unreachable: std::sync::atomic::AtomicBool,
+    /// Rung when a reader instance leaves the rotation: its connections being opened for clients are given
+    /// up, so that those clients go elsewhere (see [`leave_rotation`](Self::leave_rotation)).
+    left_rotation: tokio::sync::Notify,
     /// Its place in the registry, which its server connections' console entries carry.
     id: PoolId,
     /// Its name: the route and server user (empty for the default pool), for the console's rows.
@@ -135,6 +138,7 @@ impl ServerPool {
             target: None,
             readers: std::sync::OnceLock::new(),
             unreachable: std::sync::atomic::AtomicBool::new(false),
+            left_rotation: tokio::sync::Notify::new(),
             id: PoolId::default(),
             key: registry::PoolKey::default(),
             refusal: Default::default(),
@@ -191,9 +195,26 @@ impl ServerPool {
         self.target == Some(TargetSessionAttrs::Standby)
     }
 
-    /// A reader instance's pool is (or is no longer) known to be unreachable.
+    /// A reader instance's pool is (or is no longer) known to be unreachable: the first time, it leaves the
+    /// rotation.
     pub(crate) fn set_unreachable(&self, unreachable: bool) {
-        self.unreachable.store(unreachable, Ordering::Relaxed);
+        if self.unreachable.swap(unreachable, Ordering::Relaxed) != unreachable && unreachable {
+            self.leave_rotation("unreachable");
+        }
+    }
+
+    /// A reader instance left the rotation (it is unreachable, declared dead, lagging, or gone from the
+    /// topology; already out of what [`ReaderSet::pick`](readers::ReaderSet::pick) sees): the clients whose
+    /// transactions wait for one of its connections, in line or while one is opened for them, are sent
+    /// away at once to pick again, instead of waiting out `query_wait_timeout` or `server_connect_timeout`
+    /// on an instance no new transaction would pick. Transactions in flight there are not touched.
+    pub(crate) fn leave_rotation(&self, why: &str) {
+        self.left_rotation.notify_waiters();
+        let sent = self.pool.dismiss_waiters();
+        if sent > 0 {
+            tracing::info!(database = %self.key.database, waiting = sent, why,
+                "reader out of the rotation: the transactions waiting for it go elsewhere");
+        }
     }
 
     pub(crate) fn is_unreachable(&self) -> bool {
@@ -390,11 +411,11 @@ impl ServerPool {
         if !self.nodes.mark(node, why) {
             return;
         }
-        tracing::warn!(%node, ?why, reason, "no more server connections to this node");
+        tracing::warn!(%node, ?why, reason, database = %self.key.database, "no more server connections to this node");
         // A reader instance declared dead (a probe unanswered for server_probe_timeout) takes no new
         // transaction from now, not from its next topology poll; a good poll brings it back.
         if why == Distrust::Dead && self.is_reader_instance() && self.connects_to(node) {
-            tracing::warn!(%node, "reader taken out of the rotation: declared dead by a probe");
+            tracing::warn!(%node, database = %self.key.database, "reader taken out of the rotation: declared dead by a probe");
             self.set_unreachable(true);
         }
         for conn in self.pool.evict_idle(|conn, _| conn.addr == node) {

@@ -178,7 +178,7 @@ impl ReaderSet {
     }
 
     /// What one poll found of `member`: `Some(lag_ms)` for a reader that answered, `None` otherwise.
-    fn polled(&self, member: &Member, reading: Option<u64>, max_lag_ms: u64) {
+    fn polled(&self, member: &Member, pool: &ServerPool, reading: Option<u64>, max_lag_ms: u64) {
         let good = reading.is_some_and(|lag| lag <= max_lag_ms);
         tracing::trace!(route = %self.route, reader = %member.name, lag_ms = ?reading, good, "topology poll");
         if let Some(lag) = reading {
@@ -189,6 +189,7 @@ impl ReaderSet {
             if member.healthy.swap(false, Ordering::Relaxed) {
                 tracing::warn!(route = %self.route, reader = %member.name, lag_ms = ?reading,
                     "reader taken out of the rotation (not answering, not a reader, or lagging)");
+                pool.leave_rotation("its poll");
             }
             return;
         }
@@ -272,7 +273,7 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
             if reading.is_some() {
                 pool.set_unreachable(false);
             }
-            set.polled(member, reading, max_lag_ms);
+            set.polled(member, pool, reading, max_lag_ms);
         }
         tokio::select! {
             () = tokio::time::sleep_until(started + interval) => {}

@@ -77,11 +77,26 @@ impl Session {
         };
         let mut resume = Resume { grant: None, deadline: line.deadline, patient: false };
         match granted {
+            // The reader it waited for left the rotation: the transaction picks again, and goes on in the
+            // slow path (with the same deadline) wherever the pick sends it.
+            Err(WaitError::Dismissed) if self.reader_route => match self.another_reader(&mut 0, &mut None) {
+                Some(Ok(next)) => resume = next.unwrap_or(resume),
+                Some(Err(none)) => {
+                    self.answer_unit(line.waiting.tag, none);
+                    return Ok(());
+                }
+                None => {
+                    let err = self.no_server(CheckoutError::LeftRotation)?;
+                    self.answer_unit(line.waiting.tag, err);
+                    return Ok(());
+                }
+            },
             Err(e) => {
                 let e = match e {
                     WaitError::Closed => CheckoutError::Closed,
                     WaitError::TimedOut => self.shared.pools.get(self.pool).waited_too_long(),
                     WaitError::Refused => self.shared.pools.get(self.pool).refused_in_line(),
+                    WaitError::Dismissed => CheckoutError::LeftRotation,
                 };
                 let err = self.no_server(e)?;
                 self.answer_unit(line.waiting.tag, err);

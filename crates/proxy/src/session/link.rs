@@ -126,6 +126,14 @@ impl Session {
                         None => return self.no_server(CheckoutError::Connect(e)).map(Err),
                     }
                 }
+                // The reader it waited for left the rotation (already out of the pick): another choice.
+                Err(CheckoutError::LeftRotation) if self.reader_route => {
+                    match self.another_reader(&mut tries, &mut until) {
+                        Some(Ok(next)) => resume = next,
+                        Some(Err(none)) => return Ok(Err(none)),
+                        None => return self.no_server(CheckoutError::LeftRotation).map(Err),
+                    }
+                }
                 Err(e) => return self.no_server(e).map(Err),
             }
         }
@@ -135,7 +143,7 @@ impl Session {
     /// most. Under `reader_fallback = wait` with no reader left, the one picked is waited for as for any
     /// connection, a second at a time (then the next pick: whichever comes back first is found), until
     /// `query_wait_timeout`. `None`: give up with the last error; `Some(Err)`: no reader at all.
-    fn another_reader(
+    pub(super) fn another_reader(
         &mut self,
         tries: &mut u8,
         until: &mut Option<tokio::time::Instant>,

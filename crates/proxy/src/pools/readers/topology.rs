@@ -100,6 +100,10 @@ impl Discovery {
         if !gone.is_empty() || next.len() != current.len() {
             set.set_members(next);
         }
+        // Out of what a transaction may pick from now on: those waiting for one go elsewhere.
+        for member in &gone {
+            pools.get(member.id).leave_rotation("it left the topology");
+        }
     }
 
     /// The pool of the instance `server_id`: made the first time, found again after.
