@@ -16,6 +16,7 @@ mod pgbouncer_ini;
 mod pooling;
 mod protocol;
 mod readers;
+mod readers_silent;
 mod resilience;
 mod routes;
 mod server_queries;
