@@ -5,7 +5,6 @@
 //! the books and what the pools say ([`PoolGauges`]) when a reader asks, so they cost the data path nothing.
 
 mod clients;
-pub mod clock;
 mod servers;
 
 use std::sync::Arc;
@@ -16,8 +15,6 @@ use pgmux_metrics::{ClientState, Label, LoginResult, Metrics, ServerState, Snaps
 use pgmux_pool::Status;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
-
-use clock::Anchor;
 
 pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient, Peer};
 pub(crate) use servers::{ServerBook, ServerEntry, ServerTicket, StatementTotals};
@@ -134,8 +131,7 @@ pub(crate) struct Observer {
     pub(crate) clients: Arc<ClientBook>,
     pub(crate) servers: Arc<ServerBook>,
     period: Mutex<Period>,
-    /// The pooler's start, on both clocks (see the `clock` module).
-    started: Anchor,
+    started: Instant,
     started_unix: f64,
 }
 
@@ -146,7 +142,7 @@ impl Default for Observer {
             clients: Arc::default(),
             servers: Arc::default(),
             period: Mutex::new(Period { began: Instant::now(), totals: Stats::default(), averages: Stats::default() }),
-            started: Anchor::now(),
+            started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         }
     }
@@ -159,8 +155,7 @@ pub(crate) fn unix_now() -> u64 {
 
 /// Microseconds from `earlier` to `later` (zero if `later` is not later). Seconds and the microseconds
 /// past them rather than `Duration::as_micros`, whose 128-bit division costs more than the rest of the
-/// recording. (The sessions' meters, which record several times per transaction, keep integer moments
-/// instead: see the `clock` module.)
+/// recording (this runs three or four times per transaction).
 #[inline]
 pub(crate) fn micros_between(earlier: Instant, later: Instant) -> u64 {
     let d = later.saturating_duration_since(earlier);
@@ -170,24 +165,13 @@ pub(crate) fn micros_between(earlier: Instant, later: Instant) -> u64 {
 impl Observer {
     /// Time since the pooler started.
     pub(crate) fn uptime(&self) -> Duration {
-        Duration::from_micros(self.micros_now())
+        self.started.elapsed()
     }
 
-    /// Microseconds from the pooler's start to now.
-    pub(crate) fn micros_now(&self) -> u64 {
-        self.micros_at(clock::now_ns())
-    }
-
-    /// Microseconds from the pooler's start to moment `ns` (a [`clock::now_ns`] reading).
+    /// Microseconds from the pooler's start to `at`.
     #[inline]
-    pub(crate) fn micros_at(&self, ns: u64) -> u64 {
-        clock::micros(self.started.ns(), ns)
-    }
-
-    /// The `Instant` of moment `ns` (a [`clock::now_ns`] reading), for the pool.
-    #[inline]
-    pub(crate) fn instant_at(&self, ns: u64) -> Instant {
-        self.started.instant_at(ns)
+    pub(crate) fn micros_at(&self, at: Instant) -> u64 {
+        micros_between(self.started, at)
     }
 
     /// Unix seconds of the moment `micros_at` returned `us` for.

@@ -2,15 +2,13 @@
 //! read that starts a query, a ReadyForQuery, a link and a release. Per query it reads the clock twice and
 //! adds to a counter and a histogram; per transaction the same again, plus two relaxed stores to the
 //! client's entry in the admin console's list. No lock, no allocation. Bytes are counted by the sockets
-//! and published once per transaction. Moments are integer nanoseconds (see `observe::clock`): a duration is
-//! a subtraction and a division by a constant.
+//! and published once per transaction.
 
 use std::time::Instant;
 
 use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
 
-use crate::observe::clock::{micros, now_ns};
-use crate::observe::{ClientTicket, Observer, unix_now};
+use crate::observe::{ClientTicket, Observer, micros_between, unix_now};
 use crate::pools::CheckoutError;
 use crate::protocol::sql::PinReason;
 
@@ -20,19 +18,19 @@ pub(super) struct Meter {
     /// Its entry in the console's list of clients, and the observer its counters go to.
     pub(super) seen: ClientTicket,
     /// When the query now running (or the next one the client sent) began: its first byte, or the link
-    /// of a server connection if it had to wait for one. Moments here are `clock::now_ns` readings.
-    query_start: Option<u64>,
+    /// of a server connection if it had to wait for one.
+    query_start: Option<Instant>,
     /// When the server was linked, or the pinned client's last transaction ended.
-    xact_start: u64,
+    xact_start: Instant,
     /// The last ReadyForQuery: the end of a transaction released right after it (one clock read less).
-    last_ready: u64,
+    last_ready: Instant,
     /// Bytes received from and sent to the client already added to the counters.
     published: (u64, u64),
 }
 
 impl Meter {
     pub(super) fn new(seen: ClientTicket) -> Meter {
-        let now = now_ns();
+        let now = Instant::now();
         Meter { seen, query_start: None, xact_start: now, last_ready: now, published: (0, 0) }
     }
 
@@ -44,7 +42,7 @@ impl Meter {
     #[inline]
     pub(super) fn client_data(&mut self) {
         if self.query_start.is_none() {
-            self.query_start = Some(now_ns());
+            self.query_start = Some(Instant::now());
         }
     }
 
@@ -52,32 +50,26 @@ impl Meter {
     /// is done. With more owed (a pipeline), the next one is already running.
     #[inline]
     pub(super) fn ready_for_query(&mut self, more_owed: bool) {
-        let now = now_ns();
+        let now = Instant::now();
         let m = &self.obs().metrics;
         m.queries.inc();
-        m.query_time.record(micros(self.query_start.unwrap_or(now), now));
+        m.query_time.record(micros_between(self.query_start.unwrap_or(now), now));
         self.query_start = more_owed.then_some(now);
         self.last_ready = now;
     }
 
-    /// When the server last said ReadyForQuery (or the session began), a `clock::now_ns` moment.
+    /// When the server last said ReadyForQuery (or the session began).
     #[inline]
-    pub(super) fn last_ready_ns(&self) -> u64 {
-        self.last_ready
-    }
-
-    /// Moment `ns` as the pool keeps its times.
-    #[inline]
-    pub(super) fn instant_at(&self, ns: u64) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.obs().instant_at(ns))
+    pub(super) fn last_ready(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.last_ready)
     }
 
     /// The client starts to wait in line for a server connection; returns when its query began (read in the
     /// same turn of the loop, so the clock is not read again).
     pub(super) fn waiting(&mut self) -> Instant {
-        let began = *self.query_start.get_or_insert_with(now_ns);
+        let began = *self.query_start.get_or_insert_with(Instant::now);
         self.seen.waiting(self.obs().micros_at(began));
-        self.obs().instant_at(began)
+        began
     }
 
     /// The wait in line is over (parameters may still be applied before the link).
@@ -93,9 +85,9 @@ impl Meter {
     /// counts them, and the wait is a figure of its own.
     #[inline]
     pub(super) fn linked(&mut self, server: u64) {
-        let now = now_ns();
+        let now = Instant::now();
         let began = self.query_start.unwrap_or(now);
-        self.obs().metrics.server_wait.record(micros(began, now));
+        self.obs().metrics.server_wait.record(micros_between(began, now));
         self.xact_start = now;
         self.query_start = Some(now);
         self.seen.linked(server, self.obs().micros_at(began));
@@ -122,7 +114,7 @@ impl Meter {
         let now = self.last_ready;
         let m = &self.obs().metrics;
         m.transactions.inc();
-        m.transaction_time.record(micros(self.xact_start, now));
+        m.transaction_time.record(micros_between(self.xact_start, now));
         self.xact_start = now;
         self.publish_bytes(received, sent);
     }
