@@ -169,31 +169,10 @@ async fn a_database_the_server_lacks_is_the_servers_3d000() {
     assert_eq!(scalar(&c, "select current_database()").await, "pgmux");
 }
 
-/// Log lines pgmux writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 // One thread: pgmux's tasks run where the capturing subscriber is the default.
 #[tokio::test]
 async fn the_log_has_the_servers_error_and_never_a_password_or_verifier_read_even_when_it_quotes_one() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = crate::log_capture::capture();
 
     let (pg, oracle) = server(PgOptions::default()).await;
     let verifier: String =
@@ -213,7 +192,7 @@ async fn the_log_has_the_servers_error_and_never_a_password_or_verifier_read_eve
     drop(c);
     proxy.shutdown().await;
 
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     assert!(log.contains("relation \"not_pg_shadow\" does not exist"), "the server's error is logged: {log}");
     assert!(log.contains("invalid input syntax for type integer: \"<a stored password, not logged>\""), "{log}");
     let (_, keys) = verifier.rsplit_once('$').unwrap();

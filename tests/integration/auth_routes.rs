@@ -360,20 +360,6 @@ async fn alternating_passthrough_logins_never_accept_the_other_users_password() 
     }
 }
 
-/// Log lines pgmux writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Every row of `sql` on the console, as text (an error's message if it fails).
 async fn console_text(addr: SocketAddr, sql: &str) -> String {
     let console = common::connect(addr, &APP_USER, |c| {
@@ -399,14 +385,7 @@ async fn console_text(addr: SocketAddr, sql: &str) -> String {
 // One thread: pgmux's tasks run where the capturing subscriber is the default.
 #[tokio::test]
 async fn no_password_verifier_key_or_token_reaches_the_log_the_console_or_an_error() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = crate::log_capture::capture();
 
     let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
     let oracle = common::direct(&pg).await;
@@ -438,7 +417,7 @@ async fn no_password_verifier_key_or_token_reaches_the_log_the_console_or_an_err
     drop((app, plain));
     proxy.shutdown().await;
 
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     assert!(log.contains("passthrough password proved"), "the capture saw pgmux's log: {log}");
     let secret = ScramSecret::parse_verifier(&verifier).unwrap();
     let keys = ScramKeys::from_password(APP_USER.password, &secret);

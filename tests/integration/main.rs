@@ -10,6 +10,7 @@ mod basics;
 mod console_routes;
 mod failures;
 mod figures;
+mod log_capture;
 mod overload;
 mod params;
 mod pgbouncer_ini;
