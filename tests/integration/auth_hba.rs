@@ -192,3 +192,94 @@ async fn cert_lines_want_a_certificate_from_the_ca_named_as_the_user() {
     assert!(!other.status.success() && said.contains("do not match"), "another user: {said}");
     proxy.shutdown().await;
 }
+
+/// X.509 v1 client certificates (what `openssl ca` and `openssl x509 -req` make without extensions, as
+/// PgBouncer's own test certificates are), which rustls alone refuses: one signed by the CA of
+/// `tls_client_ca` gets in, one from another CA that carries the same name does not, nor does one from the
+/// right CA named as another user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_client_certificate_is_checked_against_the_ca() {
+    let pki = crate::tls::Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    for ca in ["ca", "impostor"] {
+        let (key, crt) = (format!("{ca}.key"), format!("{ca}.crt"));
+        let mut args = vec!["req", "-x509", "-new"];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-subj", "/CN=v1 test CA", "-days", "2", "-out", &crt]);
+        openssl(&args);
+    }
+    for (client, user, ca) in
+        [("good", APP_USER.user, "ca"), ("forged", APP_USER.user, "impostor"), ("other", "someone", "ca")]
+    {
+        let (key, csr, crt) = (format!("{client}.key"), format!("{client}.csr"), format!("{client}.crt"));
+        let subject = format!("/CN={user}");
+        let mut args = vec!["req", "-new"];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-subj", &subject, "-out", &csr]);
+        openssl(&args);
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &crt,
+        ]);
+        let text = openssl(&["x509", "-noout", "-text", "-in", &crt]);
+        assert!(text.contains("Version: 1 (0x0)"), "{client}.crt is X.509 v1: {text}");
+    }
+    // The same certificate with its CA after it, as libpq sends it when it can build the chain.
+    let chain = [dir.path().join("good.crt"), dir.path().join("ca.crt")].map(|f| std::fs::read_to_string(f).unwrap());
+    std::fs::write(dir.path().join("chain.crt"), chain.concat()).unwrap();
+    std::fs::copy(dir.path().join("good.key"), dir.path().join("chain.key")).unwrap();
+    let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let hba = write(&dir.path().join("hba.conf"), "hostssl all all all cert\n");
+    let extra = format!(
+        "client_auth = \"hba\"\nauth_hba_file = {hba}\ntls_mode = \"require\"\ntls_cert = {:?}\ntls_key = {:?}\n\
+         tls_client_ca = {:?}\n",
+        pki.path("server.crt").display().to_string(),
+        pki.path("server.key").display().to_string(),
+        dir.path().join("ca.crt").display().to_string(),
+    );
+    let proxy = Listener::start(common::config(&pg, &extra)).await.unwrap();
+    let psql = |client: &str| {
+        let out = std::process::Command::new("psql")
+            .args(["-X", "-At", "-c", "select 'in'"])
+            .env("PGHOST", "127.0.0.1")
+            .env("PGPORT", proxy.addr.port().to_string())
+            .env("PGUSER", APP_USER.user)
+            .env("PGDATABASE", DATABASE)
+            .env("PGSSLMODE", "require")
+            .env("PGSSLCERT", dir.path().join(format!("{client}.crt")))
+            .env("PGSSLKEY", dir.path().join(format!("{client}.key")))
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout).trim(), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), said)
+    };
+    let (ok, said) = psql("good");
+    assert!(ok && said.starts_with("in"), "a v1 certificate from the CA: {said}");
+    let (ok, said) = psql("chain");
+    assert!(ok && said.starts_with("in"), "a v1 certificate from the CA, sent with the CA: {said}");
+    let (ok, said) = psql("forged");
+    // rustls answers a bad signature with the decrypt_error alert.
+    assert!(!ok && said.contains("SSL error"), "a v1 certificate from a CA of the same name: {said}");
+    let (ok, said) = psql("other");
+    assert!(!ok && said.contains("do not match"), "a v1 certificate named as another user: {said}");
+    proxy.shutdown().await;
+}

@@ -128,7 +128,7 @@ fn described(attempt: &Attempt<'_>) -> String {
 fn certificate_name(conn: &Conn) -> Option<String> {
     let Stream::TlsFromClient(tls) = &conn.stream else { return None };
     let first = tls.get_ref().1.peer_certificates()?.first()?;
-    super::cert_name::common_name(first.as_ref())
+    crate::net::der::common_name(first.as_ref())
 }
 
 /// The uid of the process at the other end of the Unix socket.

@@ -8,7 +8,6 @@ pub(crate) mod access;
 pub(crate) mod auth;
 pub(crate) mod cancel;
 pub(crate) mod caps;
-mod cert_name;
 pub(crate) mod disabled;
 pub(crate) mod lookup;
 pub(crate) mod memory;

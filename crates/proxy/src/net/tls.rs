@@ -178,14 +178,17 @@ fn acceptor(cert: &Path, key: &Path, client_cas: Option<&Path>, optional: bool) 
         None => builder.with_no_client_auth(),
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            for ca in certs_from_pem_file("tls_client_ca", path)? {
+            let cas = certs_from_pem_file("tls_client_ca", path)?;
+            for ca in cas.iter().cloned() {
                 roots.add(ca).map_err(|source| TlsSetupError::Rustls { key: "tls_client_ca", source })?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
             let verifier = if optional { verifier.allow_unauthenticated() } else { verifier };
             let verifier =
                 verifier.build().map_err(|e| TlsSetupError::File { key: "tls_client_ca", reason: e.to_string() })?;
-            builder.with_client_cert_verifier(verifier)
+            // X.509 v1 client certificates, which rustls's own verifier refuses, checked against the same CAs.
+            let algorithms = provider().signature_verification_algorithms;
+            builder.with_client_cert_verifier(Arc::new(super::v1_cert::WithV1::new(verifier, cas, algorithms)))
         }
     };
     let signer = provider()
