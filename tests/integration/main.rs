@@ -3,6 +3,7 @@
 
 use pgmux_testkit::fixture as common;
 
+mod auth_hba;
 mod auth_plain;
 mod auth_query;
 mod auth_routes;

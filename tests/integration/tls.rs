@@ -10,12 +10,12 @@ use crate::common;
 
 /// A CA and a server certificate for `localhost` (not for 127.0.0.1), written to a directory PostgreSQL
 /// can read.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let ca = make_ca("pgmux test CA");
         let other = make_ca("someone else's CA");
@@ -47,7 +47,7 @@ impl Pki {
         Pki { dir }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 }
@@ -183,7 +183,13 @@ async fn clients_can_use_tls_when_a_certificate_is_configured() {
 
 /// psql to pgmux at `port` (as `localhost`, trusting the test CA) with `sslmode` and, if named, a client
 /// certificate of the test PKI; runs `sql` on `database`. Whether it worked, and what it said.
-fn psql(pki: &Pki, port: u16, (sslmode, client): (&str, Option<&str>), database: &str, sql: &str) -> (bool, String) {
+pub(crate) fn psql(
+    pki: &Pki,
+    port: u16,
+    (sslmode, client): (&str, Option<&str>),
+    database: &str,
+    sql: &str,
+) -> (bool, String) {
     let cert = client.map_or_else(|| pki.path("none.crt"), |c| pki.path(&format!("{c}.crt")));
     let key = client.map_or_else(|| pki.path("none.key"), |c| pki.path(&format!("{c}.key")));
     let out = std::process::Command::new("psql")

@@ -6,6 +6,8 @@
 //! hands back the client's proved key (SCRAM passthrough). Passthrough asks for the password in clear text
 //! (`cleartext`), and `auth_query` brings the stored password of a user the book lacks.
 //!
+//! Under hba, cert and peer, `client::access` has chosen one of those for the connection first.
+//!
 //! Under md5, scram-sha-256 and plain an unknown user goes through the whole exchange and fails as a wrong
 //! password does (28P01), as PostgreSQL's own users do, so that the error says nothing about which names
 //! exist; under trust there is nothing to hide, and an unknown user gets 28000.
@@ -67,7 +69,7 @@ impl Authenticator {
         Authenticator::new(config, UserBook::build(config, Vec::new()), None)
     }
 
-    /// How clients prove who they are.
+    /// How clients prove who they are (the global setting).
     pub(crate) fn method(&self) -> ClientAuth {
         self.method
     }
@@ -84,9 +86,15 @@ impl Authenticator {
 
     /// Runs the exchange for the default pool's `user`, who must be `served` (the user pgmux logs in as).
     /// On success nothing is sent yet: the caller sends AuthenticationOk.
-    pub(crate) async fn authenticate(&self, conn: &mut Conn, user: &str, served: &str) -> Result<(), OpeningError> {
+    pub(crate) async fn authenticate(
+        &self,
+        conn: &mut Conn,
+        method: ClientAuth,
+        user: &str,
+        served: &str,
+    ) -> Result<(), OpeningError> {
         let expected = if user == served { Expected::Known(self.password.as_ref()) } else { Expected::Unknown };
-        self.check(conn, user, expected).await.map(drop)
+        self.check(conn, method, user, expected).await.map(drop)
     }
 
     /// Runs the exchange for a console user: one the configuration allows (`allowed`) is checked against its
@@ -95,6 +103,7 @@ impl Authenticator {
     pub(crate) async fn authenticate_console(
         &self,
         conn: &mut Conn,
+        method: ClientAuth,
         user: &str,
         allowed: bool,
     ) -> Result<(), OpeningError> {
@@ -103,7 +112,7 @@ impl Authenticator {
             (true, Some(known)) => Expected::Known(known.password.as_ref()),
             (true, None) => Expected::Known(self.password.as_ref()),
         };
-        self.check(conn, user, expected).await.map(drop)
+        self.check(conn, method, user, expected).await.map(drop)
     }
 
     /// Runs the exchange for `user` of a named database, against the book. When the user is stored as a
@@ -111,13 +120,14 @@ impl Authenticator {
     pub(crate) async fn authenticate_known(
         &self,
         conn: &mut Conn,
+        method: ClientAuth,
         user: &str,
     ) -> Result<Option<scram::ScramKeys>, OpeningError> {
         let expected = match self.book.get(user) {
             Some(known) => Expected::Known(known.password.as_ref()),
             None => Expected::Unknown,
         };
-        self.check(conn, user, expected).await
+        self.check(conn, method, user, expected).await
     }
 
     /// Runs the exchange for `user`, a user pgmux does not know, against what `auth_query` read from the
@@ -126,6 +136,7 @@ impl Authenticator {
     pub(crate) async fn authenticate_looked_up(
         &self,
         conn: &mut Conn,
+        method: ClientAuth,
         user: &str,
         found: &Lookup,
     ) -> Result<Option<scram::ScramKeys>, OpeningError> {
@@ -134,7 +145,7 @@ impl Authenticator {
             Lookup::NoPassword => Expected::Known(None),
             Lookup::NoSuchUser => Expected::Unknown,
         };
-        self.check(conn, user, expected).await
+        self.check(conn, method, user, expected).await
     }
 
     /// Asks the client for its password in clear text (passthrough: the caller has made sure the connection
@@ -153,9 +164,11 @@ impl Authenticator {
         Ok(Secret::new(password))
     }
 
+    /// `method`: the global setting, or what the hba / cert / peer rules chose for this login.
     async fn check(
         &self,
         conn: &mut Conn,
+        method: ClientAuth,
         user: &str,
         expected: Expected<'_>,
     ) -> Result<Option<scram::ScramKeys>, OpeningError> {
@@ -169,7 +182,12 @@ impl Authenticator {
             Expected::Known(stored) => stored.map(Secret::expose),
             Expected::Unknown => None,
         };
-        match self.method {
+        match method {
+            // Nothing chose an exchange for this login (client::access runs before): refuse rather than guess.
+            ClientAuth::Hba | ClientAuth::Cert | ClientAuth::Peer => Err(OpeningError::Refused(ErrorMessage::fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                "no authentication method was decided for this login",
+            ))),
             ClientAuth::Trust => match expected {
                 Expected::Known(_) => Ok(None),
                 Expected::Unknown => Err(OpeningError::Refused(ErrorMessage::fatal(

@@ -32,11 +32,11 @@ pub(crate) struct Asker<'a> {
 
 /// Whether `user`'s password must be read from the server (when there is an `auth_user` to read it): a
 /// user pgmux does not know, or (but under trust, which checks no password) one it knows without a
-/// password, such as a `[users]` entry that only sets limits.
-pub(crate) fn needed(auth: &Authenticator, user: &str) -> bool {
+/// password, such as a `[users]` entry that only sets limits. `method`: how this login is checked.
+pub(crate) fn needed(auth: &Authenticator, method: ClientAuth, user: &str) -> bool {
     match auth.book().get(user) {
         None => true,
-        Some(known) => known.password.is_none() && auth.method() != ClientAuth::Trust,
+        Some(known) => known.password.is_none() && method != ClientAuth::Trust,
     }
 }
 

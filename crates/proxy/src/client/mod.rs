@@ -1,8 +1,10 @@
-//! The client side: the opening packets ([`startup`]), authentication ([`auth`]), cancel keys
+//! The client side: the opening packets ([`startup`]), the hba / cert / peer rules ([`access`]),
+//! authentication ([`auth`]), cancel keys
 //! ([`cancel`]), the counts and caps of clients per database and user ([`caps`]), the databases DISABLEd ([`disabled`]), the memory clients' large messages share ([`memory`]), the Unix-domain socket file
 //! ([`unix_socket`]), and what every client's session shares ([`shared`]: the pools, the authenticator,
 //! the cancel keys, the statement registry).
 
+pub(crate) mod access;
 pub(crate) mod auth;
 pub(crate) mod cancel;
 pub(crate) mod caps;

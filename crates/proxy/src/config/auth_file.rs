@@ -21,6 +21,19 @@ pub enum AuthFileError {
     Read { path: String, reason: String },
     #[error("auth_file {path}, line {line}: {reason}")]
     Syntax { path: String, line: usize, reason: &'static str },
+    /// `auth_hba_file` or `auth_ident_file` (client_auth = hba).
+    #[error(transparent)]
+    Access(#[from] super::hba::HbaError),
+}
+
+impl AuthFileError {
+    /// The setting that names the file at fault.
+    pub fn key(&self) -> &'static str {
+        match self {
+            AuthFileError::Access(e) => e.key,
+            AuthFileError::Read { .. } | AuthFileError::Syntax { .. } => "auth_file",
+        }
+    }
 }
 
 /// Reads and parses the file at `path`.
@@ -76,6 +89,8 @@ fn quoted(rest: &mut &str) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct UserBook {
     users: std::collections::HashMap<String, KnownUser>,
+    /// With client_auth = hba: the rules of auth_hba_file and the maps of auth_ident_file.
+    access: Option<std::sync::Arc<super::hba::AccessRules>>,
 }
 
 /// One user of the [`UserBook`].
@@ -94,7 +109,17 @@ impl UserBook {
             Some(path) => read(path)?,
             None => Vec::new(),
         };
-        Ok(Self::build(config, file))
+        let mut book = Self::build(config, file);
+        if let (super::ClientAuth::Hba, Some(hba)) = (config.client_auth, &config.auth_hba_file) {
+            let rules = super::hba::AccessRules::load(hba, config.auth_ident_file.as_deref())?;
+            book.access = Some(std::sync::Arc::new(rules));
+        }
+        Ok(book)
+    }
+
+    /// The hba rules and ident maps (client_auth = hba).
+    pub fn access(&self) -> Option<&super::hba::AccessRules> {
+        self.access.as_deref()
     }
 
     /// The book for `config` and the entries of its auth file.
@@ -115,7 +140,7 @@ impl UserBook {
             }
             known.spec = Some(spec.clone());
         }
-        UserBook { users }
+        UserBook { users, access: None }
     }
 
     /// The user called `name`, if pgmux knows it.

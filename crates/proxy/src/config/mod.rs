@@ -10,6 +10,7 @@ pub mod auth_file;
 pub mod credentials;
 mod duration;
 mod error;
+pub mod hba;
 pub mod learned;
 mod live;
 pub mod pgbouncer_ini;
@@ -211,8 +212,17 @@ config_keys! {
     /// PgBouncer's `auth_dbname`: the `[[databases]]` entry whose server and database `auth_query` runs on
     /// (a route's own `auth_dbname` comes first). Unset: the route's own.
     auth_dbname: String = "";
-    /// How clients log in: `trust`, `md5` or `scram-sha-256`, with the user and password of database_url.
+    /// How clients log in: `trust`, `md5`, `scram-sha-256` or `plain`, with the user and password of
+    /// database_url; `hba` (the first line of auth_hba_file that covers the login decides), `cert` (a client
+    /// certificate from tls_client_ca whose common name is the user) or `peer` (over the Unix socket, the
+    /// client's OS user is the user).
     client_auth: ClientAuth = "scram-sha-256";
+    /// With client_auth = hba: a file in PostgreSQL's pg_hba.conf format (local / host / hostssl / hostnossl
+    /// lines; methods trust, reject, password, md5, scram-sha-256, cert, peer). See docs/authentication.md.
+    auth_hba_file: Option<PathBuf> = "";
+    /// With client_auth = hba: a file in PostgreSQL's pg_ident.conf format (`map system-name user`), for the
+    /// `map=` option of cert and peer lines.
+    auth_ident_file: Option<PathBuf> = "";
     /// Most client connections at once; the next one gets SQLSTATE 53300.
     max_client_conn: usize = "5000";
     /// Longest a client waits for a server connection before it gets SQLSTATE 53300.
@@ -471,11 +481,22 @@ impl Config {
         if self.workers == 0 || self.workers > 256 {
             return Err(invalid("workers", "must be between 1 and 256"));
         }
-        if self.client_auth != ClientAuth::Trust && self.client_password().is_none() && self.databases.is_empty() {
+        let password_checked =
+            matches!(self.client_auth, ClientAuth::Md5 | ClientAuth::ScramSha256 | ClientAuth::Plain);
+        if password_checked && self.client_password().is_none() && self.databases.is_empty() {
             return Err(invalid(
                 "client_auth",
                 "md5, scram-sha-256 and plain need a password to check clients against: set client_password \
                  (database_url has none)",
+            ));
+        }
+        if self.client_auth == ClientAuth::Hba && self.auth_hba_file.is_none() {
+            return Err(invalid("auth_hba_file", "client_auth = hba reads its rules from auth_hba_file: set it"));
+        }
+        if self.client_auth == ClientAuth::Cert && self.tls_client_ca.is_none() {
+            return Err(invalid(
+                "tls_client_ca",
+                "client_auth = cert checks client certificates against tls_client_ca: set it",
             ));
         }
         if self.client_auth == ClientAuth::Trust && self.profile.is_lambda() && !self.listen.ip().is_loopback() {

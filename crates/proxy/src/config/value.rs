@@ -207,6 +207,13 @@ pub enum ClientAuth {
     /// The password in clear text (PgBouncer's `plain`), checked against however it is stored; accepted only
     /// over TLS, the Unix socket or loopback.
     Plain,
+    /// The first line of `auth_hba_file` that covers the login picks one of the others (or cert, peer,
+    /// reject).
+    Hba,
+    /// A client certificate from `tls_client_ca` whose common name is the user.
+    Cert,
+    /// Over the Unix socket, the OS user at the other end is the user.
+    Peer,
 }
 
 impl fmt::Display for ClientAuth {
@@ -216,6 +223,9 @@ impl fmt::Display for ClientAuth {
             ClientAuth::Md5 => "md5",
             ClientAuth::ScramSha256 => "scram-sha-256",
             ClientAuth::Plain => "plain",
+            ClientAuth::Hba => "hba",
+            ClientAuth::Cert => "cert",
+            ClientAuth::Peer => "peer",
         })
     }
 }
@@ -228,7 +238,10 @@ impl ConfigValue for ClientAuth {
             "md5" => Ok(ClientAuth::Md5),
             "scram-sha-256" | "scram" => Ok(ClientAuth::ScramSha256),
             "plain" => Ok(ClientAuth::Plain),
-            _ => Err(expected("trust, md5, scram-sha-256 or plain", text)),
+            "hba" => Ok(ClientAuth::Hba),
+            "cert" => Ok(ClientAuth::Cert),
+            "peer" => Ok(ClientAuth::Peer),
+            _ => Err(expected("trust, md5, scram-sha-256, plain, hba, cert or peer", text)),
         }
     }
     fn show(&self) -> String {

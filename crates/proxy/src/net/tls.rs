@@ -147,16 +147,25 @@ pub(crate) fn client_from_config(config: &crate::config::Config) -> Result<Optio
     if !config.offers_client_tls() {
         return Ok(None);
     }
-    let client_cas = match &config.tls_client_ca {
-        Some(ca) if config.tls_mode.verifies_certificate() => Some(ca.as_path()),
-        _ => None,
+    let cert_logins = matches!(config.client_auth, crate::config::ClientAuth::Hba | crate::config::ClientAuth::Cert);
+    let (client_cas, optional) = match &config.tls_client_ca {
+        Some(ca) if config.tls_mode.verifies_certificate() => (Some(ca.as_path()), false),
+        // client_auth = hba or cert: a certificate is asked for, and checked if given; whether the login needs
+        // one is the rules' business (a `cert` line), not the handshake's.
+        Some(ca) if cert_logins => (Some(ca.as_path()), true),
+        _ => (None, false),
     };
-    client_acceptor(cert, key, client_cas).map(Some)
+    acceptor(cert, key, client_cas, optional).map(Some)
 }
 
 /// Offers clients TLS with a configured certificate; with `client_cas`, asks each client for a certificate
 /// and accepts only one whose chain leads to one of them.
 pub fn client_acceptor(cert: &Path, key: &Path, client_cas: Option<&Path>) -> Result<TlsAcceptor, TlsSetupError> {
+    acceptor(cert, key, client_cas, false)
+}
+
+/// [`client_acceptor`]; with `optional`, a client without a certificate is let through the handshake.
+fn acceptor(cert: &Path, key: &Path, client_cas: Option<&Path>, optional: bool) -> Result<TlsAcceptor, TlsSetupError> {
     let certs = certs_from_pem_file("tls_cert", cert)?;
     let key_bytes = std::fs::read(key)
         .map_err(|e| TlsSetupError::File { key: "tls_key", reason: format!("cannot read {}: {e}", key.display()) })?;
@@ -169,13 +178,17 @@ pub fn client_acceptor(cert: &Path, key: &Path, client_cas: Option<&Path>) -> Re
         None => builder.with_no_client_auth(),
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            for ca in certs_from_pem_file("tls_client_ca", path)? {
+            let cas = certs_from_pem_file("tls_client_ca", path)?;
+            for ca in cas.iter().cloned() {
                 roots.add(ca).map_err(|source| TlsSetupError::Rustls { key: "tls_client_ca", source })?;
             }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .map_err(|e| TlsSetupError::File { key: "tls_client_ca", reason: e.to_string() })?;
-            builder.with_client_cert_verifier(verifier)
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = if optional { verifier.allow_unauthenticated() } else { verifier };
+            let verifier =
+                verifier.build().map_err(|e| TlsSetupError::File { key: "tls_client_ca", reason: e.to_string() })?;
+            // X.509 v1 client certificates, which rustls's own verifier refuses, checked against the same CAs.
+            let algorithms = provider().signature_verification_algorithms;
+            builder.with_client_cert_verifier(Arc::new(super::v1_cert::WithV1::new(verifier, cas, algorithms)))
         }
     };
     let signer = provider()

@@ -65,7 +65,7 @@ impl ReloadError {
             ReloadError::Invalid(e) => e.key(),
             ReloadError::NeedsRestart { key } | ReloadError::ChangesLogin { key } => Some(key),
             ReloadError::Tls(TlsSetupError::File { key, .. } | TlsSetupError::Rustls { key, .. }) => Some(key),
-            ReloadError::AuthFile(_) => Some("auth_file"),
+            ReloadError::AuthFile(e) => Some(e.key()),
             ReloadError::Control(_) => Some("max_connections_percent"),
         }
     }
@@ -211,14 +211,14 @@ fn apply(shared: &Shared, mut new: Config, access: Option<ServerAccess>) -> Resu
 }
 
 /// Keys that change how clients log in (and nothing on the server side): `SET` may change them.
-const CLIENT_AUTH_KEYS: &[&str] = &["client_auth", "client_password", "auth_file"];
+const CLIENT_AUTH_KEYS: &[&str] = &["client_auth", "client_password", "auth_file", "auth_hba_file", "auth_ident_file"];
 
 /// Keys whose change needs new credentials or TLS: only a full reload rebuilds those.
 const LOGIN_KEYS: &[&str] =
     &["database_url", "secret_arn", "database_host", "database_port", "iam_auth", "sslmode", "ssl_root_cert"];
 
 /// Keys of the TLS offered to clients: `SET` rebuilds it (for new logins), no source needed.
-const CLIENT_TLS_KEYS: &[&str] = &["tls_cert", "tls_key", "tls_mode", "tls_client_ca"];
+const CLIENT_TLS_KEYS: &[&str] = &["tls_cert", "tls_key", "tls_mode", "tls_client_ca", "client_auth"];
 
 /// Why `SET` may not change `key`, if it may not: it needs a RELOAD, or a restart.
 fn not_settable(key: &str, has_source: bool) -> Option<ReloadError> {

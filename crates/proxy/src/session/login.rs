@@ -15,6 +15,7 @@ use pgmux_proto::{TxStatus, sqlstate};
 use super::meter::Meter;
 use super::passthrough;
 use super::{ClientSlot, Session, shutting_down, timers};
+use crate::client::access;
 use crate::client::auth::Authenticator;
 use crate::client::cancel::Registration;
 use crate::client::caps::{Caps, Hold};
@@ -75,16 +76,25 @@ pub(super) async fn login(
         Err(denied) => return deny(&shared, conn, denied).await,
     };
     let private = super::passthrough::is_private(&conn, &peer);
-    if let Err(denied) = plain_allowed(&shared, private).and_then(|()| tls_required(&shared, &conn)) {
+    let to_console = console::wanted(&shared, &startup).await;
+    // How this client proves who it is: the global client_auth, or what the hba / cert / peer rules chose.
+    let method = {
+        let auth = shared.auth();
+        match access::decide(&auth, &conn, &peer, &startup, to_console) {
+            Ok(chosen) => chosen.unwrap_or(auth.method()),
+            Err(denied) => return deny(&shared, conn, denied).await,
+        }
+    };
+    if let Err(denied) = plain_allowed(method, private).and_then(|()| tls_required(&shared, &conn)) {
         return deny(&shared, conn, denied).await;
     }
-    if console::wanted(&shared, &startup).await {
+    if to_console {
         // Not one of the tasks shutdown waits for: the console stays open until pgmux exits.
-        tokio::spawn(console::serve(shared, conn, startup, stop, id, peer));
+        tokio::spawn(console::serve(shared, conn, startup, stop, id, peer, method));
         return None;
     }
     let (params, pool, counted) =
-        match admit(&shared, &stop, &mut conn, &startup, (slot.count(), private), deadline).await {
+        match admit(&shared, &stop, &mut conn, (&startup, method), (slot.count(), private), deadline).await {
             Ok(admitted) => admitted,
             Err(denied) => return deny(&shared, conn, denied).await,
         };
@@ -122,8 +132,8 @@ pub(super) async fn login(
 /// `client_auth = "plain"` asks for the password in clear text, which pgmux does only where nobody can read
 /// it on the way: over TLS, the Unix socket or loopback (PgBouncer asks on any link). Elsewhere the login is
 /// refused before any password is asked for.
-fn plain_allowed(shared: &Shared, private: bool) -> Result<(), OpeningError> {
-    if private || shared.auth().method() != ClientAuth::Plain {
+fn plain_allowed(method: ClientAuth, private: bool) -> Result<(), OpeningError> {
+    if private || method != ClientAuth::Plain {
         return Ok(());
     }
     Err(OpeningError::Refused(
@@ -194,7 +204,7 @@ async fn admit(
     shared: &Shared,
     stop: &Stop,
     conn: &mut Conn,
-    startup: &StartupMessage,
+    (startup, method): (&StartupMessage, ClientAuth),
     (count, private): (usize, bool),
     deadline: Instant,
 ) -> Result<(ClientParams, PoolId, Hold), OpeningError> {
@@ -225,8 +235,8 @@ async fn admit(
     };
     let raw = params::from_startup(&startup.params, &rules).map_err(refused)?;
     let id = match routed {
-        Routed::Default => default_login(shared, &auth, conn, (user, database), deadline).await?,
-        Routed::Route(plan) => route_login(shared, &auth, conn, (user, *plan), private, deadline).await?,
+        Routed::Default => default_login(shared, (&auth, method), conn, (user, database), deadline).await?,
+        Routed::Route(plan) => route_login(shared, (&auth, method), conn, (user, *plan), private, deadline).await?,
     };
     let caps = Caps::of(&shared.config(), auth.book(), database, user);
     let counted = shared.counts.enter(database, user, caps, false).map_err(refused)?;
@@ -257,7 +267,7 @@ fn no_such_database(database: &str, hint: String) -> ErrorMessage {
 /// Login to the default pool (only `database_url`): the client must name its database and be its user.
 async fn default_login(
     shared: &Shared,
-    auth: &Authenticator,
+    (auth, method): (&Authenticator, ClientAuth),
     conn: &mut Conn,
     (user, database): (&str, &str),
     deadline: Instant,
@@ -271,7 +281,9 @@ async fn default_login(
         let hint = format!("this pgmux serves the database \"{}\"", served.dbname);
         return Err(OpeningError::Refused(no_such_database(database, hint)));
     }
-    tokio::time::timeout_at(deadline, auth.authenticate(conn, user, &served.user)).await.map_err(|_| timed_out())??;
+    tokio::time::timeout_at(deadline, auth.authenticate(conn, method, user, &served.user))
+        .await
+        .map_err(|_| timed_out())??;
     Ok(PoolId::default())
 }
 
@@ -279,7 +291,7 @@ async fn default_login(
 /// looked up with auth_query, or one pgmux knows), then the pool found or made.
 async fn route_login(
     shared: &Shared,
-    auth: &Authenticator,
+    (auth, method): (&Authenticator, ClientAuth),
     conn: &mut Conn,
     (user, plan): (&str, RoutePlan),
     private: bool,
@@ -291,7 +303,7 @@ async fn route_login(
         let login = passthrough::login(shared, auth, conn, (user, plan), private, make_pool);
         return tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
     }
-    if let Some(auth_user) = plan.auth_user.as_deref().filter(|_| lookup::needed(auth, user)) {
+    if let Some(auth_user) = plan.auth_user.as_deref().filter(|_| lookup::needed(auth, method, user)) {
         let asker = Asker {
             auth_user,
             query: &plan.auth_query,
@@ -299,7 +311,7 @@ async fn route_login(
             home: Some(&plan.login),
         };
         let found = lookup::look_up(shared, auth, asker, user).await?;
-        let check = auth.authenticate_looked_up(conn, user, &found);
+        let check = auth.authenticate_looked_up(conn, method, user, &found);
         let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
         // The server login of the client's own user's pool uses what was read, if the route has nothing.
         let stored = match found {
@@ -314,8 +326,9 @@ async fn route_login(
         passthrough::keep_keys(shared, id, user, keys);
         return Ok(id);
     }
-    let keys =
-        tokio::time::timeout_at(deadline, auth.authenticate_known(conn, user)).await.map_err(|_| timed_out())??;
+    let keys = tokio::time::timeout_at(deadline, auth.authenticate_known(conn, method, user))
+        .await
+        .map_err(|_| timed_out())??;
     let id = route_pool(shared, auth, plan, None).map_err(refused)?;
     passthrough::keep_keys(shared, id, user, keys);
     Ok(id)

@@ -160,10 +160,12 @@ impl Builder {
             "pool_mode" => self.set("pool_mode", &value, item),
             "auth_type" if self.env_sets("client_auth") => Ok(()),
             "auth_type" => match value.as_str() {
-                "trust" | "md5" | "scram-sha-256" | "plain" => self.set("client_auth", &value, item),
+                "trust" | "md5" | "scram-sha-256" | "plain" | "hba" | "cert" | "peer" => {
+                    self.set("client_auth", &value, item)
+                }
                 _ => refuse(
-                    "pgmux checks clients with trust, md5, scram-sha-256 or plain (cert, hba, ldap, pam and any \
-                     are PgBouncer's alone)",
+                    "pgmux checks clients with trust, md5, scram-sha-256, plain, hba, cert or peer (ldap, pam and \
+                     any are PgBouncer's alone)",
                 ),
             },
             "unix_socket_dir" if item.value.starts_with('@') => {

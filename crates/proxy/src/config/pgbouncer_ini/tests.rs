@@ -306,9 +306,9 @@ fn errors_name_the_file_the_line_and_the_setting() {
     assert_eq!((line, key.as_deref()), (Some(1), Some("listen_port")));
     let (line, key, msg) = error_of(&format!("{ONE_DB}[pgbouncer]\nauth_type = ldap\n"));
     assert_eq!((line, key.as_deref()), (Some(4), Some("auth_type")));
-    assert!(
-        msg.contains("auth_type = ldap is not supported: pgmux checks clients with trust, md5, scram-sha-256 or plain")
-    );
+    assert!(msg.contains(
+        "auth_type = ldap is not supported: pgmux checks clients with trust, md5, scram-sha-256, plain, hba"
+    ));
     let (line, _, msg) = error_of(&format!("{ONE_DB}[pgbouncer]\nlisten_addr = 127.0.0.1, 10.0.0.1\n"));
     assert_eq!(line, Some(4));
     assert!(msg.contains("pgmux listens on one address"), "{msg}");

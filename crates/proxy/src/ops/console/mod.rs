@@ -105,9 +105,10 @@ pub(crate) async fn serve(
     stop: Stop,
     id: u64,
     peer: Peer,
+    method: ClientAuth,
 ) {
     let _slot = ConsoleSlot(Arc::clone(&shared));
-    let console = match admit(&shared, &mut conn, &startup, &stop).await {
+    let console = match admit(&shared, &mut conn, (&startup, method), &stop).await {
         Ok((access, served, user, counted)) => {
             let seen = ClientBook::add(
                 shared.observer(),
@@ -139,7 +140,7 @@ pub(crate) async fn serve(
 async fn admit(
     shared: &Shared,
     conn: &mut Conn,
-    startup: &StartupMessage,
+    (startup, method): (&StartupMessage, ClientAuth),
     stop: &Stop,
 ) -> Result<(Access, LoginInfo, String, Hold), OpeningError> {
     let refused = |code, message: String| OpeningError::Refused(ErrorMessage::fatal(code, message));
@@ -166,7 +167,7 @@ async fn admit(
         (access_of(&config, user, &served.user), Instant::now() + config.client_login_timeout)
     };
     // A user without rights fails the password check like a wrong password, telling nothing more.
-    match tokio::time::timeout_at(deadline, check_password(shared, conn, user, access.is_some())).await {
+    match tokio::time::timeout_at(deadline, check_password(shared, conn, (user, method), access.is_some())).await {
         Err(_) => return Err(refused(sqlstate::PROTOCOL_VIOLATION, "client did not log in in time".into())),
         Ok(result) => result?,
     }
@@ -183,19 +184,24 @@ async fn admit(
 /// Checks a console user's password against the book; an allowed user the book has no password for is
 /// looked up with the global `auth_query` when there is an `auth_user` (as PgBouncer looks up its console
 /// and stats users), in the global `auth_dbname`: the console has no server of its own to run it on.
-async fn check_password(shared: &Shared, conn: &mut Conn, user: &str, allowed: bool) -> Result<(), OpeningError> {
+async fn check_password(
+    shared: &Shared,
+    conn: &mut Conn,
+    (user, method): (&str, ClientAuth),
+    allowed: bool,
+) -> Result<(), OpeningError> {
     let auth = shared.auth();
     let (auth_user, query, auth_dbname) = {
         let config = shared.config();
         (config.auth_user.clone(), config.auth_query.clone(), config.auth_dbname.clone())
     };
-    if allowed && !auth_user.is_empty() && auth.method() != ClientAuth::Trust && lookup::needed(&auth, user) {
+    if allowed && !auth_user.is_empty() && method != ClientAuth::Trust && lookup::needed(&auth, method, user) {
         let auth_dbname = (!auth_dbname.is_empty()).then_some(auth_dbname.as_str());
         let asker = Asker { auth_user: &auth_user, query: &query, auth_dbname, home: None };
         let found = lookup::look_up(shared, &auth, asker, user).await?;
-        return auth.authenticate_looked_up(conn, user, &found).await.map(drop);
+        return auth.authenticate_looked_up(conn, method, user, &found).await.map(drop);
     }
-    auth.authenticate_console(conn, user, allowed).await
+    auth.authenticate_console(conn, method, user, allowed).await
 }
 
 /// AuthenticationOk, PgBouncer's parameters (psycopg wants a DateStyle starting with ISO), a key that
