@@ -61,6 +61,9 @@ pub(crate) struct Router {
     unnamed_may_commit: [bool; 2],
     /// What the unnamed statement's text says (pins, `set_config`), kept with it.
     unnamed_facts: SqlFacts,
+    /// Binds of the client's named statements not yet added to the pooler's count (SHOW STATS'
+    /// bind_count): a plain count here, added once per transaction ([`take_binds`](Self::take_binds)).
+    binds: u32,
     /// What [`Mode::Checking`] waits for. Boxed: every byte here is paid by each idle client.
     check: Option<Box<Check>>,
 }
@@ -113,8 +116,15 @@ impl Router {
             commit_in_flight: false,
             unnamed_may_commit: [true; 2],
             unnamed_facts: SqlFacts::default(),
+            binds: 0,
             check: None,
         }
+    }
+
+    /// The Binds of named statements counted since the last call, and a fresh count.
+    #[inline]
+    pub(crate) fn take_binds(&mut self) -> u32 {
+        std::mem::take(&mut self.binds)
     }
 
     pub(crate) fn mode(&self) -> Mode {
@@ -424,6 +434,7 @@ impl Router {
         let name = name.to_owned();
         // A name the client never parsed goes through as it is: the server says it does not exist.
         let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', msg) };
+        self.binds = self.binds.wrapping_add(1);
         match found {
             Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
                 self.refuse_stale(&stmt, Reply::Bind, server);
@@ -466,6 +477,7 @@ impl Router {
         }
         let name = name.to_owned();
         let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', head) };
+        self.binds = self.binds.wrapping_add(1);
         let stmt = match found {
             Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
                 // The rest is dropped with the unit (it streams only in Normal mode).
