@@ -363,3 +363,38 @@ async fn terminate_ends_the_session_cleanly() {
     let ok = fx.client().await;
     assert_eq!(scalar(&ok, "select now() = statement_timestamp()").await, "t", "the transaction was rolled back");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_name_over_postgresqls_describe_limit_is_renamed_and_a_portal_name_refused() {
+    let fx = trust().await;
+    let mut c = RawClient::connect(fx.addr()).await;
+    c.send_query("select pg_backend_pid()").await;
+    let pid = c.until_ready().await[1].1[6..].to_vec();
+    // 16 KiB: a Describe or Close naming it is over PostgreSQL's 10,000-byte limit for those messages.
+    let name = "a".repeat(16 * 1024);
+    let mut unit = msg(b'P', &[cstr(&name), cstr("select $1::text"), vec![0, 0]].concat());
+    unit.extend(msg(b'D', &[vec![b'S'], cstr(&name)].concat()));
+    unit.extend(msg(
+        b'B',
+        &[cstr(""), cstr(&name), vec![0, 0, 0, 1, 0, 0, 0, 3], b"abc".to_vec(), vec![0, 0]].concat(),
+    ));
+    unit.extend(msg(b'E', &[cstr(""), vec![0, 0, 0, 0]].concat()));
+    unit.extend(msg(b'C', &[vec![b'S'], cstr(&name)].concat()));
+    unit.extend(msg(b'S', &[]));
+    c.send(&unit).await;
+    let got = c.until_ready().await;
+    assert_eq!(tags(&got), "1tT2DC3Z", "{got:?}");
+    assert_eq!(&got[4].1[6..], b"abc");
+    // A portal keeps its name towards the server, where PostgreSQL would end the connection over it: pgmux
+    // refuses it in its turn instead, and the session (and its server) go on.
+    let mut unit = msg(b'D', &[vec![b'P'], cstr(&name)].concat());
+    unit.extend(msg(b'S', &[]));
+    c.send(&unit).await;
+    let got = c.until_ready().await;
+    assert_eq!(tags(&got), "EZ", "{got:?}");
+    assert_eq!(sqlstate(&got[0].1), "54000");
+    c.send_query("select pg_backend_pid()").await;
+    let got = c.until_ready().await;
+    assert_eq!(tags(&got), "TDCZ", "{got:?}");
+    assert_eq!(got[1].1[6..], pid[..], "the server connection survived");
+}

@@ -17,7 +17,7 @@ pub const HEADER_LEN: usize = 5;
 
 /// PostgreSQL's own limit for messages that may carry data (`PQ_LARGE_MESSAGE_LIMIT`).
 pub const LARGE_MESSAGE_LIMIT: usize = (1 << 30) - 1;
-/// PostgreSQL's own limit for control messages such as Sync or Describe (`PQ_SMALL_MESSAGE_LIMIT`).
+/// PostgreSQL's own limit for control messages such as Sync, Execute or Describe (`PQ_SMALL_MESSAGE_LIMIT`).
 pub const SMALL_MESSAGE_LIMIT: usize = 10_000;
 /// PostgreSQL's limit for a startup packet (`MAX_STARTUP_PACKET_LENGTH`).
 pub const STARTUP_PACKET_LIMIT: usize = 10_000;
@@ -179,7 +179,12 @@ fn limit_for(sender: Sender, tag: u8) -> Result<usize, FrameError> {
     let limit = match sender {
         Sender::Frontend => match tag {
             b'Q' | b'P' | b'B' | b'F' | b'd' => LARGE_MESSAGE_LIMIT,
-            b'D' | b'E' | b'C' | b'H' | b'S' | b'c' | b'X' => SMALL_MESSAGE_LIMIT,
+            // A Describe or Close names a statement, and a Parse may give one a name of any length. PostgreSQL
+            // reads these with its small limit, but pgmux gives statements names of its own towards the
+            // server, so it takes them at the client's message limit; the router refuses one it would have to
+            // pass on as it is over PostgreSQL's limit (a portal's, or with statement tracking off).
+            b'D' | b'C' => LARGE_MESSAGE_LIMIT,
+            b'E' | b'H' | b'S' | b'c' | b'X' => SMALL_MESSAGE_LIMIT,
             // CopyFail carries a message; PostgreSQL reads it with the small limit too.
             b'f' => SMALL_MESSAGE_LIMIT,
             b'p' => AUTH_MESSAGE_LIMIT,
@@ -235,6 +240,22 @@ mod tests {
         // A limit below PostgreSQL's small-message limit does not shrink that one.
         let mut tiny = Framer::with_limit(Sender::Frontend, 10);
         assert!(matches!(tiny.step(&msg(b'Q', &[b'x'; 50])), Ok(Step::Message { .. })));
+    }
+
+    #[test]
+    fn a_describe_or_close_may_name_a_long_statement_up_to_the_client_limit() {
+        // A 16 KiB statement name: over PostgreSQL's small-message limit, under the client's.
+        let mut body = vec![b'S'];
+        body.extend(vec![b'a'; 16 * 1024]);
+        body.push(0);
+        let mut f = Framer::with_limit(Sender::Frontend, 1 << 20);
+        for tag in [b'D', b'C'] {
+            assert!(matches!(f.step(&msg(tag, &body)), Ok(Step::Message { .. })), "{}", tag as char);
+        }
+        // Still bounded: by the client's limit, and Execute (a portal, never renamed) by PostgreSQL's.
+        let mut tight = Framer::with_limit(Sender::Frontend, 16 * 1024);
+        assert!(matches!(tight.step(&msg(b'D', &body)), Err(FrameError::TooLong { tag: b'D', .. })));
+        assert!(matches!(f.step(&msg(b'E', &body)), Err(FrameError::TooLong { tag: b'E', .. })));
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl Stats {
             wait_us: s.server_wait.sum_us(),
             client_parses: st.client_parses,
             server_parses: st.parses,
-            binds: 0,
+            binds: st.binds,
             logins: pgmux_metrics::value_of(&s.client_logins, LoginResult::Accepted),
         }
     }

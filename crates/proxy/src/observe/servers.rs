@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 
 use parking_lot::{Mutex, MutexGuard};
 use pgmux_metrics::{CounterFamily, Label, ServerCloseReason};
@@ -36,6 +36,8 @@ pub(crate) struct StatementTotals {
     pub(crate) parses: u64,
     pub(crate) evictions: u64,
     pub(crate) hits: u64,
+    /// Binds of clients' named statements (SHOW STATS' bind_count).
+    pub(crate) binds: u64,
 }
 
 impl StatementTotals {
@@ -60,11 +62,13 @@ struct Book {
 pub(crate) struct ServerBook {
     book: Mutex<Book>,
     pub(crate) closed: CounterFamily<ServerCloseReason>,
+    /// Binds of clients' named statements, added by each session once per transaction (not per Bind).
+    binds: AtomicU64,
 }
 
 impl Default for ServerBook {
     fn default() -> Self {
-        ServerBook { book: Mutex::default(), closed: CounterFamily::new() }
+        ServerBook { book: Mutex::default(), closed: CounterFamily::new(), binds: AtomicU64::new(0) }
     }
 }
 
@@ -95,7 +99,13 @@ impl ServerBook {
         let book = self.lock();
         let mut totals = book.closed;
         book.open.values().for_each(|e| totals.add(&e.statements));
+        totals.binds = self.binds.load(Relaxed);
         totals
+    }
+
+    /// Adds a session's Binds of named statements since it last added them.
+    pub(crate) fn add_binds(&self, n: u64) {
+        self.binds.fetch_add(n, Relaxed);
     }
 }
 

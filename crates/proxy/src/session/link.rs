@@ -333,7 +333,7 @@ impl Session {
 
     /// The transaction is counted as done; the pin that keeps the server, if any (reported the first time).
     fn transaction_over(&mut self) -> Option<Keep> {
-        self.meter.transaction_done(self.client.received, self.client.out.sent());
+        self.meter.transaction_done(self.client.received, self.client.out.sent(), self.router.take_binds());
         let keep = self.held()?;
         if let Some(reason) = self.router.pin_to_report() {
             self.meter.pinned(reason);

@@ -107,9 +107,9 @@ impl Meter {
     }
 
     /// A transaction ended (ReadyForQuery idle with nothing owed); `received` and `sent` are the client
-    /// socket's byte counts over its life.
+    /// socket's byte counts over its life, `binds` the Binds of named statements the router counted in it.
     #[inline]
-    pub(super) fn transaction_done(&mut self, received: u64, sent: u64) {
+    pub(super) fn transaction_done(&mut self, received: u64, sent: u64, binds: u32) {
         // Release follows the ReadyForQuery that allowed it, in the same turn of the loop.
         let now = self.last_ready;
         let m = &self.obs().metrics;
@@ -117,6 +117,9 @@ impl Meter {
         m.transaction_time.record(micros_between(self.xact_start, now));
         self.xact_start = now;
         self.publish_bytes(received, sent);
+        if binds != 0 {
+            self.obs().servers.add_binds(u64::from(binds));
+        }
     }
 
     /// The server connection went back (or was lost).

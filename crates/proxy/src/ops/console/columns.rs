@@ -51,7 +51,7 @@ pub const STATS_TOTALS: &[ColumnDef] = &[
     int8("wait_time", "µs clients waited for a server connection"),
     int8("client_parse_count", "Parse messages from clients"),
     int8("server_parse_count", "Parse messages sent to servers"),
-    int8("bind_count", "Bind messages from clients"),
+    int8("bind_count", "Binds of clients' named statements, added as each transaction ends"),
     int8("client_login_count", "client logins"),
 ];
 

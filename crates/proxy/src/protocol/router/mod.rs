@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use pgmux_proto::encode::{self, ErrorMessage};
+use pgmux_proto::frame::SMALL_MESSAGE_LIMIT;
 use pgmux_proto::{TxStatus, frontend, sqlstate};
 
 use crate::protocol::sql::{self, PinReason, SqlFacts};
@@ -60,6 +61,9 @@ pub(crate) struct Router {
     unnamed_may_commit: [bool; 2],
     /// What the unnamed statement's text says (pins, `set_config`), kept with it.
     unnamed_facts: SqlFacts,
+    /// Binds of the client's named statements not yet added to the pooler's count (SHOW STATS'
+    /// bind_count): a plain count here, added once per transaction ([`take_binds`](Self::take_binds)).
+    binds: u32,
     /// What [`Mode::Checking`] waits for. Boxed: every byte here is paid by each idle client.
     check: Option<Box<Check>>,
 }
@@ -112,8 +116,15 @@ impl Router {
             commit_in_flight: false,
             unnamed_may_commit: [true; 2],
             unnamed_facts: SqlFacts::default(),
+            binds: 0,
             check: None,
         }
+    }
+
+    /// The Binds of named statements counted since the last call, and a fresh count.
+    #[inline]
+    pub(crate) fn take_binds(&mut self) -> u32 {
+        std::mem::take(&mut self.binds)
     }
 
     pub(crate) fn mode(&self) -> Mode {
@@ -167,8 +178,9 @@ impl Router {
     /// Messages the router looks inside (statement names, SQL) rather than passing on unread.
     fn inspects(&self, tag: u8) -> bool {
         match tag {
-            b'Q' | b'D' | b'X' => true,
-            b'P' | b'B' | b'C' => self.tracking,
+            // A Close is looked at without tracking too, for its length (see `refuse_long`).
+            b'Q' | b'D' | b'C' | b'X' => true,
+            b'P' | b'B' => self.tracking,
             _ => false,
         }
     }
@@ -273,7 +285,7 @@ impl Router {
             b'D' => self.route_describe(msg, server, registry),
             b'P' if self.tracking => self.route_parse(msg, server, registry),
             b'B' if self.tracking => self.route_bind(msg, server, registry),
-            b'C' if self.tracking => self.route_close(msg, server),
+            b'C' => self.route_close(msg, server),
             _ => server.forward(tag, msg),
         }
     }
@@ -422,6 +434,7 @@ impl Router {
         let name = name.to_owned();
         // A name the client never parsed goes through as it is: the server says it does not exist.
         let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', msg) };
+        self.binds = self.binds.wrapping_add(1);
         match found {
             Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
                 self.refuse_stale(&stmt, Reply::Bind, server);
@@ -464,6 +477,7 @@ impl Router {
         }
         let name = name.to_owned();
         let Some(found) = self.statement_for_use(&name, server, registry) else { return server.forward(b'B', head) };
+        self.binds = self.binds.wrapping_add(1);
         let stmt = match found {
             Use::Stale(stmt, _) if server.tracker.status() != TxStatus::Failed => {
                 // The rest is dropped with the unit (it streams only in Normal mode).
@@ -515,14 +529,20 @@ impl Router {
                 };
             }
         }
+        if self.refuse_long(&msg, if statement { Reply::DescribeStatement } else { Reply::DescribePortal }, server) {
+            return;
+        }
         server.forward_describe(kind, msg);
     }
 
     fn route_close(&mut self, msg: Bytes, server: &mut ServerView<'_>) {
-        let Ok((kind, name)) = frontend::describe_or_close(&msg[5..]) else { return server.forward(b'C', msg) };
-        if kind != b'S' {
-            return server.forward(b'C', msg);
-        }
+        let parsed = frontend::describe_or_close(&msg[5..]).ok().filter(|_| self.tracking);
+        let Some((b'S', name)) = parsed else {
+            if !self.refuse_long(&msg, Reply::Close, server) {
+                server.forward(b'C', msg);
+            }
+            return;
+        };
         if name.is_empty() {
             let generation = self.names.unnamed_generation();
             self.names.close_unnamed();
@@ -535,6 +555,33 @@ impl Router {
         // others until it is evicted.
         let note = self.names.named.remove(name).map(|named| Undo::ClientClose(name.to_owned(), named));
         server.answer(Reply::Close, close_complete(), note);
+    }
+}
+
+impl Router {
+    /// Refuses a Describe or Close that would go to the server as it is while over PostgreSQL's limit for
+    /// it: the framer takes them at the client's limit because a statement's long name is replaced by
+    /// pgmux's own, but a portal's name (or a statement's, with tracking off) is not, and PostgreSQL would end
+    /// the server connection over it. The client gets an error in the message's turn and the rest of its
+    /// unit is skipped, as for any failed message.
+    fn refuse_long(&mut self, msg: &Bytes, reply: Reply, server: &mut ServerView<'_>) -> bool {
+        let len = msg.len() - 1;
+        if len <= SMALL_MESSAGE_LIMIT {
+            return false;
+        }
+        let what = if msg[0] == b'D' { "Describe" } else { "Close" };
+        let error = ErrorMessage::error(
+            sqlstate::PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "{what} message of {len} bytes is over PostgreSQL's limit of {SMALL_MESSAGE_LIMIT} for it, and \
+                 pgmux would pass its name to the server unchanged"
+            ),
+        )
+        .with_hint("use a shorter portal or statement name");
+        server.answer(reply, error.to_bytes(), None);
+        server.fail();
+        self.mode = Mode::DiscardToSync;
+        true
     }
 }
 

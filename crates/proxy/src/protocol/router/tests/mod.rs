@@ -316,6 +316,15 @@ fn a_bind_is_renamed_to_the_server_name() {
 }
 
 #[test]
+fn binds_of_named_statements_are_counted_for_show_stats_and_others_are_not() {
+    let mut rig = Rig::new(10);
+    rig.client(&[parse("s1", "select 1"), parse("", "select 2")]);
+    rig.client(&[bind("s1"), bind(""), bind("nope"), bind("s1")]);
+    assert_eq!(rig.router.take_binds(), 2, "the client's two Binds of s1, not the unnamed or unknown one");
+    assert_eq!(rig.router.take_binds(), 0, "taken once");
+}
+
+#[test]
 fn a_bind_on_a_server_that_lacks_the_statement_is_preceded_by_a_parse_whose_reply_the_client_never_sees() {
     let mut rig = Rig::new(10);
     prepared_once(&mut rig, "s1", "select 1");
