@@ -408,8 +408,21 @@ impl ServerPool {
     /// Stops trusting a node: idle connections to it close at once; busy ones close when they come back
     /// (stale) or at once (dead: their sessions are woken to give them up).
     pub(crate) fn distrust(&self, node: std::net::SocketAddr, why: Distrust, reason: &str) {
+        if self.mark(node, why, reason) && why == Distrust::Dead {
+            self.globals.declared_dead(node);
+        }
+    }
+
+    /// Another pool declared `node` dead: this one takes the same verdict (its reader instance leaves the
+    /// rotation if it connects there, its connections to the node are cut).
+    pub(crate) fn heard_dead(&self, node: std::net::SocketAddr) {
+        self.mark(node, Distrust::Dead, "another pool's probe declared it dead");
+    }
+
+    /// [`distrust`](Self::distrust) in this pool alone; true if the mark is new.
+    fn mark(&self, node: std::net::SocketAddr, why: Distrust, reason: &str) -> bool {
         if !self.nodes.mark(node, why) {
-            return;
+            return false;
         }
         tracing::warn!(%node, ?why, reason, database = %self.key.database, "no more server connections to this node");
         // A reader instance declared dead (a probe unanswered for server_probe_timeout) takes no new
@@ -425,6 +438,7 @@ impl ServerPool {
         if why == Distrust::Dead {
             self.globals.stop.poke();
         }
+        true
     }
 
     /// Whether a connection of this pool is open to `node` (a probe may name another pool's node).
