@@ -9,9 +9,10 @@ use pgmux_proxy::{Config, Listener, ListenerHandle};
 use crate::readers::{cluster, config_text, connect, readers_in_metrics, settles, spread, try_where_read, where_read};
 
 /// A reader that hangs (its processes stopped: the kernel accepts and acknowledges, nothing answers) leaves
-/// the rotation as soon as a probe declares it dead, within `server_probe_timeout` of going quiet, not at its
-/// next topology poll (a minute away here). The client whose transaction was on it gets 08006; every next
-/// transaction goes to the other reader.
+/// the rotation as soon as a probe declares it dead, about `server_probe_timeout` after it hung (issue 31:
+/// "within `server_probe_timeout`"; the time is printed, the assertion allows twice that, where it took
+/// 2.7 s before the probe's rounds quickened), not at its next topology poll (a minute away here). The
+/// client whose transaction was on it gets 08006; every next transaction goes to the other reader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_reader_leaves_the_rotation_once_a_probe_declares_it_dead() {
     let cluster = cluster(2).await;
@@ -37,8 +38,10 @@ async fn a_black_holed_reader_leaves_the_rotation_once_a_probe_declares_it_dead(
     let hung_at = std::time::Instant::now();
 
     let err = stuck.simple_query("select 1").await.expect_err("the hung reader never answers");
-    eprintln!("reader-1 declared dead and out of the rotation {:?} after it hung", hung_at.elapsed());
+    let out_after = hung_at.elapsed();
+    eprintln!("reader-1 declared dead and out of the rotation {out_after:?} after it hung");
     assert_eq!(code(&err), "08006", "{}", common::message(&err));
+    assert!(out_after < Duration::from_secs(2), "declared dead {out_after:?} after it hung (server_probe_timeout 1s)");
     let in_rotation = readers_in_metrics(&handle);
     let hung = in_rotation.iter().find(|(name, _)| name.ends_with(&format!(":{r1}"))).expect("reader-1 listed");
     assert!(!hung.1, "reader-1 still in the rotation after a probe declared it dead: {in_rotation:?}");
@@ -141,10 +144,14 @@ async fn reads_waiting_for_a_black_holed_reader_go_to_another_once_it_is_declare
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(reads.iter().all(|r| !r.is_finished()), "the reads wait for {victim_name}");
-    let err = stuck.simple_query("select 1").await.expect_err("the hung reader never answers");
+    let err = tokio::time::timeout(Duration::from_secs(30), stuck.simple_query("select 1"))
+        .await
+        .expect("declared dead within 30 s")
+        .expect_err("the hung reader never answers");
     let dead_at = std::time::Instant::now();
     assert_eq!(code(&err), "08006", "the transaction in flight on {victim_name}: {}", common::message(&err));
     eprintln!("{victim_name} declared dead {:?} after it hung", dead_at - hung_at);
+    assert!(dead_at - hung_at < Duration::from_secs(2), "declared dead {:?} after it hung", dead_at - hung_at);
     // The other reader comes free: every read that waited runs there, none failed.
     for (_, c) in &held {
         c.simple_query("commit").await.expect("commit");

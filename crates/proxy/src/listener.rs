@@ -254,6 +254,7 @@ impl Listener {
         // Unix clients are shown with the port their socket file is named after, as PgBouncer does.
         let unix_peer = Peer::Unix { port: socket.local_addr().map(|a| a.port()).unwrap_or_default() };
         let maintenance = tokio::spawn(maintain(Arc::clone(&shared), stop.clone()));
+        let liveness = tokio::spawn(watch_liveness(Arc::clone(&shared), stop.clone()));
         session::prewarm(&shared);
         let sizing = tokio::spawn(sizing::run(Arc::clone(shared.pools.first()), stop.clone(), gate));
         let metrics = tokio::spawn(metrics_http::serve(Arc::clone(&shared), stop.clone()));
@@ -293,6 +294,7 @@ impl Listener {
         }
         stop.force();
         let _ = maintenance.await;
+        let _ = liveness.await;
         let _ = sizing.await;
         let _ = door.await;
         let _ = metrics.await;
@@ -329,7 +331,7 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
 /// How late the maintenance tick must be for pgmux to take it that its process was stopped.
 const THAW_LATENESS: Duration = Duration::from_secs(2);
 
-/// Closes idle and old server connections, and probes for a hung server, on a timer until shutdown; keeps
+/// Closes idle and old server connections on a timer until shutdown; keeps
 /// the metrics' time windows going.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -354,11 +356,37 @@ async fn maintain(shared: Arc<Shared>, stop: Stop) {
         session::prewarm(&shared);
         shared.pools.all().iter().skip(1).for_each(ServerPool::warm);
         shared.observer().tick();
+    }
+}
+
+/// Probes for a hung server (see `pools/probe.rs`) every [`probe_period`](ServerPool::probe_period): each
+/// pool's round on its own, so that a round waiting out a silent node holds up no other pool's. A node one
+/// pool declares dead is declared dead in every pool.
+async fn watch_liveness(shared: Arc<Shared>, stop: Stop) {
+    let mut rounds = tokio::task::JoinSet::new();
+    let spread = spread_verdicts(&shared);
+    tokio::pin!(spread);
+    loop {
+        let period = ServerPool::probe_period(shared.config().server_probe_timeout);
+        tokio::select! {
+            _ = stop.reached(Level::Hard) => return,
+            () = &mut spread => {}
+            () = tokio::time::sleep(period) => {}
+        }
+        while rounds.try_join_next().is_some() {}
         for pool in shared.pools.all() {
-            tokio::select! {
-                _ = stop.reached(Level::Hard) => return,
-                () = pool.probe_liveness() => {}
+            if let Some(round) = ServerPool::liveness_round(&pool) {
+                rounds.spawn(round);
             }
+        }
+    }
+}
+
+/// Tells every pool of each node another declared dead, as soon as it is declared.
+async fn spread_verdicts(shared: &Shared) {
+    loop {
+        for node in shared.pools.globals().dead_news().await {
+            shared.pools.all().iter().for_each(|pool| pool.heard_dead(node));
         }
     }
 }

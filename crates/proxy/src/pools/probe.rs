@@ -1,19 +1,27 @@
 //! Finding a server that takes packets but answers nothing: a stopped process, or a black hole that keeps
 //! TCP up. Keepalive cannot see either, and a client waiting on one would wait for as long as it lasts.
 //!
-//! Once a second, while clients hold server connections, the pool asks each node they are on for a round
-//! trip within `server_probe_timeout`:
+//! While clients hold server connections, the pool asks each node they are on for a round trip, in rounds
+//! an eighth of `server_probe_timeout` apart (between 100 ms and a second; see
+//! [`ServerPool::probe_period`]), each pool's rounds on their own:
 //!
-//! - on an idle connection to that node, taken out of turn, when there is one (a moment's work);
-//! - otherwise only when the pool is *quiet*: connections were lent all through the last second and none
+//! - on an idle connection to that node, taken out of turn, when there is one (a moment's work; at most
+//!   once a second per node while connections still come back);
+//! - otherwise only when the pool is *quiet*: connections were lent all through the last round and none
 //!   came back. That is what a hang looks like (and a pool busy with long queries, too). The round trip then
 //!   goes over a probe connection opened to that node's address, kept while the quiet lasts, closed after;
 //!   unless sizing's control connection is on that node, which asks it every second itself. `pool_max`
 //!   counts the control connection, so in the default setting the probe opens nothing beyond the cap.
 //!
-//! A node that does not answer in time, or does not finish a login in time, is declared dead: its sessions
-//! give up their connections (their clients get one error), and new connections go wherever the host name
-//! points now. A node that answers a login again is trusted again.
+//! The answer is awaited until `server_probe_timeout` after the node's last sign of life (a connection
+//! coming back, or its answer to the previous probe), never less than three quarters of it (see
+//! [`ServerPool::allowance`]): a node that goes silent is declared dead about `server_probe_timeout` after
+//! it stopped answering, not a quiet round and a full timeout later.
+//!
+//! A node that does not answer in time, or does not finish a login in time, is declared dead, in every pool
+//! (one verdict per server node: whichever pool's probe finds it silent, a reader instance's pool takes it
+//! out of the rotation): its sessions give up their connections (their clients get one error), and new
+//! connections go wherever the host name points now. A node that answers a login again is trusted again.
 //!
 //! A failover can say so sooner than the timeout. When only a writer will do (`target_session_attrs =
 //! read-write`) and a node has not answered for a quarter of `server_probe_timeout`, the probe logs in
@@ -23,6 +31,8 @@
 //! late, and a name may list two writers for a moment.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -35,6 +45,12 @@ use crate::server::{ConnectError, ConnectOptions, ServerConn};
 /// How the probe connection names itself: not a pool connection, not a fleet member's control connection.
 const PROBE_NAME: &str = "pgmux-probe";
 
+/// The shortest time between two rounds of the probe, whatever `server_probe_timeout`.
+const MIN_PERIOD: Duration = Duration::from_millis(100);
+
+/// How often a pool that is not quiet asks a node on an idle connection.
+const IDLE_ASK_EVERY: Duration = Duration::from_secs(1);
+
 /// How soon the look-out for a writer elsewhere tries again while a node's answer is late.
 const LOOK_AGAIN: Duration = Duration::from_millis(200);
 
@@ -42,6 +58,8 @@ const LOOK_AGAIN: Duration = Duration::from_millis(200);
 #[derive(Debug, Default)]
 pub(super) struct Probes {
     state: Mutex<State>,
+    /// A round is under way (see [`ServerPool::liveness_round`]).
+    running: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +67,8 @@ struct State {
     /// Open probe connections, one per node at most (boxed: closing one takes the box).
     #[allow(clippy::vec_box, reason = "retiring a connection takes its box")]
     conns: Vec<Box<ServerConn>>,
+    /// When each node last answered this pool's probe.
+    answered: Vec<(SocketAddr, Instant)>,
     /// At the previous round: whether connections were lent, and when one last came back.
     previous: Option<(bool, Option<Instant>)>,
     /// The node sizing's control connection is on, while it is open: it probes that node itself.
@@ -74,6 +94,27 @@ impl Probes {
         let mut state = self.state.lock();
         let at = state.conns.iter().position(|c| c.addr == node)?;
         Some(state.conns.swap_remove(at))
+    }
+
+    /// `node` answered a probe now.
+    fn answered(&self, node: SocketAddr) {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        match state.answered.iter_mut().find(|(addr, _)| *addr == node) {
+            Some((_, at)) => *at = now,
+            None => state.answered.push((node, now)),
+        }
+    }
+
+    /// Whether `node` is due an ask on an idle connection while the pool is not quiet: it has not answered
+    /// this pool's probe for [`IDLE_ASK_EVERY`].
+    fn due(&self, node: SocketAddr) -> bool {
+        self.last_answer(node).is_none_or(|at| at.elapsed() >= IDLE_ASK_EVERY)
+    }
+
+    /// When `node` last answered this pool's probe, if it did.
+    fn last_answer(&self, node: SocketAddr) -> Option<Instant> {
+        self.state.lock().answered.iter().find(|(addr, _)| *addr == node).map(|(_, at)| *at)
     }
 
     fn control(&self) -> Option<SocketAddr> {
@@ -116,8 +157,39 @@ pub(crate) enum Answer {
 }
 
 impl ServerPool {
-    /// One round of the liveness probe (see the module's comment); the pool's maintenance task calls it
-    /// every second.
+    /// How often the probe's rounds come: an eighth of `server_probe_timeout`, between [`MIN_PERIOD`] and a
+    /// second. A hang shows as a quiet from one round to the next, one or two rounds after the last
+    /// connection came back; the probe then sent has at least three quarters of the timeout to answer, so
+    /// rounds an eighth apart fit both within one timeout of the node's silence (rounds a second apart, and
+    /// a full timeout after, took 2.7 s at a 1 s timeout).
+    pub(crate) fn probe_period(timeout: Duration) -> Duration {
+        if timeout.is_zero() {
+            return Duration::from_secs(1);
+        }
+        (timeout / 8).clamp(MIN_PERIOD, Duration::from_secs(1))
+    }
+
+    /// The pool's next liveness round, unless one is still running (waiting out a silent node).
+    pub(crate) fn liveness_round(pool: &Arc<ServerPool>) -> Option<impl Future<Output = ()> + Send + 'static> {
+        if pool.probes.running.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let pool = Arc::clone(pool);
+        Some(async move {
+            /// Ends the round even if it is dropped midway (shutdown aborts it).
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::Release);
+                }
+            }
+            let _done = Done(&pool.probes.running);
+            pool.probe_liveness().await;
+        })
+    }
+
+    /// One round of the liveness probe (see the module's comment); the listener's liveness task calls it
+    /// every [`probe_period`](Self::probe_period).
     pub(crate) async fn probe_liveness(&self) {
         let lent = self.pool.status().lent();
         let quiet = self.probes.quiet(lent, self.pool.last_returned());
@@ -144,8 +216,12 @@ impl ServerPool {
                 continue;
             }
             let asked = Instant::now();
-            let answer = match self.pool.take_idle(|conn| conn.addr == node) {
-                Some(mut lease) => match self.ask_node(&mut lease, timeout).await {
+            let allowance = self.allowance(node, timeout);
+            // A pool still getting connections back has its idle ones asked at the old once-a-second pace.
+            let idle =
+                if quiet || self.probes.due(node) { self.pool.take_idle(|conn| conn.addr == node) } else { None };
+            let answer = match idle {
+                Some(mut lease) => match self.ask_node(&mut lease, allowance).await {
                     Answer::Answered => Answer::Answered,
                     failed => {
                         self.retire(lease.discard());
@@ -159,25 +235,40 @@ impl ServerPool {
                     }
                     continue;
                 }
-                None if quiet => self.ask_apart(node, timeout).await,
+                None if quiet => self.ask_apart(node, timeout, allowance).await,
                 None => continue,
             };
+            if answer == Answer::Answered {
+                self.probes.answered(node);
+            }
             self.heard(node, asked, &answer);
         }
     }
 
-    /// A round trip to `node` on a probe connection of its own, opened (by address) if none is kept.
-    async fn ask_apart(&self, node: SocketAddr, timeout: Duration) -> Answer {
-        tracing::debug!(%node, "no connection came back for a second: asking the node on a probe connection");
+    /// How long a probe of `node` sent now waits for its answer: until `timeout` after the node's last sign
+    /// of life (a connection of this pool coming back, or its answer to this pool's last probe), so that a
+    /// node that goes silent is declared dead within `timeout` of its last answer, not a round and a timeout
+    /// later; but never less than three quarters of `timeout`, so that a node answering slowly (a slow or
+    /// lossy link, a loaded server) is not declared dead for a probe sent long after its last sign of life.
+    fn allowance(&self, node: SocketAddr, timeout: Duration) -> Duration {
+        let life = self.pool.last_returned().max(self.probes.last_answer(node));
+        let left = life.map_or(timeout, |at| (at + timeout).saturating_duration_since(Instant::now()));
+        left.clamp(timeout * 3 / 4, timeout)
+    }
+
+    /// A round trip to `node` on a probe connection of its own, opened (by address) if none is kept: the
+    /// login, and then the round trip, each given `allowance` (see [`allowance`](Self::allowance)).
+    async fn ask_apart(&self, node: SocketAddr, timeout: Duration, allowance: Duration) -> Answer {
+        tracing::debug!(%node, "no connection came back for a round: asking the node on a probe connection");
         let round_trip = async {
             let mut conn = match self.probes.take(node) {
                 Some(conn) => conn,
-                None => match self.open_probe(node, timeout).await {
+                None => match self.open_probe(node, allowance).await {
                     Ok(conn) => conn,
                     Err(answer) => return answer,
                 },
             };
-            let answer = ask(&mut conn, timeout).await;
+            let answer = ask(&mut conn, allowance).await;
             match answer {
                 Answer::Answered => self.probes.keep(conn),
                 _ => self.retire(conn),

@@ -53,6 +53,10 @@ pub(crate) struct Globals {
     /// When pgmux last ran again after its process was stopped (a frozen Lambda environment): see
     /// [`Globals::idle_for`].
     thawed: Mutex<Option<Instant>>,
+    /// Nodes a pool declared dead that the other pools have not heard of yet (see [`Globals::declared_dead`]).
+    dead_news: Mutex<Vec<std::net::SocketAddr>>,
+    /// Rung when `dead_news` has something.
+    dead_rung: tokio::sync::Notify,
 }
 
 impl Globals {
@@ -61,6 +65,24 @@ impl Globals {
         *self.thawed.lock() = Some(Instant::now());
         tracing::info!(stopped = ?stopped, "pgmux ran again after its process was stopped (a frozen Lambda \
             environment?): idle server connections count their idle time from now");
+    }
+
+    /// A pool declared `node` dead: every other pool is to hear of it (one verdict per server node), so that
+    /// a reader instance's pool takes its node out of the rotation whichever pool's probe found it silent.
+    pub(crate) fn declared_dead(&self, node: std::net::SocketAddr) {
+        self.dead_news.lock().push(node);
+        self.dead_rung.notify_one();
+    }
+
+    /// The nodes declared dead since the last call, waiting until there is one.
+    pub(crate) async fn dead_news(&self) -> Vec<std::net::SocketAddr> {
+        loop {
+            let news = std::mem::take(&mut *self.dead_news.lock());
+            if !news.is_empty() {
+                return news;
+            }
+            self.dead_rung.notified().await;
+        }
     }
 
     /// How long a connection idle since `since` has been idle while pgmux ran. Classic Lambda freezes the
@@ -182,6 +204,8 @@ impl Pools {
             stop,
             tasks,
             thawed: Mutex::default(),
+            dead_news: Mutex::default(),
+            dead_rung: tokio::sync::Notify::new(),
         });
         let mut first = ServerPool::new(Arc::clone(&globals), credentials, tls.clone());
         if !globals.config.full().databases.is_empty() {
