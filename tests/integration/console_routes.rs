@@ -341,3 +341,60 @@ async fn disable_refuses_a_routes_new_clients_until_enable_and_keeps_those_in() 
     let err = console.simple_query("DISABLE nope").await.expect_err("no such database");
     assert_eq!(err.code().map(|c| c.code()), Some("3D000"), "{err}");
 }
+
+/// SHOW STATS' (database, assignments, transactions, queries) rows, and SHOW TOTALS' three same figures.
+async fn stats_counts(console: &Client) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let stats = show(console, "STATS").await;
+    let stats = pick(&stats, &["database", "total_server_assignment_count", "total_xact_count", "total_query_count"]);
+    let totals = show(console, "TOTALS").await;
+    let totals = pick(&totals, &["name", "value"])
+        .into_iter()
+        .filter(|r| ["total_server_assignment_count", "total_xact_count", "total_query_count"].contains(&r[0].as_str()))
+        .collect();
+    (stats, totals)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_routes_traffic_is_counted_in_its_own_stats_row() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    // app (transaction mode): three transactions, each a server assignment of its own.
+    let app = connect_to(&fx, "app").await;
+    for _ in 0..3 {
+        app.batch_execute("select 1").await.unwrap();
+    }
+    // reports (session mode): two transactions on the one server connection it keeps.
+    let reports = connect_to(&fx, "reports").await;
+    reports.batch_execute("select 1").await.unwrap();
+    reports.batch_execute("begin; select 1; select 2; commit").await.unwrap();
+    let console = connect_to(&fx, "pgbouncer").await;
+    // A session adds to its database's counters right after the ReadyForQuery it relays: give it a moment.
+    let mut seen = stats_counts(&console).await;
+    for _ in 0..20 {
+        if seen.0.iter().any(|r| r[0] == "reports" && r[2] == "2")
+            && seen.0.iter().any(|r| r[0] == "app" && r[2] == "3")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        seen = stats_counts(&console).await;
+    }
+    let commands = seen.0.iter().find(|r| r[0] == "pgbouncer").map(|r| r[2].clone()).unwrap_or_default();
+    let commands: u64 = commands.parse().unwrap_or(0);
+    assert!(commands >= 1, "the console's own commands are counted under pgbouncer: {:?}", seen.0);
+    assert_eq!(
+        seen.0,
+        strings(&[
+            &["app", "3", "3", "3"],
+            &["pgmux", "0", "0", "0"],
+            &["reports", "1", "2", "2"],
+            &["pgbouncer", "0", &commands.to_string(), &commands.to_string()],
+        ]),
+        "one row per database clients name, each with its own traffic only"
+    );
+    // SHOW TOTALS adds every row up, the console's commands (this SHOW TOTALS too) included.
+    let all = (5 + commands + 1).to_string();
+    assert_eq!(
+        seen.1,
+        strings(&[&["total_server_assignment_count", "4"], &["total_xact_count", &all], &["total_query_count", &all],])
+    );
+}

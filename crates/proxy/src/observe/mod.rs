@@ -5,8 +5,10 @@
 //! the books and what the pools say ([`PoolGauges`]) when a reader asks, so they cost the data path nothing.
 
 mod clients;
+mod databases;
 mod servers;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +19,7 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
 pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient, Peer};
+pub(crate) use databases::{DatabaseBook, DbCounters, Ended, Tally};
 pub(crate) use servers::{ServerBook, ServerEntry, ServerTicket, StatementTotals};
 
 /// The gauges the pools report, read when a snapshot is taken.
@@ -35,6 +38,9 @@ pub(crate) struct PoolGauges {
     /// `max_active_servers` in force (0: no cap), and the clients waiting for a turn under it.
     pub(crate) active: (usize, usize),
 }
+
+/// The admin console's database, whose row counts the console's own commands.
+pub(crate) const CONSOLE_DATABASE: &str = "pgbouncer";
 
 /// How often PgBouncer-style averages are refreshed (PgBouncer's default `stats_period`).
 pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(60);
@@ -58,22 +64,27 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    /// The totals in a snapshot.
-    pub(crate) fn from_snapshot(s: &Snapshot, st: &StatementTotals) -> Stats {
+    /// Both sets of figures added up, field by field.
+    fn plus(&self, o: &Stats) -> Stats {
         Stats {
-            server_assignments: s.server_wait.count(),
-            xacts: s.transactions,
-            queries: s.queries,
-            received: s.client_received_bytes,
-            sent: s.client_sent_bytes,
-            xact_us: s.transaction_time.sum_us(),
-            query_us: s.query_time.sum_us(),
-            wait_us: s.server_wait.sum_us(),
-            client_parses: st.client_parses,
-            server_parses: st.parses,
-            binds: st.binds,
-            logins: pgmux_metrics::value_of(&s.client_logins, LoginResult::Accepted),
+            server_assignments: self.server_assignments + o.server_assignments,
+            xacts: self.xacts + o.xacts,
+            queries: self.queries + o.queries,
+            received: self.received + o.received,
+            sent: self.sent + o.sent,
+            xact_us: self.xact_us + o.xact_us,
+            query_us: self.query_us + o.query_us,
+            wait_us: self.wait_us + o.wait_us,
+            client_parses: self.client_parses + o.client_parses,
+            server_parses: self.server_parses + o.server_parses,
+            binds: self.binds + o.binds,
+            logins: self.logins + o.logins,
         }
+    }
+
+    /// The sum of `all`.
+    pub(crate) fn sum<'a>(all: impl IntoIterator<Item = &'a Stats>) -> Stats {
+        all.into_iter().fold(Stats::default(), |a, s| a.plus(s))
     }
 
     /// The averages between `older` and `self` (totals `secs` apart).
@@ -116,12 +127,14 @@ impl Stats {
     }
 }
 
-/// The averages of the last full stats period, and the totals it started from.
+/// The averages of the last full stats period per database (and of their sum), and the totals it started
+/// from.
 #[derive(Debug)]
 struct Period {
     began: Instant,
-    totals: Stats,
-    averages: Stats,
+    totals: HashMap<Box<str>, Stats>,
+    averages: HashMap<Box<str>, Stats>,
+    all: Stats,
 }
 
 /// pgmux's view of itself. One per pooler, shared by the pool, the sessions and the readers.
@@ -130,6 +143,8 @@ pub(crate) struct Observer {
     pub(crate) metrics: Metrics,
     pub(crate) clients: Arc<ClientBook>,
     pub(crate) servers: Arc<ServerBook>,
+    /// PgBouncer's statistics per database.
+    pub(crate) databases: DatabaseBook,
     period: Mutex<Period>,
     started: Instant,
     started_unix: f64,
@@ -141,7 +156,13 @@ impl Default for Observer {
             metrics: Metrics::new(),
             clients: Arc::default(),
             servers: Arc::default(),
-            period: Mutex::new(Period { began: Instant::now(), totals: Stats::default(), averages: Stats::default() }),
+            databases: DatabaseBook::default(),
+            period: Mutex::new(Period {
+                began: Instant::now(),
+                totals: HashMap::new(),
+                averages: HashMap::new(),
+                all: Stats::default(),
+            }),
             started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         }
@@ -184,14 +205,32 @@ impl Observer {
         self.started_unix
     }
 
-    /// The totals PgBouncer's SHOW STATS reports, now.
-    pub(crate) fn totals(&self) -> Stats {
-        Stats::from_snapshot(&self.metrics.snapshot(), &self.servers.statement_totals())
+    /// The totals PgBouncer's SHOW STATS reports now, per database by the name clients give it (empty:
+    /// the default pool), then the admin console's under [`CONSOLE_DATABASE`].
+    pub(crate) fn database_totals(&self) -> Vec<(Box<str>, Stats)> {
+        let statements = self.servers.statement_totals_by_db();
+        let none = StatementTotals::default();
+        let mut out: Vec<(Box<str>, Stats)> = self
+            .databases
+            .all()
+            .into_iter()
+            .map(|(name, c)| {
+                let stats = c.stats(statements.get(&name).unwrap_or(&none));
+                (name, stats)
+            })
+            .collect();
+        out.push((CONSOLE_DATABASE.into(), self.databases.console.stats(&none)));
+        out
     }
 
-    /// The averages of the last full stats period (zero until one has passed).
-    pub(crate) fn averages(&self) -> Stats {
-        self.period.lock().averages
+    /// The averages of the last full stats period (zero until one has passed) of database `name`.
+    pub(crate) fn averages(&self, name: &str) -> Stats {
+        self.period.lock().averages.get(name).copied().unwrap_or_default()
+    }
+
+    /// The averages of the last full stats period over all databases.
+    pub(crate) fn averages_of_all(&self) -> Stats {
+        self.period.lock().all
     }
 
     /// Keeps the time windows going: the histograms' last minute, and the stats period. Call every second or
@@ -201,9 +240,18 @@ impl Observer {
         let mut period = self.period.lock();
         let elapsed = period.began.elapsed();
         if elapsed >= STATS_PERIOD {
-            let now = self.totals();
-            period.averages = now.averages_since(&period.totals, elapsed.as_secs_f64());
-            period.totals = now;
+            let secs = elapsed.as_secs_f64();
+            let now = self.database_totals();
+            let then = Stats::sum(period.totals.values());
+            period.all = Stats::sum(now.iter().map(|(_, s)| s)).averages_since(&then, secs);
+            let averages = now
+                .iter()
+                .map(|(name, s)| {
+                    (name.clone(), s.averages_since(period.totals.get(name).unwrap_or(&Stats::default()), secs))
+                })
+                .collect();
+            period.averages = averages;
+            period.totals = now.into_iter().collect();
             period.began = Instant::now();
         }
     }

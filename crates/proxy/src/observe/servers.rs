@@ -3,7 +3,7 @@
 //! dropping the connection drops the ticket, which removes the entry and counts the close under the reason
 //! set last (a connection that just goes away counts as `broken`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
@@ -26,6 +26,8 @@ pub(crate) struct ServerEntry {
     pub(crate) statements: Arc<StatementStats>,
     /// The index of its pool in the registry (0: the default pool), for the console's per-pool rows.
     pub(crate) pool: u16,
+    /// The database its pool serves, as clients name it (empty: the default pool), for SHOW STATS.
+    pub(crate) database: Box<str>,
 }
 
 /// Statement counts summed over connections, for the metrics.
@@ -55,6 +57,8 @@ struct Book {
     open: BTreeMap<u64, Arc<ServerEntry>>,
     /// What closed connections counted, so that totals never go down.
     closed: StatementTotals,
+    /// The same, per database.
+    closed_by_db: HashMap<Box<str>, StatementTotals>,
 }
 
 /// Every open pool connection, and the closes by reason.
@@ -103,6 +107,15 @@ impl ServerBook {
         totals
     }
 
+    /// Statement counts of every connection ever opened, per database (binds are counted per database by
+    /// the sessions).
+    pub(crate) fn statement_totals_by_db(&self) -> HashMap<Box<str>, StatementTotals> {
+        let book = self.lock();
+        let mut totals = book.closed_by_db.clone();
+        book.open.values().for_each(|e| totals.entry(e.database.clone()).or_default().add(&e.statements));
+        totals
+    }
+
     /// Adds a session's Binds of named statements since it last added them.
     pub(crate) fn add_binds(&self, n: u64) {
         self.binds.fetch_add(n, Relaxed);
@@ -127,6 +140,7 @@ impl Drop for ServerTicket {
         let mut book = self.book.lock();
         if let Some(entry) = book.open.remove(&self.id) {
             book.closed.add(&entry.statements);
+            book.closed_by_db.entry(entry.database.clone()).or_default().add(&entry.statements);
         }
     }
 }

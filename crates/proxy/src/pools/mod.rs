@@ -44,7 +44,7 @@ pub(crate) use registry::{Globals, PoolId, PoolKey, PoolSetup, Pools};
 use crate::config::credentials::Credentials;
 use crate::config::{Config, PoolMode, TargetSessionAttrs};
 use crate::net::tls::ServerTls;
-use crate::observe::{ServerEntry, unix_now};
+use crate::observe::{DbCounters, ServerEntry, unix_now};
 use crate::protocol::params::Defaults;
 use crate::server::{ConnectError, ConnectOptions, ServerConn, SocketOptions};
 
@@ -102,6 +102,8 @@ pub(crate) struct ServerPool {
     key: registry::PoolKey,
     /// The server's last refusal of its login, which answers for a moment without another login.
     refusal: refusal::LoginRefusal,
+    /// SHOW STATS' counters of the database clients name to reach it (shared with a reload's new pool).
+    stats: std::sync::OnceLock<Arc<DbCounters>>,
 }
 
 impl ServerPool {
@@ -142,7 +144,14 @@ impl ServerPool {
             id: PoolId::default(),
             key: registry::PoolKey::default(),
             refusal: Default::default(),
+            stats: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The counters of SHOW STATS' row for the database clients reach this pool by.
+    #[inline]
+    pub(crate) fn stats(&self) -> &DbCounters {
+        self.stats.get_or_init(|| self.globals.observer.databases.counters(&self.key.database))
     }
 
     /// The pool of a named database (see [`Pools::pool_for`]): its own cap, mode and warm connections,

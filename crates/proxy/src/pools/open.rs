@@ -50,6 +50,7 @@ impl ServerPool {
             tls,
             statements: Arc::clone(conn.statements.stats()),
             pool: self.id.index(),
+            database: self.key.database.as_str().into(),
         }));
         // Whichever path opened it (a checkout, min_pool_size), a new connection tells what the server's own
         // values are. Without them every link would reset every reported parameter, a round trip each.

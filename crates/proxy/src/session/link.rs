@@ -11,6 +11,7 @@ use pgmux_proto::sqlstate;
 use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::client::cancel::{self, ServerKey};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
+use crate::observe::{Ended, Tally};
 use crate::pools::{CheckoutError, Resume, ServerLease};
 use crate::protocol::failure::ServerFailure;
 use crate::protocol::params;
@@ -91,8 +92,8 @@ impl Session {
     pub(super) fn linked(&mut self, lease: ServerLease) {
         self.cancel.link(ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 });
         tracing::trace!(server_id = lease.id, "linked");
-        self.meter.linked(lease.id);
-        self.server = Some(Box::new(Linked::new(lease)));
+        let tally = self.meter.linked(lease.id);
+        self.server = Some(Box::new(Linked::new(lease, tally)));
         self.replay.open(self.client.out.queued_total());
     }
 
@@ -331,9 +332,21 @@ impl Session {
         Ok(())
     }
 
+    /// Adds what a link tallied and no transaction's end added (a server lost, a session ended mid-way) to
+    /// SHOW STATS' row of the client's database.
+    pub(super) fn add_tally(&self, tally: &mut Tally, ended: &Ended) {
+        self.shared.pools.get(self.route).stats().add(&std::mem::take(tally), ended);
+    }
+
     /// The transaction is counted as done; the pin that keeps the server, if any (reported the first time).
     fn transaction_over(&mut self) -> Option<Keep> {
-        self.meter.transaction_done(self.client.received, self.client.out.sent(), self.router.take_binds());
+        let (received, sent, binds) = (self.client.received, self.client.out.sent(), self.router.take_binds());
+        let ended = self.meter.transaction_done(received, sent, binds);
+        let stats = self.shared.pools.get(self.route).stats();
+        match self.server.as_deref_mut() {
+            Some(linked) => stats.add(&std::mem::take(&mut linked.tally), &ended),
+            None => stats.add(&Tally::default(), &ended),
+        }
         let keep = self.held()?;
         if let Some(reason) = self.router.pin_to_report() {
             self.meter.pinned(reason);
@@ -381,7 +394,8 @@ impl Session {
     /// The linked server connection died or broke the protocol. The client learns it with SQLSTATE 08006
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
-        let Some(linked) = self.server.take() else { return Ok(()) };
+        let Some(mut linked) = self.server.take() else { return Ok(()) };
+        self.add_tally(&mut linked.tally, &Ended::default());
         self.meter.unlinked();
         self.meter.unpinned();
         let reached_server = linked.reached_server();

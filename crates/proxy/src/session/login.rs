@@ -104,6 +104,7 @@ pub(super) async fn login(
     }
     tracing::debug!(user = startup.get("user"), "client logged in");
     let router = Router::new(id, shared.config().max_prepared_statements > 0);
+    shared.pools.get(pool).stats().login();
     let meter = Meter::new(enter(&shared, &startup, (id, pool), peer));
     Some(Session {
         shared: slot,

@@ -2,13 +2,15 @@
 //! read that starts a query, a ReadyForQuery, a link and a release. Per query it reads the clock twice and
 //! adds to a counter and a histogram; per transaction the same again, plus two relaxed stores to the
 //! client's entry in the admin console's list. No lock, no allocation. Bytes are counted by the sockets
-//! and published once per transaction.
+//! and published once per transaction. What SHOW STATS lists per database is tallied in plain fields of
+//! the link (a [`Tally`], which an idle client does not carry) and added to the database's counters once
+//! per transaction, by the session.
 
 use std::time::Instant;
 
 use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
 
-use crate::observe::{ClientTicket, Observer, micros_between, unix_now};
+use crate::observe::{ClientTicket, Ended, Observer, Tally, micros_between, unix_now};
 use crate::pools::CheckoutError;
 use crate::protocol::sql::PinReason;
 
@@ -47,13 +49,16 @@ impl Meter {
     }
 
     /// The server said ReadyForQuery: a query (a simple Query, or an extended-protocol unit up to its Sync)
-    /// is done. With more owed (a pipeline), the next one is already running.
+    /// is done. With more owed (a pipeline), the next one is already running. The query goes in `tally`.
     #[inline]
-    pub(super) fn ready_for_query(&mut self, more_owed: bool) {
+    pub(super) fn ready_for_query(&mut self, more_owed: bool, tally: &mut Tally) {
         let now = Instant::now();
         let m = &self.obs().metrics;
         m.queries.inc();
-        m.query_time.record(micros_between(self.query_start.unwrap_or(now), now));
+        let us = micros_between(self.query_start.unwrap_or(now), now);
+        m.query_time.record(us);
+        tally.queries += 1;
+        tally.query_us += us;
         self.query_start = more_owed.then_some(now);
         self.last_ready = now;
     }
@@ -82,15 +87,18 @@ impl Meter {
 
     /// Server connection `server` is linked for a transaction. The wait for it ends, and the query's time
     /// on a server begins: query and transaction time are time on a server connection, as PgBouncer
-    /// counts them, and the wait is a figure of its own.
+    /// counts them, and the wait is a figure of its own. Returns the link's first tally: one server
+    /// assignment, and its wait.
     #[inline]
-    pub(super) fn linked(&mut self, server: u64) {
+    pub(super) fn linked(&mut self, server: u64) -> Tally {
         let now = Instant::now();
         let began = self.query_start.unwrap_or(now);
-        self.obs().metrics.server_wait.record(micros_between(began, now));
+        let wait = micros_between(began, now);
+        self.obs().metrics.server_wait.record(wait);
         self.xact_start = now;
         self.query_start = Some(now);
         self.seen.linked(server, self.obs().micros_at(began));
+        Tally { assignments: 1, queries: 0, wait_us: wait, query_us: 0 }
     }
 
     /// No server connection came; the client is told why.
@@ -108,18 +116,21 @@ impl Meter {
 
     /// A transaction ended (ReadyForQuery idle with nothing owed); `received` and `sent` are the client
     /// socket's byte counts over its life, `binds` the Binds of named statements the router counted in it.
+    /// Returns what the caller adds to its database's counters with the link's tally.
     #[inline]
-    pub(super) fn transaction_done(&mut self, received: u64, sent: u64, binds: u32) {
+    pub(super) fn transaction_done(&mut self, received: u64, sent: u64, binds: u32) -> Ended {
         // Release follows the ReadyForQuery that allowed it, in the same turn of the loop.
         let now = self.last_ready;
         let m = &self.obs().metrics;
         m.transactions.inc();
-        m.transaction_time.record(micros_between(self.xact_start, now));
+        let us = micros_between(self.xact_start, now);
+        m.transaction_time.record(us);
         self.xact_start = now;
-        self.publish_bytes(received, sent);
         if binds != 0 {
             self.obs().servers.add_binds(u64::from(binds));
         }
+        let (received, sent) = self.publish_bytes(received, sent);
+        Ended { xacts: 1, xact_us: us, received, sent, binds: u64::from(binds) }
     }
 
     /// The server connection went back (or was lost).
@@ -128,12 +139,14 @@ impl Meter {
         self.seen.unlinked();
     }
 
-    /// Adds the bytes not yet counted.
-    pub(super) fn publish_bytes(&mut self, received: u64, sent: u64) {
+    /// Adds the bytes not yet counted; returns them (received, sent).
+    pub(super) fn publish_bytes(&mut self, received: u64, sent: u64) -> (u64, u64) {
         let m = &self.obs().metrics;
-        m.client_received_bytes.add(received.saturating_sub(self.published.0));
-        m.client_sent_bytes.add(sent.saturating_sub(self.published.1));
-        self.published = (received.max(self.published.0), sent.max(self.published.1));
+        let (received, sent) = (received.saturating_sub(self.published.0), sent.saturating_sub(self.published.1));
+        m.client_received_bytes.add(received);
+        m.client_sent_bytes.add(sent);
+        self.published = (self.published.0 + received, self.published.1 + sent);
+        (received, sent)
     }
 
     /// The client became pinned to its server connection.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
-use crate::observe::Peer;
+use crate::observe::{Peer, Tally};
 use crate::pools::{PoolId, ServerLease};
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::{FrameError, Framer, Sender, sqlstate};
@@ -72,11 +72,21 @@ struct Linked {
     sent_before: u64,
     /// When its transaction began, read only while a transaction_timeout is in force.
     began: Option<tokio::time::Instant>,
+    /// What SHOW STATS has not been told yet: the link's assignment, and its transaction's queries so far.
+    tally: Tally,
 }
 
 impl Linked {
-    fn new(lease: ServerLease) -> Self {
-        Linked { sent_before: lease.io.out.sent(), lease: Some(lease), began: None }
+    fn new(lease: ServerLease, tally: Tally) -> Self {
+        Linked { sent_before: lease.io.out.sent(), lease: Some(lease), began: None, tally }
+    }
+
+    /// The server connection, and the tally its queries go in.
+    fn conn_and_tally(&mut self) -> (&mut ServerConn, &mut Tally) {
+        match &mut self.lease {
+            Some(lease) => (lease, &mut self.tally),
+            None => unreachable!("a link holds its lease until taken"),
+        }
     }
 
     fn conn(&mut self) -> &mut ServerConn {
@@ -386,10 +396,13 @@ impl Session {
             }
             End::ClientGone | End::Shutdown => tracing::debug!(?end, "session over"),
         }
-        if let Some(linked) = self.server.take() {
+        let mut tally = Tally::default();
+        if let Some(mut linked) = self.server.take() {
+            tally = std::mem::take(&mut linked.tally);
             self.abandon(linked).await;
         }
-        self.meter.publish_bytes(self.client.received, self.client.out.sent());
+        let (received, sent) = self.meter.publish_bytes(self.client.received, self.client.out.sent());
+        self.add_tally(&mut tally, &crate::observe::Ended { received, sent, ..Default::default() });
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.client.out.flush(&mut self.client.stream))
             .await;
     }

@@ -335,7 +335,7 @@ impl Session {
         let Some(linked) = self.server.as_mut() else {
             return ServerProgress::Continue;
         };
-        let server = linked.conn();
+        let (server, tally) = linked.conn_and_tally();
         if self.replay.is_open() {
             // The transaction's first reply: a refusal as read-only means it never ran; anything else closes
             // the chance to run it again.
@@ -390,7 +390,7 @@ impl Session {
                 }
             }
             if tag == b'Z' {
-                self.meter.ready_for_query(!server.tracker.nothing_owed());
+                self.meter.ready_for_query(!server.tracker.nothing_owed(), tally);
                 if server.tracker.may_release() {
                     break ServerProgress::Release;
                 }

@@ -169,7 +169,8 @@ impl Session {
             Deadline::Query => {
                 let after = own.or(TimeoutKey::Query, config.query_timeout);
                 let pin = self.held();
-                let Some(linked) = self.server.take() else { return Ok(()) };
+                let Some(mut linked) = self.server.take() else { return Ok(()) };
+                self.add_tally(&mut linked.tally, &Default::default());
                 let mut lease = linked.take();
                 let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
                 // The server stops the query; the connection is not lent again (the cancel may land late).

@@ -246,6 +246,8 @@ impl Console {
             match tag {
                 b'X' => return,
                 b'Q' if !skipping => {
+                    // PgBouncer counts each console command as a transaction and a query of its database.
+                    self.shared.observer().databases.console.command();
                     self.query(&msg[5..], &mut out).await;
                     encode::ready_for_query(&mut out, TxStatus::Idle);
                 }

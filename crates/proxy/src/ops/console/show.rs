@@ -3,11 +3,10 @@
 //! (SIZING, PINS, PREPARED, LATENCY). PgBouncer's lists pgmux has nothing for (DNS_HOSTS, DNS_ZONES, PEERS,
 //! PEER_POOLS) answer with PgBouncer's columns and no rows, never an error a script would stop at.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use pgmux_metrics::Snapshot;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
@@ -68,7 +67,6 @@ fn one_row(columns: &[table::ColumnDef], row: Vec<Cell<'_>>) -> Built {
 
 /// What the console needs of the pooler's state, read once per command.
 pub(super) struct View {
-    pub(super) snap: Snapshot,
     pub(super) status: pgmux_pool::Status,
     pub(super) clients: Vec<Arc<ClientEntry>>,
 }
@@ -76,7 +74,7 @@ pub(super) struct View {
 pub(super) fn view(console: &Console) -> View {
     let gauges = console.shared.pools.gauges();
     let obs = console.shared.observer();
-    View { snap: obs.snapshot(gauges), status: gauges.status, clients: obs.clients.all() }
+    View { status: gauges.status, clients: obs.clients.all() }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -110,28 +108,55 @@ fn averages_row(a: &Stats) -> [u64; 12] {
 }
 
 fn stats(console: &Console, which: Which) -> Built {
-    let obs = console.shared.observer();
-    let v = view(console);
-    let totals = Stats::from_snapshot(&v.snap, &obs.servers.statement_totals());
-    let averages = obs.averages();
-    let (cols, rows): (&[table::ColumnDef], Vec<u64>) = match which {
-        Which::Totals => (columns::STATS_TOTALS, totals_row(&totals).to_vec()),
-        Which::Averages => (columns::STATS_AVERAGES, averages_row(&averages).to_vec()),
-        Which::Both => (columns::STATS, totals_row(&totals).iter().chain(&averages_row(&averages)).copied().collect()),
-    };
-    let mut set = ResultSet::new(cols);
-    let mut row: Vec<Cell<'_>> = vec![stats_database(console).into()];
-    row.extend(rows.iter().map(|v| Cell::from(*v)));
-    set.push(row)?;
-    // The console's own database, as PgBouncer lists it: nothing pooled there.
-    let mut row: Vec<Cell<'_>> = vec![DATABASE.into()];
-    row.extend(rows.iter().map(|_| Cell::Int(0)));
-    set.push(row)?;
+    let mut set = ResultSet::new(match which {
+        Which::Totals => columns::STATS_TOTALS,
+        Which::Averages => columns::STATS_AVERAGES,
+        Which::Both => columns::STATS,
+    });
+    for (name, totals, averages) in stats_rows(console) {
+        let figures: Vec<u64> = match which {
+            Which::Totals => totals_row(&totals).to_vec(),
+            Which::Averages => averages_row(&averages).to_vec(),
+            Which::Both => totals_row(&totals).iter().chain(&averages_row(&averages)).copied().collect(),
+        };
+        let mut row: Vec<Cell<'_>> = vec![name.into()];
+        row.extend(figures.iter().map(|v| Cell::from(*v)));
+        set.push(row)?;
+    }
     Ok(set)
 }
 
-/// The name STATS' one row of traffic goes under: pgmux counts the traffic of all its pools together, so
-/// the default database's name, or `*` (every database) when routes alone are configured.
+/// SHOW STATS' rows (name, totals, averages): every database clients may name (SHOW DATABASES' list)
+/// and any other that counted traffic (a route a reload removed), by name and each once, then the
+/// console's own.
+fn stats_rows(console: &Console) -> Vec<(String, Stats, Stats)> {
+    let obs = console.shared.observer();
+    let census = census::take(console);
+    let default = stats_database(console);
+    let mut rows: BTreeMap<String, (Stats, Stats)> = BTreeMap::new();
+    let mut console_row = (Stats::default(), Stats::default());
+    for (key, totals) in obs.database_totals() {
+        let averages = obs.averages(&key);
+        if &*key == DATABASE {
+            console_row = (totals, averages);
+            continue;
+        }
+        // The default pool's counters go under its database's name (`*` with routes alone); a route of
+        // the same name shares the row.
+        let name = if key.is_empty() { default.clone() } else { key.into() };
+        let row = rows.entry(name).or_default();
+        *row = (Stats::sum([&row.0, &totals]), Stats::sum([&row.1, &averages]));
+    }
+    for db in routes::database_figures(console, &census) {
+        rows.entry(db.name).or_default();
+    }
+    let mut out: Vec<(String, Stats, Stats)> = rows.into_iter().map(|(n, (t, a))| (n, t, a)).collect();
+    out.push((DATABASE.to_owned(), console_row.0, console_row.1));
+    out
+}
+
+/// The name STATS' row of the default pool goes under: the default database's name, or `*` (every
+/// database) when routes alone are configured.
 fn stats_database(console: &Console) -> String {
     let config = console.shared.config();
     if config.databases.is_empty() || !console.served.dbname.is_empty() {
@@ -141,11 +166,11 @@ fn stats_database(console: &Console) -> String {
     }
 }
 
+/// SHOW TOTALS: the figures of every database added up, the console's commands included.
 fn totals(console: &Console) -> Built {
     let obs = console.shared.observer();
-    let v = view(console);
-    let totals = Stats::from_snapshot(&v.snap, &obs.servers.statement_totals());
-    let averages = obs.averages();
+    let totals = Stats::sum(obs.database_totals().iter().map(|(_, s)| s));
+    let averages = obs.averages_of_all();
     let mut set = ResultSet::new(columns::TOTALS);
     let names = columns::STATS.iter().skip(1).map(|c| c.name);
     for (name, value) in names.zip(totals_row(&totals).into_iter().chain(averages_row(&averages))) {
