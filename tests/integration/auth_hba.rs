@@ -9,22 +9,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pgmux_proxy::{Config, Listener};
+use pgmux_proxy::Listener;
 use pgmux_testkit::{APP_USER, DATABASE, PgServer, Role};
 use tokio_postgres::NoTls;
 
+use crate::auth_plain::Swap;
 use crate::common::{self, scalar};
-
-/// A source that hands a reload the configuration the test wrote last.
-#[derive(Debug)]
-struct Swap(Mutex<Option<Config>>);
-
-impl pgmux_proxy::ConfigSource for Swap {
-    fn load(&self) -> Result<(Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
-        let config = self.0.lock().unwrap().clone().expect("a configuration to load");
-        Ok((config, pgmux_proxy::ServerAccess::default()))
-    }
-}
 
 async fn connect_as(addr: SocketAddr, role: &Role) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
     common::connect(addr, role, |c| {

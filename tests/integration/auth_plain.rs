@@ -116,9 +116,9 @@ async fn plain_asks_for_no_password_in_clear_over_a_network() {
     assert!(common::message(&err).contains("only over TLS, the Unix socket or loopback"), "{}", common::message(&err));
 }
 
-/// A source that hands a reload the configuration the test wrote last.
+/// A source that hands a reload the configuration the test wrote last (auth_hba.rs uses it too).
 #[derive(Debug)]
-struct Swap(Mutex<Option<Config>>);
+pub(crate) struct Swap(pub(crate) Mutex<Option<Config>>);
 
 impl pgmux_proxy::ConfigSource for Swap {
     fn load(&self) -> Result<(Config, pgmux_proxy::ServerAccess), pgmux_proxy::SourceError> {
