@@ -7,8 +7,8 @@
 //!
 //! - on an idle connection to that node, taken out of turn, when there is one (a moment's work; at most
 //!   once a second per node while connections still come back);
-//! - otherwise only when the pool is *quiet*: connections were lent all through the last round and none
-//!   came back. That is what a hang looks like (and a pool busy with long queries, too). The round trip then
+//! - otherwise only when the pool is *quiet*: connections were lent, and none came back, through the rounds
+//!   of at least half of `server_probe_timeout` (a second at most). That is what a hang looks like (and a pool busy with long queries, too). The round trip then
 //!   goes over a probe connection opened to that node's address, kept while the quiet lasts, closed after;
 //!   unless sizing's control connection is on that node, which asks it every second itself. `pool_max`
 //!   counts the control connection, so in the default setting the probe opens nothing beyond the cap.
@@ -71,6 +71,8 @@ struct State {
     answered: Vec<(SocketAddr, Instant)>,
     /// At the previous round: whether connections were lent, and when one last came back.
     previous: Option<(bool, Option<Instant>)>,
+    /// The round that first saw `previous` as it is: how long the pool has looked the way it looks.
+    same_since: Option<Instant>,
     /// The node sizing's control connection is on, while it is open: it probes that node itself.
     control: Option<SocketAddr>,
 }
@@ -78,15 +80,20 @@ struct State {
 impl Probes {
     /// Whether the pool was quiet since the previous round (see the module's comment), given what it says
     /// now.
-    fn quiet(&self, lent: bool, last_returned: Option<Instant>) -> bool {
+    fn quiet(&self, lent: bool, last_returned: Option<Instant>, least: Duration) -> bool {
         let state = self.state.lock();
-        lent && state.previous == Some((true, last_returned))
+        lent && state.previous == Some((true, last_returned)) && state.same_since.is_some_and(|t| t.elapsed() >= least)
     }
 
     /// What the pool says at the end of a round, for the next one to compare with: after the round's own
     /// probes, whose connections coming back are no sign of life from the clients' servers.
     fn remember(&self, lent: bool, last_returned: Option<Instant>) {
-        self.state.lock().previous = Some((lent, last_returned));
+        let mut state = self.state.lock();
+        let now = Some((lent, last_returned));
+        if state.previous != now {
+            state.previous = now;
+            state.same_since = Some(Instant::now());
+        }
     }
 
     /// The probe connection to `node`, if one is kept.
@@ -158,10 +165,10 @@ pub(crate) enum Answer {
 
 impl ServerPool {
     /// How often the probe's rounds come: an eighth of `server_probe_timeout`, between [`MIN_PERIOD`] and a
-    /// second. A hang shows as a quiet from one round to the next, one or two rounds after the last
-    /// connection came back; the probe then sent has at least three quarters of the timeout to answer, so
-    /// rounds an eighth apart fit both within one timeout of the node's silence (rounds a second apart, and
-    /// a full timeout after, took 2.7 s at a 1 s timeout).
+    /// second. A hang shows as a quiet that lasts half the timeout, a second at most (so that connections
+    /// all out for a moment open no probe connection), seen within a round of its start; the probe then sent has at least
+    /// three quarters of the timeout to answer: about 1.5 timeouts from the node's silence to its verdict
+    /// (rounds a second apart, a full quiet second and a full timeout after took 2.7 s at a 1 s timeout).
     pub(crate) fn probe_period(timeout: Duration) -> Duration {
         if timeout.is_zero() {
             return Duration::from_secs(1);
@@ -192,7 +199,11 @@ impl ServerPool {
     /// every [`probe_period`](Self::probe_period).
     pub(crate) async fn probe_liveness(&self) {
         let lent = self.pool.status().lent();
-        let quiet = self.probes.quiet(lent, self.pool.last_returned());
+        // Quiet for half of server_probe_timeout (at most a second) at least, as seen by the rounds: a pool
+        // whose connections are all out for a moment (every client in a short pg_sleep) opens no probe
+        // connection beside them.
+        let least = (self.config().server_probe_timeout / 2).min(Duration::from_secs(1));
+        let quiet = self.probes.quiet(lent, self.pool.last_returned(), least);
         if !quiet {
             for conn in self.probes.take_all() {
                 self.retire(conn);
