@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use pgmux_proto::{Framer, Sender};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 /// A socket of either end: plain TCP, or TLS as the client of a database or as the server of a client; or a
@@ -92,19 +92,6 @@ impl AsyncWrite for Stream {
             Stream::TlsToServer(s) => Pin::new(&mut **s).poll_shutdown(cx),
             Stream::TlsFromClient(s) => Pin::new(&mut **s).poll_shutdown(cx),
             Stream::Detached => Poll::Ready(Ok(())),
-        }
-    }
-}
-
-impl Stream {
-    /// Whether a read might find something. `false` only for a plain socket on which tokio has seen no
-    /// event since a read last found it empty: asked without a system call and without registering a waker.
-    fn may_read(&self) -> bool {
-        match self {
-            Stream::Tcp(s) => s.try_io(Interest::READABLE, || Ok(())).is_ok(),
-            Stream::Unix(s) => s.try_io(Interest::READABLE, || Ok(())).is_ok(),
-            // TLS may hold decrypted bytes that no socket event announces.
-            _ => true,
         }
     }
 }
@@ -310,25 +297,6 @@ impl Conn {
         })
     }
 
-    /// [`poll_read_compact`](Self::poll_read_compact), skipped when it could only find nothing again.
-    ///
-    /// `armed` is the caller's note, kept between polls, that the last read of this connection found
-    /// nothing and left the waker of the task that owns the connection with tokio; every read of the
-    /// connection by other means must clear it, and only that task may poll it. The waker stays with tokio
-    /// until the socket's next event, which would also mark the socket readable: until then another poll
-    /// could only find nothing and leave the same waker, so it is skipped (the relay loop's turn after one
-    /// woken by the server polls the client's socket so: about 150 instructions less). A read that found
-    /// bytes, or one held back by tokio's budget for the task (which leaves no waker with the socket), arms
-    /// nothing.
-    pub(crate) fn poll_read_armed(&mut self, cx: &mut Context<'_>, armed: &mut bool) -> Poll<io::Result<ReadOutcome>> {
-        if *armed && !self.stream.may_read() {
-            return Poll::Pending;
-        }
-        let polled = self.poll_read_compact(cx);
-        *armed = polled.is_pending() && tokio::task::coop::has_budget_remaining();
-        polled
-    }
-
     /// Reads once through the scratch buffer, waiting for data.
     pub(crate) async fn read_compact(&mut self) -> io::Result<ReadOutcome> {
         std::future::poll_fn(|cx| self.poll_read_compact(cx)).await
@@ -410,7 +378,7 @@ mod tests {
         // One chunk (a plain write), a few (the small array of slices), exactly as many as it holds, one
         // more, and more than one vectored write takes.
         for count in [1, 2, 3, FEW_SLICES - 1, FEW_SLICES, FEW_SLICES + 1, MAX_SLICES + 6] {
-            let (mut armed, mut peer) = pair().await;
+            let (mut conn, mut peer) = pair().await;
             let mut q = WriteQueue::default();
             let mut want = Vec::new();
             for i in 0..count {
@@ -418,7 +386,7 @@ mod tests {
                 want.extend_from_slice(&chunk);
                 q.push(Bytes::from(chunk));
             }
-            let flushed = tokio::time::timeout(std::time::Duration::from_secs(10), q.flush(&mut armed.conn.stream));
+            let flushed = tokio::time::timeout(std::time::Duration::from_secs(10), q.flush(&mut conn.stream));
             assert!(matches!(flushed.await, Ok(Ok(()))), "{count} chunks are written");
             assert_eq!((q.len(), q.sent()), (0, want.len() as u64));
             let mut got = vec![0; want.len()];
@@ -428,119 +396,13 @@ mod tests {
         }
     }
 
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::task::{Wake, Waker};
     use tokio::io::AsyncReadExt as _;
 
-    /// A waker that notes it was woken.
-    #[derive(Default)]
-    struct Flag(AtomicBool);
-
-    impl Wake for Flag {
-        fn wake(self: Arc<Self>) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
-    /// A connection on a plain socket, with its note of an armed read, as the relay loop keeps it.
-    struct Armed {
-        conn: Conn,
-        read_armed: bool,
-    }
-
-    impl Armed {
-        fn poll_read_compact(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ReadOutcome>> {
-            self.conn.poll_read_armed(cx, &mut self.read_armed)
-        }
-
-        async fn read_compact(&mut self) -> io::Result<ReadOutcome> {
-            std::future::poll_fn(|cx| self.poll_read_compact(cx)).await
-        }
-    }
-
     /// A connection on a plain socket, and its peer.
-    async fn pair() -> (Armed, TcpStream) {
+    async fn pair() -> (Conn, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a listener");
         let peer = TcpStream::connect(listener.local_addr().expect("an address")).await.expect("a connection");
         let (ours, _) = listener.accept().await.expect("the accepted side");
-        (Armed { conn: Conn::with_stream(Stream::Tcp(ours), Sender::Frontend), read_armed: false }, peer)
-    }
-
-    /// Polls the connection's read once with a waker of its own, returning whether it found bytes and the
-    /// flag that waker sets.
-    fn poll_once(conn: &mut Armed) -> (bool, Arc<Flag>) {
-        let flag = Arc::new(Flag::default());
-        let waker = Waker::from(Arc::clone(&flag));
-        let found = conn.poll_read_compact(&mut Context::from_waker(&waker)).is_ready();
-        (found, flag)
-    }
-
-    /// Waits (at most ten seconds, in 10 ms steps) for `flag` to be set.
-    async fn woken(flag: &Flag) -> bool {
-        for _ in 0..1000 {
-            if flag.0.load(Ordering::SeqCst) {
-                return true;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        false
-    }
-
-    /// Reads until the bytes sent are in, polling as the relay loop does.
-    async fn read_some(conn: &mut Armed) {
-        let found = tokio::time::timeout(std::time::Duration::from_secs(10), conn.read_compact()).await;
-        assert!(matches!(found, Ok(Ok(ReadOutcome::Data))), "the peer's bytes arrive");
-    }
-
-    #[tokio::test]
-    async fn a_read_skipped_as_armed_still_wakes_the_task_when_the_client_speaks() {
-        let (mut conn, mut peer) = pair().await;
-        let (found, first) = poll_once(&mut conn);
-        assert!(!found && conn.read_armed, "an empty socket arms the read");
-        // Skipped: the first poll's waker stays registered and is the one woken.
-        let (found, _) = poll_once(&mut conn);
-        assert!(!found);
-        peer.write_all(b"Q").await.expect("the peer writes");
-        assert!(woken(&first).await, "the registered waker is woken");
-        read_some(&mut conn).await;
-        assert!(!conn.read_armed, "a read that found bytes arms nothing");
-    }
-
-    #[tokio::test]
-    async fn a_read_that_found_bytes_is_not_skipped_next_time() {
-        // The wake that announced the bytes took the task's waker from tokio: the next poll must leave it
-        // there again, though tokio already marked the socket drained (the read came back short).
-        let (mut conn, mut peer) = pair().await;
-        peer.write_all(b"Q").await.expect("the peer writes");
-        read_some(&mut conn).await;
-        let (found, flag) = poll_once(&mut conn);
-        assert!(!found);
-        peer.write_all(b"S").await.expect("the peer writes again");
-        assert!(woken(&flag).await, "the poll after a read registered its waker");
-    }
-
-    #[tokio::test]
-    async fn a_read_held_back_by_the_task_s_budget_is_not_skipped_next_time() {
-        let (mut conn, mut peer) = pair().await;
-        peer.write_all(b"Q").await.expect("the peer writes");
-        read_some(&mut conn).await;
-        // Spend the task's budget, then poll: tokio answers Pending without registering a waker.
-        std::future::poll_fn(|cx| {
-            for _ in 0..10_000 {
-                if std::pin::pin!(tokio::task::consume_budget()).poll(cx).is_pending() {
-                    break;
-                }
-            }
-            assert!(!tokio::task::coop::has_budget_remaining(), "the budget is spent");
-            assert!(conn.poll_read_compact(cx).is_pending());
-            Poll::Ready(())
-        })
-        .await;
-        tokio::task::yield_now().await;
-        let (found, flag) = poll_once(&mut conn);
-        assert!(!found);
-        peer.write_all(b"S").await.expect("the peer writes again");
-        assert!(woken(&flag).await, "the poll after the budget's refusal registered its waker");
+        (Conn::with_stream(Stream::Tcp(ours), Sender::Frontend), peer)
     }
 }

@@ -123,7 +123,6 @@ pub(super) async fn login(
         session_mode: shared.pools.get(pool).mode() == PoolMode::Session,
         // Only a named database can be a reader route (the default pool's id is 0).
         reader_route: pool != PoolId::default() && shared.pools.get(pool).readers().is_some(),
-        client_armed: false,
         route: pool,
         pool,
         counted,

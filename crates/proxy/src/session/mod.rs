@@ -161,9 +161,6 @@ struct Session {
     session_mode: bool,
     /// Its route is a reader route: each transaction picks its pool among the instances of `route`'s set.
     reader_route: bool,
-    /// The client's last read in the relay loop found nothing and left this task's waker with tokio (see
-    /// `Conn::poll_read_armed`); cleared by any other read of the client.
-    client_armed: bool,
     /// The pool of its route (the writer's, for a reader route, which `pool` is not always).
     route: PoolId,
     /// Counts it under its database and user (SHOW DATABASES, SHOW USERS, the client caps) while it lives;
