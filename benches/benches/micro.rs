@@ -10,6 +10,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use pgmux_pool::{Grant, Pool, PoolConfig};
 use pgmux_proto::{Framer, Sender, Step, TxStatus};
+use pgmux_proxy::clock;
 use pgmux_proxy::protocol::sql;
 use pgmux_proxy::protocol::tracker::TxTracker;
 use pgmux_testkit::wire::msg;
@@ -150,5 +151,34 @@ fn statement_scan(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, framing, tracking, statement_scan, pool);
+fn meter_clock(c: &mut Criterion) {
+    // What a session's meter does per recorded duration: read the clock, and take the microseconds since
+    // an earlier reading. The `Instant` way is what it did before issue 32's third session.
+    let mut g = c.benchmark_group("meter clock");
+    let earlier = std::time::Instant::now();
+    g.bench_function("Instant: read, subtract, microseconds", |b| {
+        b.iter(|| {
+            let d = std::time::Instant::now().saturating_duration_since(black_box(earlier));
+            black_box(d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros())))
+        })
+    });
+    let earlier = clock::now_ns();
+    g.bench_function("nanoseconds: read, subtract, microseconds", |b| {
+        b.iter(|| black_box(clock::micros(black_box(earlier), clock::now_ns())))
+    });
+    let (a, b) = (std::time::Instant::now(), std::time::Instant::now());
+    g.bench_function("Instant: subtract, microseconds (no read)", |bench| {
+        bench.iter(|| {
+            let d = black_box(b).saturating_duration_since(black_box(a));
+            black_box(d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros())))
+        })
+    });
+    let (a, b) = (clock::now_ns(), clock::now_ns());
+    g.bench_function("nanoseconds: subtract, microseconds (no read)", |bench| {
+        bench.iter(|| black_box(clock::micros(black_box(a), black_box(b))))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, framing, tracking, statement_scan, meter_clock, pool);
 criterion_main!(benches);
