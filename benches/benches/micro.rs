@@ -177,6 +177,25 @@ fn meter_clock(c: &mut Criterion) {
     g.bench_function("nanoseconds: subtract, microseconds (no read)", |bench| {
         bench.iter(|| black_box(clock::micros(black_box(a), black_box(b))))
     });
+    // The time checks before an idle connection is lent (ServerPool::quick_check needs a live server
+    // connection, so its clock part is measured alone): lifetime and server_check_delay.
+    let (created, idle_since) = (tokio::time::Instant::now(), tokio::time::Instant::now());
+    let (lifetime, delay) = (Duration::from_secs(3600), Duration::from_secs(30));
+    g.bench_function("lend check, Instant: read, two subtractions", |b| {
+        b.iter(|| {
+            let now = tokio::time::Instant::now();
+            let old = now.saturating_duration_since(black_box(created)) >= lifetime;
+            black_box(old || now.saturating_duration_since(black_box(idle_since)) < delay)
+        })
+    });
+    let now = clock::now_ns();
+    let (retire_at, idle_since) = (now + clock::nanos(lifetime), now);
+    g.bench_function("lend check, nanoseconds: read, two comparisons", |b| {
+        b.iter(|| {
+            let now = clock::now_ns();
+            black_box(now >= black_box(retire_at) || now.saturating_sub(black_box(idle_since)) < clock::nanos(delay))
+        })
+    });
     g.finish();
 }
 

@@ -33,6 +33,12 @@ pub fn micros(earlier: u64, later: u64) -> u64 {
     later.saturating_sub(earlier) / 1_000
 }
 
+/// `d` in nanoseconds, the most a `u64` holds for anything longer (584 years).
+#[inline]
+pub fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// One `Instant` and the [`now_ns`] read beside it: the bridge from integer moments to `Instant`s.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Anchor {

@@ -65,10 +65,16 @@ impl Meter {
         self.last_ready = now;
     }
 
-    /// When the server last said ReadyForQuery (or the session began).
+    /// When the server last said ReadyForQuery (or the session began), a `clock::now_ns` moment.
     #[inline]
-    pub(super) fn last_ready(&self) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.obs().instant_at(self.last_ready))
+    pub(super) fn last_ready_ns(&self) -> u64 {
+        self.last_ready
+    }
+
+    /// Moment `ns` as the pool keeps its times.
+    #[inline]
+    pub(super) fn instant_at(&self, ns: u64) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.obs().instant_at(ns))
     }
 
     /// The client starts to wait in line for a server connection; returns when its query began (read in the
