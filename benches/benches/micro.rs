@@ -199,5 +199,24 @@ fn meter_clock(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, framing, tracking, statement_scan, meter_clock, pool);
+fn live_settings(c: &mut Criterion) {
+    // The two settings each transaction reads (server_check_delay at the checkout, target_session_attrs
+    // at the release): a guarded load of the configuration in force, and the atomics kept beside it.
+    let config = pgmux_proxy::Config::from_toml_str("database_url = \"postgres://app:pw@db.example:5432/app\"")
+        .expect("a valid configuration");
+    let live = pgmux_proxy::config::LiveConfig::new(std::sync::Arc::new(config));
+    let mut g = c.benchmark_group("live settings");
+    g.bench_function("guarded load: server_check_delay, target_session_attrs", |b| {
+        b.iter(|| {
+            let delay = live.load().server_check_delay;
+            black_box((delay, live.load().target_session_attrs))
+        })
+    });
+    g.bench_function("relaxed atomics: the same two", |b| {
+        b.iter(|| black_box((live.check_delay_ns(), live.target_session_attrs())))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, framing, tracking, statement_scan, meter_clock, live_settings, pool);
 criterion_main!(benches);

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::{ServerLease, ServerPool};
 use crate::config::credentials::CredentialsError;
-use crate::observe::clock::{self, nanos};
+use crate::observe::clock;
 use crate::protocol::failure::ServerError;
 use crate::server::{ConnectError, ServerConn};
 
@@ -429,7 +429,7 @@ impl ServerPool {
         if !lease.looks_alive() || !self.keeps(lease) {
             return Fitness::Unfit;
         }
-        if now.saturating_sub(lease.idle_since_ns) < nanos(self.config().server_check_delay) {
+        if now.saturating_sub(lease.idle_since_ns) < self.globals.config.check_delay_ns() {
             return Fitness::Fit;
         }
         Fitness::NeedsRoundTrip

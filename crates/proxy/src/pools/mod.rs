@@ -232,7 +232,7 @@ impl ServerPool {
 
     /// Which nodes it may lend: its own target (a reader's), else target_session_attrs.
     pub(crate) fn target(&self) -> TargetSessionAttrs {
-        self.target.unwrap_or_else(|| self.config().target_session_attrs)
+        self.target.unwrap_or_else(|| self.globals.config.target_session_attrs())
     }
 
     /// Keeps `n` connections warm rather than min_pool_size.
