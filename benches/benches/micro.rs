@@ -10,6 +10,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use pgmux_pool::{Grant, Pool, PoolConfig};
 use pgmux_proto::{Framer, Sender, Step, TxStatus};
+use pgmux_proxy::clock;
 use pgmux_proxy::protocol::sql;
 use pgmux_proxy::protocol::tracker::TxTracker;
 use pgmux_testkit::wire::msg;
@@ -150,5 +151,72 @@ fn statement_scan(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, framing, tracking, statement_scan, pool);
+fn meter_clock(c: &mut Criterion) {
+    // What a session's meter does per recorded duration: read the clock, and take the microseconds since
+    // an earlier reading. The `Instant` way is what it did before issue 32's third session.
+    let mut g = c.benchmark_group("meter clock");
+    let earlier = std::time::Instant::now();
+    g.bench_function("Instant: read, subtract, microseconds", |b| {
+        b.iter(|| {
+            let d = std::time::Instant::now().saturating_duration_since(black_box(earlier));
+            black_box(d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros())))
+        })
+    });
+    let earlier = clock::now_ns();
+    g.bench_function("nanoseconds: read, subtract, microseconds", |b| {
+        b.iter(|| black_box(clock::micros(black_box(earlier), clock::now_ns())))
+    });
+    let (a, b) = (std::time::Instant::now(), std::time::Instant::now());
+    g.bench_function("Instant: subtract, microseconds (no read)", |bench| {
+        bench.iter(|| {
+            let d = black_box(b).saturating_duration_since(black_box(a));
+            black_box(d.as_secs().saturating_mul(1_000_000).saturating_add(u64::from(d.subsec_micros())))
+        })
+    });
+    let (a, b) = (clock::now_ns(), clock::now_ns());
+    g.bench_function("nanoseconds: subtract, microseconds (no read)", |bench| {
+        bench.iter(|| black_box(clock::micros(black_box(a), black_box(b))))
+    });
+    // The time checks before an idle connection is lent (ServerPool::quick_check needs a live server
+    // connection, so its clock part is measured alone): lifetime and server_check_delay.
+    let (created, idle_since) = (tokio::time::Instant::now(), tokio::time::Instant::now());
+    let (lifetime, delay) = (Duration::from_secs(3600), Duration::from_secs(30));
+    g.bench_function("lend check, Instant: read, two subtractions", |b| {
+        b.iter(|| {
+            let now = tokio::time::Instant::now();
+            let old = now.saturating_duration_since(black_box(created)) >= lifetime;
+            black_box(old || now.saturating_duration_since(black_box(idle_since)) < delay)
+        })
+    });
+    let now = clock::now_ns();
+    let (retire_at, idle_since) = (now + clock::nanos(lifetime), now);
+    g.bench_function("lend check, nanoseconds: read, two comparisons", |b| {
+        b.iter(|| {
+            let now = clock::now_ns();
+            black_box(now >= black_box(retire_at) || now.saturating_sub(black_box(idle_since)) < clock::nanos(delay))
+        })
+    });
+    g.finish();
+}
+
+fn live_settings(c: &mut Criterion) {
+    // The two settings each transaction reads (server_check_delay at the checkout, target_session_attrs
+    // at the release): a guarded load of the configuration in force, and the atomics kept beside it.
+    let config = pgmux_proxy::Config::from_toml_str("database_url = \"postgres://app:pw@db.example:5432/app\"")
+        .expect("a valid configuration");
+    let live = pgmux_proxy::config::LiveConfig::new(std::sync::Arc::new(config));
+    let mut g = c.benchmark_group("live settings");
+    g.bench_function("guarded load: server_check_delay, target_session_attrs", |b| {
+        b.iter(|| {
+            let delay = live.load().server_check_delay;
+            black_box((delay, live.load().target_session_attrs))
+        })
+    });
+    g.bench_function("relaxed atomics: the same two", |b| {
+        b.iter(|| black_box((live.check_delay_ns(), live.target_session_attrs())))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, framing, tracking, statement_scan, meter_clock, live_settings, pool);
 criterion_main!(benches);

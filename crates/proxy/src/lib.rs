@@ -19,6 +19,8 @@ pub use config::Config;
 pub use config::credentials::ServerAccess;
 pub use config::source::{ConfigSource, SourceError};
 pub use listener::{Admin, Listener, ListenerHandle, SetupError};
+/// The meter's clock, public for the micro-benchmarks.
+pub use observe::clock;
 pub use ops::reload::ReloadError;
 pub use protocol::sql::PinReason;
 pub use runtime::stop::{Level, Stop};

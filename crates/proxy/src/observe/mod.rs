@@ -5,6 +5,7 @@
 //! the books and what the pools say ([`PoolGauges`]) when a reader asks, so they cost the data path nothing.
 
 mod clients;
+pub mod clock;
 mod databases;
 mod servers;
 
@@ -17,6 +18,8 @@ use pgmux_metrics::{ClientState, Label, LoginResult, Metrics, ServerState, Snaps
 use pgmux_pool::Status;
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
+
+use clock::Anchor;
 
 pub(crate) use clients::{ClientBook, ClientEntry, ClientTicket, NewClient, Peer};
 pub(crate) use databases::{DatabaseBook, DbCounters, Ended, Tally};
@@ -146,7 +149,8 @@ pub(crate) struct Observer {
     /// PgBouncer's statistics per database.
     pub(crate) databases: DatabaseBook,
     period: Mutex<Period>,
-    started: Instant,
+    /// The pooler's start, on both clocks (see the `clock` module).
+    started: Anchor,
     started_unix: f64,
 }
 
@@ -163,7 +167,7 @@ impl Default for Observer {
                 averages: HashMap::new(),
                 all: Stats::default(),
             }),
-            started: Instant::now(),
+            started: Anchor::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         }
     }
@@ -176,7 +180,8 @@ pub(crate) fn unix_now() -> u64 {
 
 /// Microseconds from `earlier` to `later` (zero if `later` is not later). Seconds and the microseconds
 /// past them rather than `Duration::as_micros`, whose 128-bit division costs more than the rest of the
-/// recording (this runs three or four times per transaction).
+/// recording. (The sessions' meters, which record several times per transaction, keep integer moments
+/// instead: see the `clock` module.)
 #[inline]
 pub(crate) fn micros_between(earlier: Instant, later: Instant) -> u64 {
     let d = later.saturating_duration_since(earlier);
@@ -186,13 +191,24 @@ pub(crate) fn micros_between(earlier: Instant, later: Instant) -> u64 {
 impl Observer {
     /// Time since the pooler started.
     pub(crate) fn uptime(&self) -> Duration {
-        self.started.elapsed()
+        Duration::from_micros(self.micros_now())
     }
 
-    /// Microseconds from the pooler's start to `at`.
+    /// Microseconds from the pooler's start to now.
+    pub(crate) fn micros_now(&self) -> u64 {
+        self.micros_at(clock::now_ns())
+    }
+
+    /// Microseconds from the pooler's start to moment `ns` (a [`clock::now_ns`] reading).
     #[inline]
-    pub(crate) fn micros_at(&self, at: Instant) -> u64 {
-        micros_between(self.started, at)
+    pub(crate) fn micros_at(&self, ns: u64) -> u64 {
+        clock::micros(self.started.ns(), ns)
+    }
+
+    /// The `Instant` of moment `ns` (a [`clock::now_ns`] reading), for the pool.
+    #[inline]
+    pub(crate) fn instant_at(&self, ns: u64) -> Instant {
+        self.started.instant_at(ns)
     }
 
     /// Unix seconds of the moment `micros_at` returned `us` for.

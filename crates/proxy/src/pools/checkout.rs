@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::{ServerLease, ServerPool};
 use crate::config::credentials::CredentialsError;
+use crate::observe::clock;
 use crate::protocol::failure::ServerError;
 use crate::server::{ConnectError, ServerConn};
 
@@ -416,10 +417,8 @@ impl ServerPool {
 
     /// What can be known about an idle connection without talking to the server.
     pub(crate) fn quick_check(&self, lease: &mut ServerLease) -> Fitness {
-        let meta = *lease.meta();
-        let now = Instant::now();
-        let lifetime = lease.lifetime;
-        if !lifetime.is_zero() && now.saturating_duration_since(meta.created) >= lifetime {
+        let now = clock::now_ns();
+        if now >= lease.retire_at_ns {
             lease.closing(ServerCloseReason::Lifetime);
             return Fitness::Unfit;
         }
@@ -430,7 +429,7 @@ impl ServerPool {
         if !lease.looks_alive() || !self.keeps(lease) {
             return Fitness::Unfit;
         }
-        if now.saturating_duration_since(meta.idle_since) < self.config().server_check_delay {
+        if now.saturating_sub(lease.idle_since_ns) < self.globals.config.check_delay_ns() {
             return Fitness::Fit;
         }
         Fitness::NeedsRoundTrip

@@ -232,7 +232,7 @@ impl ServerPool {
 
     /// Which nodes it may lend: its own target (a reader's), else target_session_attrs.
     pub(crate) fn target(&self) -> TargetSessionAttrs {
-        self.target.unwrap_or_else(|| self.config().target_session_attrs)
+        self.target.unwrap_or_else(|| self.globals.config.target_session_attrs())
     }
 
     /// Keeps `n` connections warm rather than min_pool_size.
@@ -446,8 +446,9 @@ impl ServerPool {
             (config.server_idle_timeout, config.min_pool_size)
         };
         let mut size = self.pool.status().size;
+        let now = crate::observe::clock::now_ns();
         let expired = self.pool.evict_idle(|conn, m| {
-            let old = !conn.lifetime.is_zero() && m.created.elapsed() >= conn.lifetime;
+            let old = now >= conn.retire_at_ns;
             // Idle ones are closed down to min_pool_size (idle while pgmux ran: not across a freeze); old ones
             // are closed anyway (and replaced warm).
             let stale = !idle.is_zero() && size > keep && self.globals.idle_for(m.idle_since) >= idle;

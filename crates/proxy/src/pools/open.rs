@@ -2,6 +2,7 @@
 //! each pool connection with its own lifetime, its console entry and the server's own parameter values.
 
 use super::*;
+use crate::observe::clock::{self, nanos};
 
 impl ServerPool {
     /// Opens connections in the background up to `min_pool_size` (within the limit).
@@ -39,7 +40,10 @@ impl ServerPool {
         if self.login_micros.swap(login, Ordering::Relaxed).abs_diff(login) > 1000 {
             self.pool.set_grow_after(grow_after(&config, login), config.pool_grow_after);
         }
-        conn.lifetime = jittered(self.server_lifetime.unwrap_or(config.server_lifetime), self.jitter.hash_one(id));
+        let lifetime = jittered(self.server_lifetime.unwrap_or(config.server_lifetime), self.jitter.hash_one(id));
+        let opened = clock::now_ns();
+        conn.idle_since_ns = opened;
+        conn.retire_at_ns = if lifetime.is_zero() { u64::MAX } else { opened.saturating_add(nanos(lifetime)) };
         let tls = matches!(conn.io.stream, crate::net::io::Stream::TlsToServer(_));
         conn.ticket = Some(self.globals.observer.servers.add(ServerEntry {
             id: conn.id,

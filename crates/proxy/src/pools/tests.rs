@@ -56,6 +56,33 @@ async fn a_connection_idle_past_server_check_delay_is_checked_with_a_round_trip(
 }
 
 #[tokio::test]
+async fn a_connection_past_its_own_lifetime_is_closed_instead_of_lent() {
+    // The lifetime is a moment on the meter's clock (no Instant arithmetic per checkout): one already
+    // passed must not be lent, though server_lifetime itself is an hour away.
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_lifetime = \"1h\"")));
+    let mut lease = pool.checkout().await.expect("a connection");
+    assert!(lease.retire_at_ns > crate::observe::clock::now_ns(), "an hour to live, less a tenth at most");
+    lease.retire_at_ns = crate::observe::clock::now_ns();
+    drop(lease);
+    assert!(pool.try_checkout().is_none(), "the old one is closed, and the fast path opens none");
+    drop(pool.checkout().await.expect("a new one"));
+    assert_eq!(fake.accepted(), 2, "a second login");
+}
+
+#[tokio::test]
+async fn a_connection_idle_since_long_ago_on_the_meter_s_clock_is_checked() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_check_delay = \"1h\"")));
+    let mut lease = pool.checkout().await.expect("a connection");
+    lease.idle_since_ns = crate::observe::clock::now_ns().saturating_sub(2 * 3_600_000_000_000);
+    drop(lease);
+    assert!(pool.try_checkout().is_none(), "idle two hours: the fast path does no round trip");
+    drop(pool.checkout().await.expect("the idle one, checked"));
+    assert_eq!((fake.accepted(), fake.queries()), (1, 1));
+}
+
+#[tokio::test]
 async fn a_lower_plan_closes_idle_connections_above_it() {
     let fake = FakeServer::start().await;
     let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3")));

@@ -89,8 +89,14 @@ pub(crate) struct ServerConn {
     pub(crate) statements: ServerStatements,
     /// What the server owes the client it is lent to; empty between loans.
     pub(crate) tracker: TxTracker<Undo>,
-    /// Retire it when it is this old (0 = never): `server_lifetime` with jitter.
-    pub(crate) lifetime: Duration,
+    /// Retired from this moment on (a `clock::now_ns` moment; `u64::MAX`: never): its opening plus its own
+    /// `server_lifetime` with jitter. Kept as a moment so that the checks before and after each loan are
+    /// integer comparisons, without a clock reading of their own or `Instant` arithmetic.
+    pub(crate) retire_at_ns: u64,
+    /// When it was last given back after a transaction (a `clock::now_ns` moment; its opening before
+    /// that): `server_check_delay` counts from here. A connection that went back another way (a lease
+    /// dropped) keeps the earlier moment, which can only make a check come sooner.
+    pub(crate) idle_since_ns: u64,
     /// Its entry in the admin console's list of servers (pool connections only).
     pub(crate) ticket: Option<ServerTicket>,
     /// The node's role, as the server reported it (kept up to date from ParameterStatus), if known.
@@ -157,7 +163,8 @@ impl ServerConn {
             params: ServerParams::default(),
             statements: ServerStatements::new(),
             tracker: TxTracker::default(),
-            lifetime: Duration::ZERO,
+            retire_at_ns: u64::MAX,
+            idle_since_ns: 0,
             ticket: None,
             role: None,
             checked_epoch: 0,

@@ -370,9 +370,8 @@ impl Session {
         // Its own jittered server_lifetime, as when it is lent (and no configuration read per release). Timed
         // at the last ReadyForQuery, which a release follows in the same turn of the loop (one clock reading
         // less); a connection released later than that is timed again when it is next lent.
-        let lifetime = lease.lifetime;
-        let too_old =
-            !lifetime.is_zero() && self.meter.last_ready().saturating_duration_since(lease.meta().created) >= lifetime;
+        let last_ready = self.meter.last_ready_ns();
+        let too_old = last_ready >= lease.retire_at_ns;
         let pool = self.shared.pools.get(self.pool);
         let unfit = !pool.keeps(&mut lease) || !pool.fits(lease.role);
         if too_old || unfit || !lease.io.rbuf.is_empty() || lease.io.framer.mid_message() {
@@ -385,7 +384,8 @@ impl Session {
         } else {
             lease.io.shrink_if_idle(crate::server::SERVER_READ_CHUNK * 2, crate::server::SERVER_QUEUE_SLOTS);
             // Idle since that same ReadyForQuery.
-            lease.give_back_at(self.meter.last_ready());
+            lease.idle_since_ns = last_ready;
+            lease.give_back_at(self.meter.instant_at(last_ready));
         }
     }
 

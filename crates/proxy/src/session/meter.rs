@@ -2,15 +2,17 @@
 //! read that starts a query, a ReadyForQuery, a link and a release. Per query it reads the clock twice and
 //! adds to a counter and a histogram; per transaction the same again, plus two relaxed stores to the
 //! client's entry in the admin console's list. No lock, no allocation. Bytes are counted by the sockets
-//! and published once per transaction. What SHOW STATS lists per database is tallied in plain fields of
-//! the link (a [`Tally`], which an idle client does not carry) and added to the database's counters once
+//! and published once per transaction. Moments are integer nanoseconds (see `observe::clock`): a duration is
+//! a subtraction and a division by a constant. What SHOW STATS lists per database is tallied in plain fields
+//! of the link (a [`Tally`], which an idle client does not carry) and added to the database's counters once
 //! per transaction, by the session.
 
 use std::time::Instant;
 
 use pgmux_metrics::{PinReason as MetricPin, TooManyCause};
 
-use crate::observe::{ClientTicket, Ended, Observer, Tally, micros_between, unix_now};
+use crate::observe::clock::{micros, now_ns};
+use crate::observe::{ClientTicket, Ended, Observer, Tally, unix_now};
 use crate::pools::CheckoutError;
 use crate::protocol::sql::PinReason;
 
@@ -20,19 +22,19 @@ pub(super) struct Meter {
     /// Its entry in the console's list of clients, and the observer its counters go to.
     pub(super) seen: ClientTicket,
     /// When the query now running (or the next one the client sent) began: its first byte, or the link
-    /// of a server connection if it had to wait for one.
-    query_start: Option<Instant>,
+    /// of a server connection if it had to wait for one. Moments here are `clock::now_ns` readings.
+    query_start: Option<u64>,
     /// When the server was linked, or the pinned client's last transaction ended.
-    xact_start: Instant,
+    xact_start: u64,
     /// The last ReadyForQuery: the end of a transaction released right after it (one clock read less).
-    last_ready: Instant,
+    last_ready: u64,
     /// Bytes received from and sent to the client already added to the counters.
     published: (u64, u64),
 }
 
 impl Meter {
     pub(super) fn new(seen: ClientTicket) -> Meter {
-        let now = Instant::now();
+        let now = now_ns();
         Meter { seen, query_start: None, xact_start: now, last_ready: now, published: (0, 0) }
     }
 
@@ -44,7 +46,7 @@ impl Meter {
     #[inline]
     pub(super) fn client_data(&mut self) {
         if self.query_start.is_none() {
-            self.query_start = Some(Instant::now());
+            self.query_start = Some(now_ns());
         }
     }
 
@@ -52,10 +54,10 @@ impl Meter {
     /// is done. With more owed (a pipeline), the next one is already running. The query goes in `tally`.
     #[inline]
     pub(super) fn ready_for_query(&mut self, more_owed: bool, tally: &mut Tally) {
-        let now = Instant::now();
+        let now = now_ns();
         let m = &self.obs().metrics;
         m.queries.inc();
-        let us = micros_between(self.query_start.unwrap_or(now), now);
+        let us = micros(self.query_start.unwrap_or(now), now);
         m.query_time.record(us);
         tally.queries += 1;
         tally.query_us += us;
@@ -63,18 +65,24 @@ impl Meter {
         self.last_ready = now;
     }
 
-    /// When the server last said ReadyForQuery (or the session began).
+    /// When the server last said ReadyForQuery (or the session began), a `clock::now_ns` moment.
     #[inline]
-    pub(super) fn last_ready(&self) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.last_ready)
+    pub(super) fn last_ready_ns(&self) -> u64 {
+        self.last_ready
+    }
+
+    /// Moment `ns` as the pool keeps its times.
+    #[inline]
+    pub(super) fn instant_at(&self, ns: u64) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.obs().instant_at(ns))
     }
 
     /// The client starts to wait in line for a server connection; returns when its query began (read in the
     /// same turn of the loop, so the clock is not read again).
     pub(super) fn waiting(&mut self) -> Instant {
-        let began = *self.query_start.get_or_insert_with(Instant::now);
+        let began = *self.query_start.get_or_insert_with(now_ns);
         self.seen.waiting(self.obs().micros_at(began));
-        began
+        self.obs().instant_at(began)
     }
 
     /// The wait in line is over (parameters may still be applied before the link).
@@ -91,9 +99,9 @@ impl Meter {
     /// assignment, and its wait.
     #[inline]
     pub(super) fn linked(&mut self, server: u64) -> Tally {
-        let now = Instant::now();
+        let now = now_ns();
         let began = self.query_start.unwrap_or(now);
-        let wait = micros_between(began, now);
+        let wait = micros(began, now);
         self.obs().metrics.server_wait.record(wait);
         self.xact_start = now;
         self.query_start = Some(now);
@@ -123,7 +131,7 @@ impl Meter {
         let now = self.last_ready;
         let m = &self.obs().metrics;
         m.transactions.inc();
-        let us = micros_between(self.xact_start, now);
+        let us = micros(self.xact_start, now);
         m.transaction_time.record(us);
         self.xact_start = now;
         if binds != 0 {

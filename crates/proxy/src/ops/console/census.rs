@@ -192,7 +192,7 @@ pub(super) fn take(console: &Console) -> Census {
     let entries: Vec<Arc<ClientEntry>> = obs.clients.all();
     let consoles = entries.iter().filter(|c| c.console).count();
     let clients: Vec<CountedClient> = entries.iter().filter(|c| !c.console).map(|c| CountedClient::of(c)).collect();
-    let now_us = obs.micros_at(std::time::Instant::now());
+    let now_us = obs.micros_now();
     let routes_configured = !console.shared.config().databases.is_empty();
     count(&states, &clients, consoles, now_us, &console.served, routes_configured)
 }

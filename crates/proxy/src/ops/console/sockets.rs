@@ -55,7 +55,7 @@ pub(super) fn list(console: &Console, which: List) -> Built {
     let census = census::take(console);
     let clients = obs.clients.all();
     if which != List::Servers {
-        let now = obs.micros_at(std::time::Instant::now());
+        let now = obs.micros_now();
         let listen = console.shared.config().listen;
         for c in &clients {
             let busy = c.state() != ClientState::Idle || c.id == console.seen.id;
