@@ -302,6 +302,11 @@ impl ServerPool {
     async fn open_in_rotation(&self) -> Result<ServerConn, CheckoutError> {
         // Made before the open begins: a leave from then on wakes it, polled or not.
         let left = self.left_rotation.notified();
+        // Declared dead before that (the right to open came with a slot its dead node's session gave up):
+        // nothing to wait for.
+        if self.is_unreachable() {
+            return Err(CheckoutError::LeftRotation);
+        }
         tokio::select! {
             biased;
             opened = self.open() => opened,
