@@ -5,13 +5,15 @@
 //! an eighth of `server_probe_timeout` apart (between 100 ms and a second; see
 //! [`ServerPool::probe_period`]), each pool's rounds on their own:
 //!
-//! - on an idle connection to that node, taken out of turn, when there is one (a moment's work; at most
-//!   once a second per node while connections still come back);
+//! - on an idle connection to that node, taken out of turn, when there is one (a moment's work): once a
+//!   second per node while connections still come back, and every round once none came back since the
+//!   previous round (a node gone silent is then asked within a round or two of its last sign of life);
 //! - otherwise only when the pool is *quiet*: connections were lent, and none came back, through the rounds
-//!   of at least half of `server_probe_timeout` (a second at most). That is what a hang looks like (and a pool busy with long queries, too). The round trip then
-//!   goes over a probe connection opened to that node's address, kept while the quiet lasts, closed after;
-//!   unless sizing's control connection is on that node, which asks it every second itself. `pool_max`
-//!   counts the control connection, so in the default setting the probe opens nothing beyond the cap.
+//!   of at least half of `server_probe_timeout` (a second at most). That is what a hang looks like (and a
+//!   pool busy with long queries, too). The round trip then goes over a probe connection opened to that
+//!   node's address, kept while the quiet lasts, closed after; unless sizing's control connection is on that
+//!   node, which asks it every second itself. `pool_max` counts the control connection, so in the default
+//!   setting the probe opens nothing beyond the cap.
 //!
 //! The answer is awaited until `server_probe_timeout` after the node's last sign of life (a connection
 //! coming back, or its answer to the previous probe), never less than three quarters of it (see
@@ -80,9 +82,12 @@ struct State {
 impl Probes {
     /// Whether the pool was quiet since the previous round (see the module's comment), given what it says
     /// now.
-    fn quiet(&self, lent: bool, last_returned: Option<Instant>, least: Duration) -> bool {
+    fn quiet(&self, lent: bool, last_returned: Option<Instant>, least: Duration) -> Quiet {
         let state = self.state.lock();
-        lent && state.previous == Some((true, last_returned)) && state.same_since.is_some_and(|t| t.elapsed() >= least)
+        if !lent || state.previous != Some((true, last_returned)) {
+            return Quiet::No;
+        }
+        if state.same_since.is_some_and(|t| t.elapsed() >= least) { Quiet::Long } else { Quiet::OneRound }
     }
 
     /// What the pool says at the end of a round, for the next one to compare with: after the round's own
@@ -114,9 +119,9 @@ impl Probes {
     }
 
     /// Whether `node` is due an ask on an idle connection while the pool is not quiet: it has not answered
-    /// this pool's probe for [`IDLE_ASK_EVERY`].
-    fn due(&self, node: SocketAddr) -> bool {
-        self.last_answer(node).is_none_or(|at| at.elapsed() >= IDLE_ASK_EVERY)
+    /// this pool's probe for `every`.
+    fn due(&self, node: SocketAddr, every: Duration) -> bool {
+        self.last_answer(node).is_none_or(|at| at.elapsed() >= every)
     }
 
     /// When `node` last answered this pool's probe, if it did.
@@ -151,6 +156,19 @@ impl Probes {
     }
 }
 
+/// How long a pool with connections lent has had none back, as the rounds see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// One came back since the previous round (or none is lent).
+    No,
+    /// None since the previous round: a node may have gone silent a moment ago. Asked on a connection already
+    /// open, if one is idle, which costs a round trip and no connection.
+    OneRound,
+    /// None for at least half of `server_probe_timeout` (a second at most): asked on a probe connection
+    /// of its own if no connection is idle.
+    Long,
+}
+
 /// What one round trip to a node showed.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -165,10 +183,12 @@ pub(crate) enum Answer {
 
 impl ServerPool {
     /// How often the probe's rounds come: an eighth of `server_probe_timeout`, between [`MIN_PERIOD`] and a
-    /// second. A hang shows as a quiet that lasts half the timeout, a second at most (so that connections
-    /// all out for a moment open no probe connection), seen within a round of its start; the probe then sent has at least
-    /// three quarters of the timeout to answer: about 1.5 timeouts from the node's silence to its verdict
-    /// (rounds a second apart, a full quiet second and a full timeout after took 2.7 s at a 1 s timeout).
+    /// second. A node gone silent under a pool with an idle connection to it is asked on that connection a
+    /// round or two after its last sign of life, and declared dead `server_probe_timeout` after that sign.
+    /// Without one, a hang shows as a quiet that lasts half the timeout, a second at most (so that
+    /// connections all out for a moment open no probe connection), seen within a round of its start; the
+    /// probe then sent has at least three quarters of the timeout to answer: about 1.4 timeouts from the
+    /// node's silence to its verdict.
     pub(crate) fn probe_period(timeout: Duration) -> Duration {
         if timeout.is_zero() {
             return Duration::from_secs(1);
@@ -204,7 +224,7 @@ impl ServerPool {
         // connection beside them.
         let least = (self.config().server_probe_timeout / 2).min(Duration::from_secs(1));
         let quiet = self.probes.quiet(lent, self.pool.last_returned(), least);
-        if !quiet {
+        if quiet != Quiet::Long {
             for conn in self.probes.take_all() {
                 self.retire(conn);
             }
@@ -214,7 +234,7 @@ impl ServerPool {
     }
 
     /// Asks every node that connections are lent to for a round trip (see the module's comment).
-    async fn ask_nodes(&self, lent: bool, quiet: bool) {
+    async fn ask_nodes(&self, lent: bool, quiet: Quiet) {
         let timeout = self.config().server_probe_timeout;
         if timeout.is_zero() || !lent {
             return;
@@ -228,9 +248,16 @@ impl ServerPool {
             }
             let asked = Instant::now();
             let allowance = self.allowance(node, timeout);
-            // A pool still getting connections back has its idle ones asked at the old once-a-second pace.
-            let idle =
-                if quiet || self.probes.due(node) { self.pool.take_idle(|conn| conn.addr == node) } else { None };
+            // A pool still getting connections back has its idle ones asked once a second; one that got
+            // none back since the previous round, every round (so that a node gone silent a moment ago is
+            // asked within a round or two of its last sign of life, and its verdict comes within
+            // `server_probe_timeout` of it: see `allowance`).
+            let every = if quiet == Quiet::No { IDLE_ASK_EVERY } else { Self::probe_period(timeout) / 2 };
+            let idle = if quiet == Quiet::Long || self.probes.due(node, every) {
+                self.pool.take_idle(|conn| conn.addr == node)
+            } else {
+                None
+            };
             let answer = match idle {
                 Some(mut lease) => match self.ask_node(&mut lease, allowance).await {
                     Answer::Answered => Answer::Answered,
@@ -240,13 +267,13 @@ impl ServerPool {
                     }
                 },
                 // The control connection's own probe asks that node (sizing's loop, every second).
-                None if quiet && self.probes.control() == Some(node) => {
+                None if quiet == Quiet::Long && self.probes.control() == Some(node) => {
                     if let Some(conn) = self.probes.take(node) {
                         self.retire(conn);
                     }
                     continue;
                 }
-                None if quiet => self.ask_apart(node, timeout, allowance).await,
+                None if quiet == Quiet::Long => self.ask_apart(node, timeout, allowance).await,
                 None => continue,
             };
             if answer == Answer::Answered {

@@ -320,6 +320,49 @@ async fn a_silent_idle_connection_declares_nothing_while_a_transaction_on_its_no
 }
 
 #[tokio::test]
+async fn a_pool_with_nothing_back_since_the_last_round_asks_its_idle_connection_every_round() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let busy = pool.checkout().await.unwrap();
+    drop(pool.checkout().await.unwrap());
+    pool.probe_liveness().await;
+    assert_eq!(fake.queries(), 1, "never asked: the idle connection is asked");
+    // A round later (100 ms at this timeout) nothing came back: asked again, not a second later.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    pool.probe_liveness().await;
+    assert_eq!(fake.queries(), 2, "nothing back for a round: asked every round");
+    // A connection comes back: the pool is busy, not silent; the once-a-second pace again.
+    drop(pool.checkout().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    pool.probe_liveness().await;
+    assert_eq!(fake.queries(), 2, "connections come back: not asked within the second");
+    drop(busy);
+}
+
+/// The figure issue 31 asks for, where a pool has an idle connection to the node: its verdict comes about
+/// `server_probe_timeout` after the node's last answer (printed; bounded loosely here, as timings go).
+#[tokio::test]
+async fn a_node_gone_silent_beside_an_idle_connection_is_declared_dead_about_a_timeout_after_its_last_answer() {
+    let fake = FakeServer::start().await;
+    let timeout = Duration::from_millis(800);
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"800ms\"")));
+    let busy = pool.checkout().await.unwrap();
+    drop(pool.checkout().await.unwrap());
+    pool.probe_liveness().await;
+    fake.hang(true);
+    let hung_at = tokio::time::Instant::now();
+    // Rounds as the listener's liveness task runs them, each pool's on its own.
+    while pool.nodes.verdict(busy.addr).is_none() && hung_at.elapsed() < timeout * 4 {
+        tokio::time::sleep(ServerPool::probe_period(timeout)).await;
+        pool.probe_liveness().await;
+    }
+    let took = hung_at.elapsed();
+    eprintln!("declared dead {took:?} after it hung (server_probe_timeout {timeout:?})");
+    assert_eq!(pool.nodes.verdict(busy.addr), Some(Distrust::Dead));
+    assert!(took < timeout * 2, "{took:?}");
+}
+
+#[tokio::test]
 async fn the_probes_own_round_trip_is_no_sign_of_life_for_the_next_round() {
     let fake = FakeServer::start().await;
     let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
