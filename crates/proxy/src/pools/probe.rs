@@ -8,6 +8,8 @@
 //! - on an idle connection to that node, taken out of turn, when there is one (a moment's work): once a
 //!   second per node while connections still come back, and every round once none came back since the
 //!   previous round (a node gone silent is then asked within a round or two of its last sign of life);
+//! - with none idle, on a reader instance's topology poll connection, between its polls, as on an idle one
+//!   (the route's watch keeps it open while the route is used; see `readers.rs`);
 //! - otherwise only when the pool is *quiet*: connections were lent, and none came back, through the rounds
 //!   of at least half of `server_probe_timeout` (a second at most). That is what a hang looks like (and a
 //!   pool busy with long queries, too). The round trip then goes over a probe connection opened to that
@@ -77,6 +79,9 @@ struct State {
     same_since: Option<Instant>,
     /// The node sizing's control connection is on, while it is open: it probes that node itself.
     control: Option<SocketAddr>,
+    /// A reader instance's topology poll connection (to the instance), between polls: the probe asks it
+    /// too, rather than open a connection of its own.
+    poll_conn: Option<Box<ServerConn>>,
 }
 
 impl Probes {
@@ -258,23 +263,34 @@ impl ServerPool {
             } else {
                 None
             };
-            let answer = match idle {
-                Some(mut lease) => match self.ask_node(&mut lease, allowance).await {
+            // None idle: a reader instance's topology poll connection, between its polls, is asked as an
+            // idle one would be (the route's watch opened it, and keeps it while the route is used).
+            let polls = if idle.is_none() && quiet != Quiet::No { self.take_poll_conn_to(node) } else { None };
+            let answer = match (idle, polls) {
+                (Some(mut lease), _) => match self.ask_node(&mut lease, allowance).await {
                     Answer::Answered => Answer::Answered,
                     failed => {
                         self.retire(lease.discard());
                         failed
                     }
                 },
+                (None, Some(mut conn)) => {
+                    let answer = self.ask_node(&mut conn, allowance).await;
+                    match answer {
+                        Answer::Answered => self.put_poll_conn(conn),
+                        _ => self.retire(conn),
+                    }
+                    answer
+                }
                 // The control connection's own probe asks that node (sizing's loop, every second).
-                None if quiet == Quiet::Long && self.probes.control() == Some(node) => {
+                (None, None) if quiet == Quiet::Long && self.probes.control() == Some(node) => {
                     if let Some(conn) = self.probes.take(node) {
                         self.retire(conn);
                     }
                     continue;
                 }
-                None if quiet == Quiet::Long => self.ask_apart(node, timeout, allowance).await,
-                None => continue,
+                (None, None) if quiet == Quiet::Long => self.ask_apart(node, timeout, allowance).await,
+                (None, None) => continue,
             };
             if answer == Answer::Answered {
                 self.probes.answered(node);
@@ -418,6 +434,26 @@ impl ServerPool {
                 false
             }
         }
+    }
+
+    /// A reader instance's topology poll connection, taken for a poll (or to be closed); `None` if none is
+    /// open or the probe has it.
+    pub(crate) fn take_poll_conn(&self) -> Option<Box<ServerConn>> {
+        self.probes.state.lock().poll_conn.take()
+    }
+
+    /// The topology poll connection back, after a poll or a probe that it answered.
+    pub(crate) fn put_poll_conn(&self, conn: Box<ServerConn>) {
+        let old = self.probes.state.lock().poll_conn.replace(conn);
+        if let Some(old) = old {
+            self.retire(old);
+        }
+    }
+
+    /// The topology poll connection, if it is open to `node` and not in a poll now.
+    fn take_poll_conn_to(&self, node: SocketAddr) -> Option<Box<ServerConn>> {
+        let mut state = self.probes.state.lock();
+        if state.poll_conn.as_ref().is_some_and(|c| c.addr == node) { state.poll_conn.take() } else { None }
     }
 
     /// Sizing's control connection is open on `node` (it probes that node itself), or closed (`None`).

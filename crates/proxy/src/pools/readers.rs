@@ -20,7 +20,6 @@
 
 mod topology;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
@@ -201,21 +200,24 @@ impl ReaderSet {
     }
 }
 
-/// The connections of a set's polls: one to each instance, and one to the writer for the topology.
+/// The connection of a set's polls to the writer, for the topology. The one to each instance is kept in
+/// the instance's pool (see [`ServerPool::take_poll_conn`]), where the liveness probe may ask it too.
 #[derive(Default)]
 pub(super) struct PollConns {
     pub(super) writer: Option<Box<ServerConn>>,
-    pub(super) by_pool: HashMap<PoolId, Box<ServerConn>>,
 }
 
 impl PollConns {
-    /// Closes them all (the route is idle, so that the cluster may sleep).
-    fn close(&mut self, pools: &Pools, writer: PoolId) {
+    /// Closes them all, the instances' too (the route is idle, so that the cluster may sleep).
+    fn close(&mut self, pools: &Pools, set: &ReaderSet) {
         if let Some(c) = self.writer.take() {
-            pools.get(writer).retire(c);
+            pools.get(set.writer).retire(c);
         }
-        for (id, c) in self.by_pool.drain() {
-            pools.get(id).retire(c);
+        for member in set.members().iter() {
+            let pool = pools.get(member.id);
+            if let Some(c) = pool.take_poll_conn() {
+                pool.retire(c);
+            }
         }
     }
 }
@@ -244,7 +246,7 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
         let since = if busy { None } else { Some(*quiet_since.get_or_insert(started)) };
         quiet_since = since;
         if since.is_some_and(|since| !idle.is_zero() && since.elapsed() >= idle) {
-            conns.close(&pools, set.writer);
+            conns.close(&pools, &set);
             tokio::select! {
                 () = tokio::time::sleep_until(started + interval) => continue,
                 _ = stop.reached(Level::Graceful) => return,
@@ -262,13 +264,13 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
         let max_lag_ms = u64::try_from(max_lag.as_millis()).unwrap_or(u64::MAX);
         for member in set.members().iter() {
             let pool = pools.get(member.id);
-            let mut conn = conns.by_pool.remove(&member.id);
+            let mut conn = pool.take_poll_conn();
             let reading = tokio::select! {
                 r = read(pool, &mut conn, timeout) => r,
                 _ = stop.reached(Level::Graceful) => return,
             };
             if let Some(conn) = conn {
-                conns.by_pool.insert(member.id, conn);
+                pool.put_poll_conn(conn);
             }
             if reading.is_some() {
                 pool.set_unreachable(false);

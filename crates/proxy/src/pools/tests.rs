@@ -339,6 +339,22 @@ async fn a_pool_with_nothing_back_since_the_last_round_asks_its_idle_connection_
     drop(busy);
 }
 
+#[tokio::test]
+async fn with_no_connection_idle_a_reader_s_topology_connection_is_asked_and_none_is_opened() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let held = [pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
+    pool.put_poll_conn(Box::new(pool.open_control("pgmux-topology").await.expect("a poll connection")));
+    let (accepted, asked) = (fake.accepted(), fake.queries());
+    pool.probe_liveness().await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    pool.probe_liveness().await;
+    assert_eq!(fake.queries(), asked + 1, "nothing back for a round: the poll connection is asked");
+    assert_eq!(fake.accepted(), accepted, "and no connection opened for the probe");
+    assert!(pool.take_poll_conn().is_some(), "it answered: given back for the next poll");
+    drop(held);
+}
+
 /// The figure issue 31 asks for, where a pool has an idle connection to the node: its verdict comes about
 /// `server_probe_timeout` after the node's last answer (printed; bounded loosely here, as timings go).
 #[tokio::test]

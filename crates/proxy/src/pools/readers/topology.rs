@@ -60,7 +60,7 @@ impl Discovery {
     /// Reads the topology and brings `set`'s members in line with it.
     pub(super) async fn refresh(&self, set: &ReaderSet, pools: &Pools, conns: &mut PollConns, timeout: Duration) {
         match read(set, pools, conns, timeout).await {
-            Some(rows) => self.reconcile(set, pools, conns, &rows),
+            Some(rows) => self.reconcile(set, pools, &rows),
             None => {
                 tracing::debug!(route = %set.route, "topology: no instance answered; the readers stay as they were")
             }
@@ -68,7 +68,7 @@ impl Discovery {
     }
 
     /// The members the rows call for: those already there stay, new ones get a pool, the rest drain.
-    fn reconcile(&self, set: &ReaderSet, pools: &Pools, conns: &mut PollConns, rows: &[Row]) {
+    fn reconcile(&self, set: &ReaderSet, pools: &Pools, rows: &[Row]) {
         let current = set.members();
         let mut next: Vec<Arc<Member>> = Vec::new();
         for row in rows.iter().filter(|r| !r.writer) {
@@ -93,7 +93,7 @@ impl Discovery {
                 "reader left the topology (removed, or now the writer): it takes no new transactions and drains");
             let pool = pools.get(member.id);
             pool.reconnect();
-            if let Some(conn) = conns.by_pool.remove(&member.id) {
+            if let Some(conn) = pool.take_poll_conn() {
                 pool.retire(conn);
             }
         }
@@ -128,10 +128,11 @@ async fn read(set: &ReaderSet, pools: &Pools, conns: &mut PollConns, timeout: Du
         return Some(rows);
     }
     for member in set.members().iter() {
-        let mut conn = conns.by_pool.remove(&member.id);
-        let rows = ask(pools.get(member.id), &mut conn, timeout).await;
+        let pool = pools.get(member.id);
+        let mut conn = pool.take_poll_conn();
+        let rows = ask(pool, &mut conn, timeout).await;
         if let Some(conn) = conn {
-            conns.by_pool.insert(member.id, conn);
+            pool.put_poll_conn(conn);
         }
         if rows.is_some() {
             return rows;
