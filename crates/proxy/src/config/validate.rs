@@ -19,6 +19,16 @@ impl Config {
         routes::validate(&self.databases, &self.users)?;
         aurora::validate(self)?;
         self.validate_pool(&invalid)?;
+        self.validate_limits(&invalid)?;
+        self.validate_client_auth(&invalid)?;
+        self.validate_client_tls(&invalid)?;
+        self.validate_metrics(&invalid)?;
+        self.validate_intervals(&invalid)?;
+        Ok(())
+    }
+
+    /// What one client may send and how many clients and threads there are.
+    fn validate_limits(&self, invalid: &impl Fn(&'static str, &'static str) -> ConfigError) -> Result<(), ConfigError> {
         if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
             return Err(invalid(
                 "max_client_message",
@@ -37,6 +47,14 @@ impl Config {
         if self.workers == 0 || self.workers > 256 {
             return Err(invalid("workers", "must be between 1 and 256"));
         }
+        Ok(())
+    }
+
+    /// What each client_auth method needs to check a client against, and where it may be used.
+    fn validate_client_auth(
+        &self,
+        invalid: &impl Fn(&'static str, &'static str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         let password_checked =
             matches!(self.client_auth, ClientAuth::Md5 | ClientAuth::ScramSha256 | ClientAuth::Plain);
         if password_checked && self.client_password().is_none() && self.databases.is_empty() {
@@ -66,7 +84,14 @@ impl Config {
                  has no users to look up; name a [[databases]] entry on the server",
             ));
         }
-        self.validate_client_tls(&invalid)?;
+        Ok(())
+    }
+
+    /// The CloudWatch namespace, as CloudWatch accepts it.
+    fn validate_metrics(
+        &self,
+        invalid: &impl Fn(&'static str, &'static str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         let namespace_ok = |ns: &str| {
             (1..=255).contains(&ns.len())
                 && !ns.starts_with("AWS/")
@@ -78,6 +103,14 @@ impl Config {
                 "must be 1 to 255 of A-Z a-z 0-9 . _ # : / - and not start with AWS/ (reserved for AWS)",
             ));
         }
+        Ok(())
+    }
+
+    /// Waits and intervals that make no sense at zero.
+    fn validate_intervals(
+        &self,
+        invalid: &impl Fn(&'static str, &'static str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         for (key, d) in [
             ("query_wait_timeout", self.query_wait_timeout),
             ("server_connect_timeout", self.server_connect_timeout),
