@@ -88,6 +88,24 @@ pub async fn connect(
     Ok(client)
 }
 
+/// Connects over the Unix socket in `dir` (a directory as the host, as libpq takes it) as `user`, with
+/// `password` if the test's method wants one (peer and trust need none); the connection runs in a task.
+pub async fn connect_unix(
+    dir: &std::path::Path,
+    port: u16,
+    user: &str,
+    password: Option<&str>,
+) -> Result<Client, tokio_postgres::Error> {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host_path(dir).port(port).user(user).dbname(DATABASE).connect_timeout(Duration::from_secs(10));
+    if let Some(password) = password {
+        cfg.password(password);
+    }
+    let (client, conn) = cfg.connect(NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
 /// Connects straight to PostgreSQL as the superuser, for oracle queries.
 pub async fn direct(pg: &PgServer) -> Client {
     let addr = format!("127.0.0.1:{}", pg.port()).parse().expect("address");

@@ -7,11 +7,9 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use pgmux_proxy::Listener;
 use pgmux_testkit::{APP_USER, DATABASE, PgServer, Role};
-use tokio_postgres::NoTls;
 
 use crate::auth_plain::Swap;
 use crate::common::{self, scalar};
@@ -21,20 +19,6 @@ async fn connect_as(addr: SocketAddr, role: &Role) -> Result<tokio_postgres::Cli
         c.dbname(DATABASE);
     })
     .await
-}
-
-/// Over the Unix socket in `dir`, as `user` (no password: peer needs none).
-async fn connect_unix(dir: &Path, port: u16, user: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host_path(dir)
-        .port(port)
-        .user(user)
-        .dbname(DATABASE)
-        .connect_timeout(Duration::from_secs(10))
-        .connect(NoTls)
-        .await?;
-    tokio::spawn(conn);
-    Ok(client)
 }
 
 fn write(path: &Path, text: &str) -> String {
@@ -122,10 +106,10 @@ async fn peer_over_the_unix_socket_with_and_without_an_ident_map() {
     let port = proxy.addr.port();
 
     // The map lets this OS user in as the application's user, with no password.
-    let c = connect_unix(socket_dir.path(), port, APP_USER.user).await.expect("mapped: in");
+    let c = common::connect_unix(socket_dir.path(), port, APP_USER.user, None).await.expect("mapped: in");
     assert_eq!(scalar(&c, "select current_user").await, APP_USER.user);
     // A user the map does not list.
-    let err = connect_unix(socket_dir.path(), port, "pgmux_md5").await.expect_err("not in the map");
+    let err = common::connect_unix(socket_dir.path(), port, "pgmux_md5", None).await.expect_err("not in the map");
     assert_eq!(common::code(&err), "28000");
     assert!(
         common::message(&err)

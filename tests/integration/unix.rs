@@ -1,12 +1,11 @@
 //! Clients on a Unix-domain socket (`unix_socket_dir`): found the way libpq finds a server, pooled and
 //! authenticated as over TCP, cancellable, and the socket file gone after shutdown.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use pgmux_testkit::{APP_USER, DATABASE, Role};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::NoTls;
 
 use crate::common::{self, Fixture, scalar};
 
@@ -15,21 +14,6 @@ async fn start(extra: &str) -> (Fixture, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a directory for the socket");
     let fx = common::start(&format!("unix_socket_dir = {:?}\n{extra}", dir.path().display().to_string())).await;
     (fx, dir)
-}
-
-/// tokio-postgres with a directory as its host: a Unix socket, as libpq would use.
-async fn connect_unix(dir: &Path, port: u16, role: &Role) -> Result<Client, tokio_postgres::Error> {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host_path(dir)
-        .port(port)
-        .user(role.user)
-        .password(role.password)
-        .dbname(DATABASE)
-        .connect_timeout(Duration::from_secs(10))
-        .connect(NoTls)
-        .await?;
-    tokio::spawn(conn);
-    Ok(client)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,7 +25,11 @@ async fn clients_of_the_socket_directory_share_the_pool() {
     let oracle = common::direct(&fx.pg).await;
     let mut clients = Vec::new();
     for _ in 0..6 {
-        clients.push(connect_unix(dir.path(), proxy.addr.port(), &APP_USER).await.expect("connect over the socket"));
+        clients.push(
+            common::connect_unix(dir.path(), proxy.addr.port(), APP_USER.user, Some(APP_USER.password))
+                .await
+                .expect("connect over the socket"),
+        );
     }
     // Interleaved with a TCP client: one pool behind both listeners.
     let tcp = fx.client().await;
@@ -83,10 +71,14 @@ async fn psql_finds_the_socket_with_dash_h_dir() {
 async fn the_socket_checks_passwords_as_tcp_does() {
     let (fx, dir) = start("").await;
     let wrong = Role { user: APP_USER.user, password: "not-the-password" };
-    let err = connect_unix(dir.path(), fx.addr().port(), &wrong).await.expect_err("a wrong password is refused");
+    let err = common::connect_unix(dir.path(), fx.addr().port(), wrong.user, Some(wrong.password))
+        .await
+        .expect_err("a wrong password is refused");
     assert_eq!(common::code(&err), "28P01");
     let stranger = Role { user: "nobody", password: APP_USER.password };
-    let err = connect_unix(dir.path(), fx.addr().port(), &stranger).await.expect_err("an unknown user is refused");
+    let err = common::connect_unix(dir.path(), fx.addr().port(), stranger.user, Some(stranger.password))
+        .await
+        .expect_err("an unknown user is refused");
     assert_eq!(common::code(&err), "28P01");
 }
 
@@ -94,7 +86,9 @@ async fn the_socket_checks_passwords_as_tcp_does() {
 async fn trusted_clients_and_cancel_requests_over_the_socket() {
     let (fx, dir) = start("client_auth = \"trust\"").await;
     let nopw = Role { user: APP_USER.user, password: "" };
-    let client = connect_unix(dir.path(), fx.addr().port(), &nopw).await.expect("trust over the socket");
+    let client = common::connect_unix(dir.path(), fx.addr().port(), nopw.user, Some(nopw.password))
+        .await
+        .expect("trust over the socket");
     let token = client.cancel_token();
     let sleeper = tokio::spawn(async move { client.simple_query("select pg_sleep(30)").await.map(|_| ()) });
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -13,6 +13,7 @@ mod error;
 pub mod hba;
 pub mod learned;
 mod live;
+mod load;
 pub mod pgbouncer_ini;
 mod profile;
 pub use profile::Profile;
@@ -22,12 +23,13 @@ mod secret;
 pub mod source;
 mod url;
 pub mod user_timeouts;
+mod validate;
 mod value;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use error::{ConfigError, Reason, Source, UnknownName, UrlError, ValueError};
@@ -343,250 +345,6 @@ pub const CONSOLE_DATABASE: &str = "pgbouncer";
 pub const RESTART_ONLY: &[&str] = &["listen", "unix_socket_dir", "workers", "log_format"];
 
 impl Config {
-    /// Reads the optional TOML file, then the environment (`PGMUX_<KEY>` overrides `<key>`), then checks.
-    pub fn load<I>(path: Option<&Path>, env: I) -> Result<Self, ConfigError>
-    where
-        I: IntoIterator<Item = (String, String)>,
-    {
-        Self::load_for(Profile::Sidecar, path, env)
-    }
-
-    /// Like [`load`](Self::load), with the defaults of `profile`.
-    pub fn load_for<I>(profile: Profile, path: Option<&Path>, env: I) -> Result<Self, ConfigError>
-    where
-        I: IntoIterator<Item = (String, String)>,
-    {
-        let text = match path {
-            Some(p) => std::fs::read_to_string(p)
-                .map_err(|e| ConfigError::Read { path: p.display().to_string(), reason: e.to_string() })?,
-            None => String::new(),
-        };
-        Self::from_parts(profile, &text, env)
-    }
-
-    /// Parses TOML text alone (no environment) and checks the result.
-    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        Self::from_parts(Profile::Sidecar, text, std::iter::empty())
-    }
-
-    fn from_parts<I>(profile: Profile, text: &str, env: I) -> Result<Self, ConfigError>
-    where
-        I: IntoIterator<Item = (String, String)>,
-    {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Toml(e.to_string()))?;
-        let mut cfg = Config::base(profile);
-        let mut sources: BTreeMap<&'static str, Source> = BTreeMap::new();
-        for (key, value) in &table {
-            match key.as_str() {
-                "databases" => {
-                    cfg.databases = routes::routes_from_toml(value)?;
-                    continue;
-                }
-                "users" => {
-                    cfg.users = routes::users_from_toml(value)?;
-                    continue;
-                }
-                _ => {}
-            }
-            let known = cfg.set(key, &Raw::Toml(value)).map_err(|reason| ConfigError::Invalid {
-                key: key.clone(),
-                origin: Source::File,
-                reason: reason.into(),
-            })?;
-            if !known {
-                return Err(ConfigError::UnknownKey(key.clone()));
-            }
-            if let Some(info) = KEYS.iter().find(|k| k.name == key) {
-                sources.insert(info.name, Source::File);
-            }
-        }
-        cfg.finish(sources, env)
-    }
-
-    /// The key table's defaults, then `profile`'s own: where every way of reading a file starts.
-    pub(crate) fn base(profile: Profile) -> Config {
-        let mut cfg = Config::defaults();
-        for (key, value) in profile.defaults() {
-            cfg.set(key, &value::Raw::Default(value))
-                .unwrap_or_else(|e| unreachable!("profile default of {key} is invalid: {e}"));
-        }
-        cfg.profile = profile;
-        cfg
-    }
-
-    /// Sets `key` from text written as an environment variable writes it (another file format's reader,
-    /// PgBouncer's ini); `Ok(false)` if pgmux has no such key.
-    pub(crate) fn set_text(&mut self, key: &str, text: &str) -> Result<bool, ValueError> {
-        self.set(key, &Raw::Env(text))
-    }
-
-    /// The last steps of every way of loading: the environment over what the file set (`sources` says which
-    /// keys it set), then the checks.
-    pub(crate) fn finish<I>(self, mut sources: BTreeMap<&'static str, Source>, env: I) -> Result<Self, ConfigError>
-    where
-        I: IntoIterator<Item = (String, String)>,
-    {
-        let mut cfg = self;
-        let env: BTreeMap<String, String> = env.into_iter().collect();
-        for info in KEYS {
-            let var = info.env_var();
-            if let Some(value) = env.get(&var) {
-                cfg.set(info.name, &Raw::Env(value)).map_err(|reason| ConfigError::Invalid {
-                    key: info.name.to_owned(),
-                    origin: Source::Env(var.clone()),
-                    reason: reason.into(),
-                })?;
-                sources.insert(info.name, Source::Env(var));
-            }
-        }
-        if let Some(list) = env.get(routes::DATABASES_VAR) {
-            cfg.databases = routes::routes_from_env(list)?;
-        }
-        if let Some(list) = env.get(routes::USERS_VAR) {
-            cfg.users = routes::users_from_env(list)?;
-        }
-        cfg.resolve_sslmode();
-        cfg.validate(&sources)?;
-        Ok(cfg)
-    }
-
-    /// Checks values that are each valid but do not work together.
-    fn validate(&self, sources: &BTreeMap<&'static str, Source>) -> Result<(), ConfigError> {
-        let invalid = |key: &'static str, rule: &'static str| ConfigError::Invalid {
-            key: key.to_owned(),
-            origin: sources.get(key).cloned().unwrap_or(Source::Default),
-            reason: Reason::Rule(rule),
-        };
-        if self.database_url.login.host.is_empty() && self.secret_arn.is_empty() && self.databases.is_empty() {
-            return Err(ConfigError::Missing("database_url"));
-        }
-        routes::validate(&self.databases, &self.users)?;
-        aurora::validate(self)?;
-        self.validate_pool(&invalid)?;
-        if !(10_000..=(1 << 30) - 1).contains(&self.max_client_message) {
-            return Err(invalid(
-                "max_client_message",
-                "must be between 10000 and 1073741823 bytes (PostgreSQL's own limit)",
-            ));
-        }
-        if self.max_client_buffers < self.max_client_message {
-            return Err(invalid(
-                "max_client_buffers",
-                "must be at least max_client_message, or no message of that size could ever be received",
-            ));
-        }
-        if self.max_client_conn == 0 {
-            return Err(invalid("max_client_conn", "must be at least 1"));
-        }
-        if self.workers == 0 || self.workers > 256 {
-            return Err(invalid("workers", "must be between 1 and 256"));
-        }
-        let password_checked =
-            matches!(self.client_auth, ClientAuth::Md5 | ClientAuth::ScramSha256 | ClientAuth::Plain);
-        if password_checked && self.client_password().is_none() && self.databases.is_empty() {
-            return Err(invalid(
-                "client_auth",
-                "md5, scram-sha-256 and plain need a password to check clients against: set client_password \
-                 (database_url has none)",
-            ));
-        }
-        if self.client_auth == ClientAuth::Hba && self.auth_hba_file.is_none() {
-            return Err(invalid("auth_hba_file", "client_auth = hba reads its rules from auth_hba_file: set it"));
-        }
-        if self.client_auth == ClientAuth::Cert && self.tls_client_ca.is_none() {
-            return Err(invalid(
-                "tls_client_ca",
-                "client_auth = cert checks client certificates against tls_client_ca: set it",
-            ));
-        }
-        if self.client_auth == ClientAuth::Trust && self.profile.is_lambda() && !self.listen.ip().is_loopback() {
-            return Err(invalid("listen", "in Lambda mode clients are trusted, so pgmux listens on loopback only"));
-        }
-        if self.auth_dbname == CONSOLE_DATABASE {
-            // PgBouncer's words, which its test suite and operators' scripts look for in the log.
-            return Err(invalid(
-                "auth_dbname",
-                "cannot use the reserved \"pgbouncer\" database as an auth_dbname: it is the admin console, which \
-                 has no users to look up; name a [[databases]] entry on the server",
-            ));
-        }
-        self.validate_client_tls(&invalid)?;
-        let namespace_ok = |ns: &str| {
-            (1..=255).contains(&ns.len())
-                && !ns.starts_with("AWS/")
-                && ns.chars().all(|c| c.is_ascii_alphanumeric() || "._#:/-".contains(c))
-        };
-        if !namespace_ok(&self.metrics_namespace) {
-            return Err(invalid(
-                "metrics_namespace",
-                "must be 1 to 255 of A-Z a-z 0-9 . _ # : / - and not start with AWS/ (reserved for AWS)",
-            ));
-        }
-        for (key, d) in [
-            ("query_wait_timeout", self.query_wait_timeout),
-            ("server_connect_timeout", self.server_connect_timeout),
-            ("client_login_timeout", self.client_login_timeout),
-            ("pool_sizing_interval", self.pool_sizing_interval),
-        ] {
-            if d.is_zero() {
-                return Err(invalid(key, "must be greater than zero"));
-            }
-        }
-        Ok(())
-    }
-
-    /// The pool's size settings, which bound one another and the control connection.
-    fn validate_pool(&self, invalid: &impl Fn(&'static str, &'static str) -> ConfigError) -> Result<(), ConfigError> {
-        if self.pool_max == Some(0) {
-            return Err(invalid("pool_max", "must be at least 1 (leave it unset to size from the database)"));
-        }
-        if self.max_connections_percent > 100 {
-            return Err(invalid("max_connections_percent", "must be between 0 (off) and 100"));
-        }
-        if self.max_connections_percent > 0 && self.pool_max == Some(1) {
-            return Err(invalid(
-                "pool_max",
-                "1 leaves no room for the control connection that sizing from the database keeps open (pool_max \
-                 counts every connection pgmux opens): set it to 2 or more, or max_connections_percent = 0 for a \
-                 fixed pool",
-            ));
-        }
-        if let Some(max) = self.pool_max
-            && self.min_pool_size > max - usize::from(self.max_connections_percent > 0)
-        {
-            return Err(invalid("min_pool_size", "must leave room within pool_max (less the control connection)"));
-        }
-        Ok(())
-    }
-
-    /// TLS for clients: a certificate with its key wherever TLS is offered, and a CA where client
-    /// certificates are checked. With `tls_mode = disable` a half-set pair is allowed: the console sets
-    /// them one at a time.
-    fn validate_client_tls(
-        &self,
-        invalid: &impl Fn(&'static str, &'static str) -> ConfigError,
-    ) -> Result<(), ConfigError> {
-        if self.tls_mode == SslMode::Disable {
-            return Ok(());
-        }
-        if self.tls_cert.is_some() != self.tls_key.is_some() {
-            return Err(invalid("tls_cert", "tls_cert and tls_key go together"));
-        }
-        if self.requires_client_tls() && self.tls_cert.is_none() {
-            return Err(invalid(
-                "tls_mode",
-                "require, verify-ca and verify-full need tls_cert and tls_key to offer TLS",
-            ));
-        }
-        if self.tls_mode.verifies_certificate() && self.tls_client_ca.is_none() {
-            return Err(invalid(
-                "tls_client_ca",
-                "tls_mode = verify-ca and verify-full check client certificates against tls_client_ca: set it",
-            ));
-        }
-        Ok(())
-    }
-
     /// Whether a client must use TLS (over TCP; the Unix socket needs none).
     pub fn requires_client_tls(&self) -> bool {
         matches!(self.tls_mode, SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull)

@@ -11,6 +11,7 @@ mod login;
 pub(crate) use login::prewarm;
 mod meter;
 mod passthrough;
+mod pin;
 mod relay;
 mod replay;
 mod timers;

@@ -186,7 +186,7 @@ impl Session {
                 self.client.out.push(reply);
                 // The connection is not lent again, and a pinned client's state goes with it.
                 match pin {
-                    Some(reason) => Err(super::link::pin_lost(reason)),
+                    Some(reason) => Err(super::pin::pin_lost(reason)),
                     None => Ok(()),
                 }
             }
