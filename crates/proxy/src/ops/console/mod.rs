@@ -219,6 +219,11 @@ fn greeting() -> Bytes {
         ("standard_conforming_strings", "on"),
         ("integer_datetimes", "on"),
         ("is_superuser", "on"),
+        // What PostgreSQL 14 and later report of a primary: a pooler or a driver that checks the role of what
+        // it logged in to (libpq's target_session_attrs, pgmux itself when a route points at a console) reads
+        // it here instead of asking with a query the console does not parse.
+        ("in_hot_standby", "off"),
+        ("default_transaction_read_only", "off"),
     ] {
         encode::parameter_status(&mut buf, name, value);
     }
