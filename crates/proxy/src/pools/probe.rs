@@ -56,7 +56,13 @@ const MIN_PERIOD: Duration = Duration::from_millis(100);
 const IDLE_ASK_EVERY: Duration = Duration::from_secs(1);
 
 /// How soon the look-out for a writer elsewhere tries again while a node's answer is late.
-const LOOK_AGAIN: Duration = Duration::from_millis(200);
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
+
+/// The longest one look-out login may take. While the name still points at the silent node, a login hangs
+/// for all of it; a login to a live writer nearby takes a few tens of milliseconds. A look-out that starts
+/// before the name moves (a round after the last sign of life, with idle connections) so tries again within
+/// 0.4 s of the move; a login slower than this (a far or lossy link) leaves the verdict to the timeout.
+const LOOK_OUT_LOGIN: Duration = Duration::from_millis(300);
 
 /// What the probe keeps from one round to the next.
 #[derive(Debug, Default)]
@@ -385,7 +391,7 @@ impl ServerPool {
 
     /// `answer` from `node`, or [`Answer::Moved`] if, once it is a quarter of `timeout` late, the host name
     /// turns out to point at a writer elsewhere. The look-out is repeated while the answer is late (a new
-    /// writer takes a moment to be promoted and named), each login given a quarter of `timeout` at most:
+    /// writer takes a moment to be promoted and named), each login given a quarter of `timeout` and [`LOOK_OUT_LOGIN`] at most:
     /// while the name still points at the silent node, a login there hangs too.
     async fn watched(&self, node: SocketAddr, timeout: Duration, answer: impl Future<Output = Answer>) -> Answer {
         tokio::pin!(answer);
@@ -403,7 +409,7 @@ impl ServerPool {
             if left.is_zero() {
                 return answer.await;
             }
-            let scout = self.writer_elsewhere(node, left.min(quarter));
+            let scout = self.writer_elsewhere(node, left.min(quarter).min(LOOK_OUT_LOGIN));
             tokio::select! {
                 answer = &mut answer => return answer,
                 moved = scout => if moved { return Answer::Moved },
