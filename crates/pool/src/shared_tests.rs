@@ -156,3 +156,17 @@ async fn every_place_freed_gives_its_room_back() {
     assert_eq!(a.evict_idle(|_, _| false), vec![2]);
     assert_eq!(budget.held(), 0, "an evicted idle connection");
 }
+
+#[tokio::test(start_paused = true)]
+async fn room_beside_a_pool_needs_room_in_every_limit_it_shares() {
+    let budget = SharedLimit::new(2);
+    let (a, _) = pool_with_closer(10, 0);
+    let (b, _) = pool_with_closer(10, 0);
+    a.share(vec![Arc::clone(&budget)]);
+    b.share(vec![Arc::clone(&budget)]);
+    let a1 = open(&a, 1).await;
+    assert!(a.has_room() && b.has_room());
+    let b1 = open(&b, 2).await;
+    assert!(!a.has_room() && !b.has_room(), "the budget is spent, each pool far below its own limit");
+    drop((a1, b1));
+}

@@ -231,6 +231,35 @@ async fn try_grow_keeps_to_the_limit_and_the_queue() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn room_beside_the_pool_is_below_its_limit_with_nobody_waiting() {
+    let p = pool(2, 0);
+    assert!(p.has_room());
+    let a = open(&p, 1).await;
+    assert!(p.has_room(), "one of two open");
+    let b = open(&p, 2).await;
+    assert!(!p.has_room(), "at the limit");
+    drop(b);
+    assert!(!p.has_room(), "an idle connection counts too");
+    drop(a);
+    p.pause();
+    assert!(!p.has_room(), "paused");
+    p.resume();
+    // Lazy growth: a second client waits below the limit; it goes first.
+    let p = pool(3, 1000);
+    let a = open(&p, 1).await;
+    let waiter = tokio::spawn({
+        let p = p.clone();
+        async move { p.acquire().await.is_ok() }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(p.status().waiting, 1);
+    assert!(!p.has_room(), "a client is waiting");
+    drop(a);
+    assert!(waiter.await.unwrap());
+    assert!(p.has_room());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_paused_pool_lends_nothing_and_serves_its_waiters_in_order_on_resume() {
     let p = pool(2, 0);
     let busy = open(&p, 1).await;

@@ -16,6 +16,12 @@
 //!   node's address, kept while the quiet lasts, closed after; unless sizing's control connection is on that
 //!   node, which asks it every second itself. `pool_max` counts the control connection, so in the default
 //!   setting the probe opens nothing beyond the cap.
+//! - A probe connection of its own takes only room the pool has: it is opened while the pool is below its
+//!   limits (its own, the reserve, `max_db_connections`, `max_user_connections`) with no client waiting,
+//!   and closed at the first round that finds the pool at them. A pool whose every connection is lent at its
+//!   limit is not asked: keepalive watches its connections (a black hole
+//!   closes each once `tcp_user_timeout` passes without an answer to keepalive, about 5 s by default), and
+//!   a stopped server process is left to `query_timeout`, as behind PgBouncer.
 //!
 //! The answer is awaited until `server_probe_timeout` after the node's last sign of life (a connection
 //! coming back, or its answer to the previous probe), never less than three quarters of it (see
@@ -291,6 +297,15 @@ impl ServerPool {
                 // The control connection's own probe asks that node (sizing's loop, every second).
                 (None, None) if quiet == Quiet::Long && self.probes.control() == Some(node) => {
                     if let Some(conn) = self.probes.take(node) {
+                        self.retire(conn);
+                    }
+                    continue;
+                }
+                // A probe connection takes room the pool has: none while the pool is at its limits, or a
+                // client waits (PgBouncer's pool_size, reserve and max_*_connections hold exactly).
+                (None, None) if quiet == Quiet::Long && !self.pool.has_room() => {
+                    if let Some(conn) = self.probes.take(node) {
+                        tracing::debug!(%node, "the pool is at its limit: closing the probe connection");
                         self.retire(conn);
                     }
                     continue;

@@ -223,10 +223,10 @@ async fn probe_round(pool: &ServerPool) {
 }
 
 #[tokio::test]
-async fn a_saturated_pool_on_a_server_that_stopped_answering_finds_it_dead_within_seconds() {
+async fn a_busy_pool_on_a_server_that_stopped_answering_finds_it_dead_within_seconds() {
     let fake = FakeServer::start().await;
-    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
-    // Every connection lent, none idle: the probe has no pool connection to ask.
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nserver_probe_timeout = \"300ms\"")));
+    // Every connection lent, none idle: the probe has no pool connection to ask (and room for one of its own).
     let held = [pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
     let node = held[0].addr;
     fake.hang(true);
@@ -249,7 +249,7 @@ async fn a_saturated_pool_on_a_server_that_stopped_answering_finds_it_dead_withi
 #[tokio::test]
 async fn long_queries_keep_one_probe_connection_and_a_return_closes_it() {
     let fake = FakeServer::start().await;
-    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nserver_probe_timeout = \"300ms\"")));
     let (first, second) = (pool.checkout().await.unwrap(), pool.checkout().await.unwrap());
     let node = first.addr;
     pool.probe_liveness().await;
@@ -271,7 +271,7 @@ async fn long_queries_keep_one_probe_connection_and_a_return_closes_it() {
 #[tokio::test]
 async fn a_quiet_pool_opens_no_probe_connection_to_the_node_the_control_connection_asks() {
     let fake = FakeServer::start().await;
-    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nserver_probe_timeout = \"300ms\"")));
     let held = [pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
     let node = held[0].addr;
     pool.probe_liveness().await;
@@ -285,6 +285,31 @@ async fn a_quiet_pool_opens_no_probe_connection_to_the_node_the_control_connecti
     pool.control_on(None);
     probe_round(&pool).await;
     assert_eq!((pool.probes_open(), fake.accepted()), (1, 4), "the control connection gone: the probe asks");
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_pool_at_its_limit_opens_no_probe_connection_beside_it() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nserver_probe_timeout = \"300ms\"")));
+    let mut held = vec![pool.checkout().await.unwrap(), pool.checkout().await.unwrap()];
+    let node = held[0].addr;
+    pool.probe_liveness().await;
+    probe_round(&pool).await;
+    assert_eq!((pool.probes_open(), fake.accepted()), (1, 3), "room for one: the probe opens it");
+    // The pool grows to its limit beside it: the next round gives the room back.
+    held.push(pool.checkout().await.unwrap());
+    assert_eq!(fake.accepted(), 4);
+    probe_round(&pool).await;
+    assert_eq!(pool.probes_open(), 0, "at the limit: the probe's connection is closed");
+    // At the limit, a node that stopped answering is left to keepalive and query_timeout: nothing opens.
+    fake.hang(true);
+    for _ in 0..2 {
+        probe_round(&pool).await;
+    }
+    assert_eq!((pool.probes_open(), fake.accepted()), (0, 4), "nothing beyond the limit");
+    assert_eq!(pool.nodes.verdict(node), None);
+    fake.hang(false);
     drop(held);
 }
 
@@ -381,7 +406,7 @@ async fn a_node_gone_silent_beside_an_idle_connection_is_declared_dead_about_a_t
 #[tokio::test]
 async fn the_probes_own_round_trip_is_no_sign_of_life_for_the_next_round() {
     let fake = FakeServer::start().await;
-    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_probe_timeout = \"300ms\"")));
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nserver_probe_timeout = \"300ms\"")));
     let busy = pool.checkout().await.unwrap();
     drop(pool.checkout().await.unwrap());
     pool.probe_liveness().await;
