@@ -60,6 +60,34 @@ async fn a_server_killed_mid_transaction_gives_08006_and_the_next_transaction_wo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_that_meets_an_idle_connection_as_it_is_terminated_runs_again_unseen() {
+    let fx = common::start("pool_max = 1").await;
+    let c = fx.client().await;
+    c.batch_execute("create table ledger (v int)").await.unwrap();
+    let pid: i32 = scalar(&c, "select pg_backend_pid()").await.parse().unwrap();
+    let oracle = common::direct(&fx.pg).await;
+    // The pool's one connection is idle. Its backend is stopped and told to terminate; the query comes
+    // while it is stopped, so that the backend, let go, ends the session with the query unread: its FATAL
+    // is the first reply, and its exit resets the connection.
+    // SAFETY: kill(2) on a backend of the test's own server.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let terminated: bool = oracle.query_one("select pg_terminate_backend($1)", &[&pid]).await.unwrap().get(0);
+    assert!(terminated);
+    let insert = tokio::spawn(async move {
+        let r = c.simple_query("insert into ledger values (1)").await.map(|_| ());
+        (r, c)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let (r, c) = tokio::time::timeout(Duration::from_secs(10), insert).await.unwrap().unwrap();
+    r.expect("run again on a new connection, unseen");
+    assert_eq!(scalar(&c, "select count(*) from ledger").await, "1", "once");
+    let new_pid: i32 = scalar(&c, "select pg_backend_pid()").await.parse().unwrap();
+    assert_ne!(new_pid, pid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_mid_transaction_leaves_nothing_dirty() {
     let fx = common::start("pool_max = 1").await;
     let setup = fx.client().await;

@@ -2,6 +2,7 @@
 //! applied), releasing it between transactions, losing it, and cleaning up after a client that left. Why a
 //! client keeps its connection from one transaction to the next is in `pin`.
 
+use std::io;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use pgmux_proto::encode::{ErrorMessage, Severity};
 use pgmux_proto::sqlstate;
 
 use super::pin::{Keep, pin_lost};
+use super::replay::{FirstReply, first_error, first_reply};
 use super::{End, Linked, Session, goodbye, shutting_down};
 use crate::client::cancel::{self, ServerKey};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
@@ -370,17 +372,36 @@ impl Session {
     /// in place of each reply it was owed, and its next transaction gets a new server connection.
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(mut linked) = self.server.take() else { return Ok(()) };
+        // The server ended the session before any answer (its FATAL waits in the read buffer): a reset says
+        // it left the transaction unread (a session ended while idle, as the transaction came); a plain close
+        // says nothing, and the client gets the FATAL's own words.
+        let rbuf = &linked.conn().io.rbuf;
+        let ended = self.replay.is_open() && first_reply(rbuf) == Some(FirstReply::Ended);
+        let unread = ended && matches!(&failure, ServerFailure::Io(e) if e.kind() == io::ErrorKind::ConnectionReset);
+        let failure = match first_error(rbuf) {
+            Some(fatal) if ended && !unread => {
+                self.replay.close();
+                ServerFailure::Fatal(Box::new(fatal))
+            }
+            _ => failure,
+        };
         self.add_tally(&mut linked.tally, &Ended::default());
         self.meter.unlinked();
         self.meter.unpinned();
-        let reached_server = linked.reached_server();
+        let reached_server = linked.reached_server() && !unread;
         let pin = self.held();
-        // Nothing of the transaction reached the server (a stale connection that failed on the first write):
-        // it runs again on another connection, unseen. Not for a pinned client: its session state is gone.
+        // Nothing of the transaction reached the server (a stale connection that failed on the first write),
+        // or the server never read it: it runs again on another connection, unseen. Not for a pinned client:
+        // its session state is gone.
         let linked = if reached_server || pin.is_some() {
             linked
         } else {
-            match self.try_replay(linked, &failure.to_string()) {
+            let why = if unread {
+                format!("the server ended the session before reading it: {failure}")
+            } else {
+                failure.to_string()
+            };
+            match self.try_replay(linked, &why) {
                 Ok(()) => return Ok(()),
                 Err(linked) => linked,
             }

@@ -11,6 +11,7 @@ use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 use pgmux_proto::{Step, backend};
 
+use super::replay::{FirstReply, first_reply};
 use super::{End, Session};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::pools::{Resume, ServerGrant, ServerLease, ServerPool};
@@ -341,9 +342,13 @@ impl Session {
             // the chance to run it again.
             // A client whose own sessions are read-only gets its 25006 like any error: it says nothing of
             // the node. Nor does it when any node will do (a standby answers writes so).
+            // A session ended before any answer waits for the socket's end, which says whether the server
+            // read the transaction at all (see `Session::server_lost`).
             match first_reply(&server.io.rbuf) {
-                None => return ServerProgress::Continue,
-                Some(true) if !self.params.read_only() && self.shared.pools.get(self.pool).wants_writer() => {
+                None | Some(FirstReply::Ended) => return ServerProgress::Continue,
+                Some(FirstReply::ReadOnly)
+                    if !self.params.read_only() && self.shared.pools.get(self.pool).wants_writer() =>
+                {
                     return ServerProgress::ReadOnly;
                 }
                 Some(_) => self.replay.close(),
@@ -426,18 +431,4 @@ fn parameter_status(server: &mut ServerConn, body: Range<usize>, client: &mut Cl
 /// Whether an ErrorResponse's body refuses a write as read-only (25006).
 fn refuses_writes(body: &[u8]) -> bool {
     ErrorFields::parse(body).is_ok_and(|f| f.code == pgmux_proto::sqlstate::READ_ONLY_SQL_TRANSACTION)
-}
-
-/// Whether the first message in `rbuf` is a refusal as read-only; `None` until it is there whole.
-fn first_reply(rbuf: &[u8]) -> Option<bool> {
-    let header = rbuf.get(..5)?;
-    if header[0] != b'E' {
-        return Some(false);
-    }
-    let raw = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-    if raw < 4 {
-        return Some(false);
-    }
-    let body = rbuf.get(5..raw + 1)?;
-    Some(ErrorFields::parse(body).is_ok_and(|f| !f.is_fatal() && super::replay::refused_as_read_only(&f)))
 }

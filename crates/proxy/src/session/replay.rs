@@ -1,8 +1,13 @@
 //! Running a transaction again on another server connection, when it provably never ran on the first: no
-//! byte of it reached the server (the connection failed on the first write), or the server's very first
+//! byte of it reached the server (the connection failed on the first write); the server's very first
 //! reply refused it as read-only (25006, or `cannot set transaction read-write mode during recovery`: both
-//! raised before execution) — and in either case nothing has been sent to the client yet. Anything else is
-//! ambiguous and gets an error instead (see `Router::server_lost`).
+//! raised before execution); or the server's very first reply ended the session from outside (57P01
+//! `pg_terminate_backend` or a shutdown, 57P02, 57P05 `idle_session_timeout`) and its close was a reset,
+//! which a server's exit sends only with bytes of the client's unread (an idle session ended as the
+//! transaction came: PostgreSQL reads none of it once its interrupt is taken). In every case nothing has
+//! been sent to the client yet. Anything else is ambiguous and gets an error instead (see
+//! `Router::server_lost`): a FATAL with a plain close may come from a transaction the server read and
+//! began.
 //!
 //! From the moment a transaction links a server until its first reply, the session keeps the client's
 //! messages (cheap clones of the bytes it forwarded). To replay, it undoes the router's bookkeeping for the
@@ -16,6 +21,7 @@ use pgmux_proto::sqlstate;
 
 use super::{End, Linked, Session};
 use crate::pools::Distrust;
+use crate::protocol::failure::ServerError;
 
 /// Most bytes kept for a replay: a transaction whose first messages are larger is not replayed.
 const MAX_KEPT: usize = 1 << 20;
@@ -109,10 +115,57 @@ impl Replay {
     }
 }
 
+/// Whether a FATAL is one a server sends to a session it ends from outside, whatever the session was doing:
+/// `pg_terminate_backend` or a shutdown (57P01), another process's crash (57P02), `idle_session_timeout`
+/// (57P05). Arriving before any answer, with the transaction's bytes left unread (the server's close is then
+/// a reset), it says the transaction never ran there.
+pub(super) fn ended_unasked(error: &ErrorFields<'_>) -> bool {
+    matches!(error.code, sqlstate::ADMIN_SHUTDOWN | sqlstate::CRASH_SHUTDOWN | sqlstate::IDLE_SESSION_TIMEOUT)
+}
+
 /// Whether a server's first reply says it refused the transaction as read-only before running anything.
 pub(super) fn refused_as_read_only(error: &ErrorFields<'_>) -> bool {
     error.code == sqlstate::READ_ONLY_SQL_TRANSACTION
         || (error.code == sqlstate::FEATURE_NOT_SUPPORTED && error.message.contains("read-write mode during recovery"))
+}
+
+/// What a transaction's first reply says of it, for a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FirstReply {
+    /// An answer: the transaction ran, or may have.
+    Other,
+    /// A refusal as read-only, raised before anything ran.
+    ReadOnly,
+    /// The server ended the session (see [`ended_unasked`]) and sent nothing after: whether it
+    /// read the transaction first, the socket's end says.
+    Ended,
+}
+
+/// What the first message in `rbuf` says (see [`FirstReply`]); `None` until it is there whole.
+pub(super) fn first_reply(rbuf: &[u8]) -> Option<FirstReply> {
+    let header = rbuf.get(..5)?;
+    if header[0] != b'E' {
+        return Some(FirstReply::Other);
+    }
+    let raw = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if raw < 4 {
+        return Some(FirstReply::Other);
+    }
+    let body = rbuf.get(5..raw + 1)?;
+    let Ok(fields) = ErrorFields::parse(body) else { return Some(FirstReply::Other) };
+    Some(if fields.is_fatal() {
+        if rbuf.len() == raw + 1 && ended_unasked(&fields) { FirstReply::Ended } else { FirstReply::Other }
+    } else if refused_as_read_only(&fields) {
+        FirstReply::ReadOnly
+    } else {
+        FirstReply::Other
+    })
+}
+
+/// The error at the front of `rbuf`, when [`first_reply`] found it whole.
+pub(super) fn first_error(rbuf: &[u8]) -> Option<ServerError> {
+    let raw = u32::from_be_bytes(rbuf.get(1..5)?.try_into().ok()?) as usize;
+    ErrorFields::parse(rbuf.get(5..raw + 1)?).ok().map(|f| ServerError::from_fields(&f))
 }
 
 impl Session {

@@ -97,6 +97,8 @@ enum Ran {
     Failed,
     /// The connection ends here.
     Closed,
+    /// The connection ends here with a reset.
+    Reset,
 }
 
 /// A logged-in connection.
@@ -146,6 +148,11 @@ impl Conn {
             if self.stream.write_all(&out).await.is_err() || ran == Ran::Closed {
                 return;
             }
+            if ran == Ran::Reset {
+                // Closing with linger 0 resets the connection, as unread bytes would.
+                let _ = socket2::SockRef::from(&self.stream).set_linger(Some(std::time::Duration::ZERO));
+                return;
+            }
         }
     }
 
@@ -166,7 +173,7 @@ impl Conn {
             match self.statement(statement, out, true).await {
                 Ran::Done => {}
                 Ran::Failed => break,
-                Ran::Closed => return Ran::Closed,
+                ended @ (Ran::Closed | Ran::Reset) => return ended,
             }
         }
         encode::ready_for_query(out, self.status);
@@ -252,6 +259,10 @@ impl Conn {
                 return Ran::Closed;
             }
             Reply::Close => return Ran::Closed,
+            Reply::FatalUnread(code) => {
+                out.extend_from_slice(&script::error(code, true));
+                return Ran::Reset;
+            }
             Reply::CutRow => {
                 if simple {
                     script::row_description(out, 1);

@@ -19,6 +19,9 @@ pub(crate) enum Reply {
     Fatal(&'static str),
     /// The socket closes without a word.
     Close,
+    /// FATAL with this code, then the socket resets, as a server's does when it exits with the client's
+    /// bytes unread (a session ended while idle, as the query came).
+    FatalUnread(&'static str),
     /// The first 20 KiB of a 64 KiB DataRow, then the socket closes.
     CutRow,
     /// Nothing until the test releases it ([`FakeServer::release`](super::FakeServer::release)), then the

@@ -53,6 +53,36 @@ async fn a_transaction_refused_as_read_only_runs_again_on_a_new_connection_unsee
 }
 
 #[tokio::test]
+async fn a_session_ended_before_it_read_the_transaction_runs_it_again_unseen() {
+    let mut rig = Rig::new(2, "").await;
+    // pg_terminate_backend, a shutdown or idle_session_timeout ends an idle session as a query comes: the
+    // FATAL is its first reply, and the server exits with the query unread (a reset).
+    for code in ["57P01", "57P05"] {
+        rig.fake.on_once("INSERT", Reply::FatalUnread(code));
+        let mut client = rig.login().await;
+        assert_eq!(tags(&client.query("INSERT INTO ledger VALUES (1)").await), "CZ", "{code}");
+    }
+    assert_eq!(rig.fake.ran("INSERT").len(), 4, "each ended once, then ran on another connection");
+}
+
+#[tokio::test]
+async fn a_session_ended_as_the_transaction_ran_tells_the_client_in_the_server_s_words() {
+    let mut rig = Rig::new(2, "").await;
+    // The same FATAL with a plain close: the server may have read the query and run part of it.
+    rig.fake.on_once("INSERT", Reply::Fatal("57P01"));
+    let mut client = rig.login().await;
+    let lost = client.query("INSERT INTO ledger VALUES (1)").await;
+    assert_eq!(codes(&lost), ["08007"], "a statement that commits itself: its fate is unknown");
+    let said = lost.iter().find(|m| m.tag == b'E').map(|m| m.message()).unwrap_or_default();
+    assert!(said.contains("error 57P01 from the fake server"), "the server's words, not a bare close: {said}");
+    // Another FATAL with a reset is no sign that the query went unread: only the codes of a session ended
+    // from outside are.
+    rig.fake.on_once("UPDATE", Reply::FatalUnread("XX000"));
+    assert_eq!(codes(&client.query("UPDATE ledger SET n = 2").await), ["08007"]);
+    assert_eq!(tags(&client.query("SELECT 1").await), "CZ");
+}
+
+#[tokio::test]
 async fn a_server_that_dies_mid_row_closes_the_client_whose_stream_cannot_be_repaired() {
     let mut rig = Rig::new(2, "").await;
     rig.fake.on("SELECT wide", Reply::CutRow);
