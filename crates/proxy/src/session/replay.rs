@@ -7,7 +7,10 @@
 //! transaction came: PostgreSQL reads none of it once its interrupt is taken). In every case nothing has
 //! been sent to the client yet. Anything else is ambiguous and gets an error instead (see
 //! `Router::server_lost`): a FATAL with a plain close may come from a transaction the server read and
-//! began.
+//! began. One corner is left in the third case: a transaction that reached the server in two writes, ended
+//! while its very first statement ran (nothing answered yet, the second write unread). Its work was rolled
+//! back with the session, so running it again loses and doubles nothing of the database's, but an effect
+//! outside any transaction (a sequence's `nextval`, a call to another system) would happen twice.
 //!
 //! From the moment a transaction links a server until its first reply, the session keeps the client's
 //! messages (cheap clones of the bytes it forwarded). To replay, it undoes the router's bookkeeping for the
