@@ -285,6 +285,13 @@ fn changed_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         changed.push("client_password");
     }
     changed.sort_by_key(|k| KEYS.iter().position(|i| i.name == *k));
+    // The lists of databases and users are no single key: named by their section.
+    if old.databases != new.databases {
+        changed.push("databases");
+    }
+    if old.users != new.users {
+        changed.push("users");
+    }
     changed
 }
 
@@ -388,6 +395,14 @@ mod tests {
         // A login key: SET rebuilds the logins where there is a source to read credentials from, else no.
         assert!(not_settable("sslmode", true).is_none());
         assert!(matches!(not_settable("sslmode", false), Some(ReloadError::ChangesLogin { key: "sslmode" })));
+    }
+
+    #[test]
+    fn a_reload_that_changes_databases_or_users_says_so() {
+        let old = config("[[databases]]\nname = \"app\"\n");
+        let new = config("[[databases]]\nname = \"app\"\n[[databases]]\nname = \"*\"\n[[users]]\nname = \"bob\"\n");
+        assert_eq!(changed_keys(&old, &new), ["databases", "users"]);
+        assert!(changed_keys(&old, &old).is_empty());
     }
 
     #[test]

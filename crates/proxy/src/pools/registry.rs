@@ -295,6 +295,10 @@ impl Pools {
             shared_limit(&mut made.users, &plan.key.user, max);
         }
         let pool = ServerPool::for_route(Arc::clone(&self.globals), id, &setup, self.tls.clone(), limits);
+        if plan.auto_database && !made.by_key.keys().any(|k| k.database == plan.key.database) {
+            // PgBouncer's line for a database the `*` entry serves, which its users' scripts look for.
+            tracing::info!(database = %plan.key.database, "registered new auto-database: db={}", plan.key.database);
+        }
         tracing::info!(database = %plan.key.database, user = %plan.key.user, mode = %plan.mode, "new pool");
         let _ = self.slots[index].set(Arc::new(pool));
         made.by_key.insert(plan.key.clone(), id);

@@ -65,6 +65,8 @@ pub(crate) struct RoutePlan {
     pub(crate) reader_fallback: ReaderFallback,
     /// Which nodes the pool may use, if not target_session_attrs (a reader instance's pool: standbys).
     pub(crate) target: Option<TargetSessionAttrs>,
+    /// Served by the `*` entry: a database not named in the configuration (PgBouncer's auto-database).
+    pub(crate) auto_database: bool,
 }
 
 impl RoutePlan {
@@ -122,7 +124,9 @@ pub(crate) fn route(config: &Config, book: &UserBook, database: &str, user: &str
             return Err(UnknownDatabase { names });
         }
     };
-    Ok(Routed::Route(Box::new(plan(config, book, spec, database, server_db, user))))
+    let mut plan = plan(config, book, spec, database, server_db, user);
+    plan.auto_database = found.is_none();
+    Ok(Routed::Route(Box::new(plan)))
 }
 
 fn plan(
@@ -188,6 +192,7 @@ fn plan(
             .flatten(),
         reader_fallback: spec.reader_fallback.unwrap_or(config.reader_fallback),
         target: None,
+        auto_database: false,
         login: LoginInfo { host, port, user: server_user, password, dbname: server_db, scram_keys: None },
     }
 }
@@ -306,6 +311,8 @@ mod tests {
         let p = plan_of(route(&c, &book, "tenant42", "app").unwrap());
         assert_eq!((p.login.dbname.as_str(), p.login.host.as_str()), ("tenant42", "other.example"));
         assert_eq!(p.key.database, "tenant42");
+        assert!(p.auto_database, "served by the `*` entry");
+        assert!(!plan_of(route(&c, &book, "app", "app").unwrap()).auto_database, "named");
     }
 
     #[test]
