@@ -276,6 +276,8 @@ async fn serve(cfg: Config, lambda: bool, source: Arc<dyn pgmux_proxy::ConfigSou
     }
     reload::on_sighup(proxy.admin())
         .map_err(|e| StartError::new("Extension.Internal", format!("cannot watch SIGHUP: {e}")))?;
+    on_pause_signals(proxy.admin())
+        .map_err(|e| StartError::new("Extension.Internal", format!("cannot watch SIGUSR1 / SIGUSR2: {e}")))?;
     let stop = proxy.stop();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| StartError::new("Extension.Internal", format!("cannot watch SIGTERM: {e}")))?;
@@ -287,6 +289,32 @@ async fn serve(cfg: Config, lambda: bool, source: Arc<dyn pgmux_proxy::ConfigSou
         stop.begin_graceful();
     });
     proxy.run().await;
+    Ok(())
+}
+
+/// PgBouncer's signals for PAUSE (`SIGUSR1`) and RESUME (`SIGUSR2`), which its operators' scripts send.
+fn on_pause_signals(admin: pgmux_proxy::Admin) -> Result<(), std::io::Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = usr1.recv() => {
+                    tracing::info!("got SIGUSR1, pausing all activity");
+                    admin.pause();
+                }
+                Some(()) = usr2.recv() => {
+                    if admin.resume() {
+                        tracing::info!("got SIGUSR2, continuing");
+                    } else {
+                        tracing::info!("got SIGUSR2 while shutting down, ignoring");
+                    }
+                }
+                else => return,
+            }
+        }
+    });
     Ok(())
 }
 

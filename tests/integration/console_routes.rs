@@ -398,3 +398,34 @@ async fn each_routes_traffic_is_counted_in_its_own_stats_row() {
         strings(&[&["total_server_assignment_count", "4"], &["total_xact_count", &all], &["total_query_count", &all],])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_wait_for_clients_turns_new_clients_away_and_stops_once_the_last_has_left() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let stop = fx.proxy.as_ref().expect("running").stop().clone();
+    let app = connect_to(&fx, "app").await;
+    app.batch_execute("begin; select 1").await.unwrap();
+    let console = connect_to(&fx, "pgbouncer").await;
+    console.simple_query("SHUTDOWN WAIT_FOR_CLIENTS").await.expect("taken");
+
+    let refused = common::connect(fx.addr(), &APP_USER, |c| {
+        c.dbname("app");
+    })
+    .await
+    .expect_err("no new clients");
+    assert_eq!(common::code(&refused), "57P01", "{refused}");
+    // The console still answers, and a shutdown cannot be taken back.
+    assert!(!show(&console, "VERSION").await.is_empty());
+    let resume = console.simple_query("RESUME").await.expect_err("shutting down");
+    assert_eq!(common::code(&resume), "08P01", "{resume}");
+
+    // The client in carries on: the transaction it had open, and new ones.
+    app.batch_execute("select 2; commit").await.expect("its transaction goes on");
+    assert_eq!(scalar(&app, "select 'still served'").await, "still served");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(stop.level(), pgmux_proxy::Level::Closed, "waiting for its last client");
+
+    drop(app);
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), stop.reached(pgmux_proxy::Level::Hard));
+    stopped.await.expect("stopped once the last client left");
+}

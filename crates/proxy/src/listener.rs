@@ -139,6 +139,22 @@ impl Admin {
     pub fn config(&self) -> Arc<Config> {
         self.shared.pools.live_config().full()
     }
+
+    /// Every pool pauses, as the console's PAUSE (PgBouncer's `SIGUSR1`): running transactions finish, new
+    /// ones wait.
+    pub fn pause(&self) {
+        self.shared.pools.all().iter().for_each(|pool| pool.pause());
+    }
+
+    /// Every pool resumes, as the console's RESUME (PgBouncer's `SIGUSR2`); false, with nothing done, once
+    /// pgmux is shutting down.
+    pub fn resume(&self) -> bool {
+        if self.shared.pools.globals().stop.level() >= Level::Closed {
+            return false;
+        }
+        self.shared.pools.all().iter().for_each(|pool| pool.resume());
+        true
+    }
 }
 
 impl Listener {
@@ -261,7 +277,7 @@ impl Listener {
         let next_id = Arc::new(AtomicU64::new(1));
         loop {
             tokio::select! {
-                _ = stop.reached(Level::Graceful) => break,
+                _ = stop.reached(Level::Closed) => break,
                 accepted = socket.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
@@ -283,6 +299,17 @@ impl Listener {
         }
         // The sockets stay open for the admin console until pgmux exits; other clients are turned away.
         let door = tokio::spawn(console_door(socket, unix, unix_peer, Arc::clone(&shared), stop.clone(), next_id));
+        if stop.level() < Level::Graceful {
+            tracing::info!(
+                clients = clients_in(&shared),
+                "SHUTDOWN WAIT_FOR_CLIENTS: no new clients; stopping once the last has left"
+            );
+            tokio::select! {
+                () = last_client_left(&shared) => {}
+                _ = stop.reached(Level::Graceful) => {}
+            }
+            stop.begin_graceful();
+        }
         tracing::info!(clients = shared.clients.load(Ordering::Relaxed), "shutting down: no new clients");
         shared.pools.all().iter().for_each(|pool| pool.close());
         shared.tasks.close();
@@ -304,6 +331,21 @@ impl Listener {
         tracing::info!(servers = count, "pgmux stopped");
     }
 }
+
+/// Client connections, logged in or logging in (the admin console's are not counted once they are its).
+fn clients_in(shared: &Shared) -> usize {
+    shared.clients.load(Ordering::Relaxed)
+}
+
+/// Returns once no client but the admin console's is connected (looked at every [`LAST_CLIENT_POLL`]).
+async fn last_client_left(shared: &Shared) {
+    while clients_in(shared) > 0 {
+        tokio::time::sleep(LAST_CLIENT_POLL).await;
+    }
+}
+
+/// How often `SHUTDOWN WAIT_FOR_CLIENTS` looks whether the last client has left.
+const LAST_CLIENT_POLL: Duration = Duration::from_millis(100);
 
 /// Out of file descriptors and the like: back off instead of spinning.
 async fn accept_failed(e: io::Error) {

@@ -19,17 +19,21 @@ use crate::runtime::slots::Slots;
 pub enum Level {
     /// Serving.
     Running = 0,
+    /// No new clients; the clients in are served as before, and pgmux stops once the last has left
+    /// (`SHUTDOWN WAIT_FOR_CLIENTS`). Sessions act on it as on `Running`.
+    Closed = 1,
     /// No new clients or transactions; sessions close when they are between transactions.
-    Graceful = 1,
+    Graceful = 2,
     /// Close everything now.
-    Hard = 2,
+    Hard = 3,
 }
 
 impl Level {
     fn from_u8(v: u8) -> Level {
         match v {
             0 => Level::Running,
-            1 => Level::Graceful,
+            1 => Level::Closed,
+            2 => Level::Graceful,
             _ => Level::Hard,
         }
     }
@@ -55,6 +59,11 @@ impl Stop {
     /// A signal at [`Level::Running`].
     pub fn new() -> Self {
         Stop::default()
+    }
+
+    /// Takes no new clients, and stops once the clients in have left (`SHUTDOWN WAIT_FOR_CLIENTS`).
+    pub fn close_doors(&self) {
+        self.raise(Level::Closed);
     }
 
     /// Begins a graceful shutdown.
@@ -271,6 +280,22 @@ mod tests {
         assert_eq!(stop.level(), Level::Hard);
         stop.begin_graceful();
         assert_eq!(stop.level(), Level::Hard, "levels only go up");
+    }
+
+    #[tokio::test]
+    async fn closed_doors_come_before_a_graceful_shutdown_and_are_reached_by_one() {
+        let stop = Stop::new();
+        stop.close_doors();
+        assert_eq!(stop.level(), Level::Closed);
+        assert!(Level::Running < Level::Closed && Level::Closed < Level::Graceful);
+        stop.reached(Level::Closed).await;
+        stop.begin_graceful();
+        assert_eq!(stop.level(), Level::Graceful);
+        stop.close_doors();
+        assert_eq!(stop.level(), Level::Graceful, "levels only go up");
+        let direct = Stop::new();
+        direct.begin_graceful();
+        direct.reached(Level::Closed).await;
     }
 
     #[tokio::test]

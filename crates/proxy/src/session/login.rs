@@ -214,7 +214,7 @@ async fn admit(
         let message = format!("sorry, too many clients already (max_client_conn = {max_client_conn})");
         return Err(refused(ErrorMessage::fatal(sqlstate::TOO_MANY_CONNECTIONS, message)));
     }
-    if stop.level() >= Level::Graceful {
+    if stop.level() >= Level::Closed {
         return Err(refused(shutting_down()));
     }
     let Some(user) = startup.get("user") else {

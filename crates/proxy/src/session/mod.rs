@@ -392,7 +392,9 @@ impl Session {
                 tracing::info!(message = %err.message, "closing the client");
                 self.client.out.push(err.to_bytes());
             }
-            End::ClientGone | End::Shutdown => tracing::debug!(?end, "session over"),
+            // PgBouncer's words for it, which its operators' scripts look for.
+            End::Shutdown => tracing::info!("closing because: server shutting down"),
+            End::ClientGone => tracing::debug!(?end, "session over"),
         }
         let mut tally = Tally::default();
         if let Some(mut linked) = self.server.take() {

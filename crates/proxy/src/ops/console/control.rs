@@ -24,6 +24,10 @@ pub(super) async fn run(console: &Console, command: &Command) -> Result<Reply, E
     match command {
         Command::Pause(db) => pause(console, db.as_deref()).await,
         Command::Resume(db) => {
+            if console.stop.level() >= Level::Closed {
+                return Err(ErrorMessage::error(sqlstate::PROTOCOL_VIOLATION, "pooler is shutting down")
+                    .with_hint("a shutdown cannot be taken back; paused pools stay paused until pgmux stops"));
+            }
             let pools = chosen(console, db.as_deref())?;
             if !pools.iter().any(|pool| pool.status().paused) {
                 return Err(ErrorMessage::error(sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE, "pgmux is not paused"));
@@ -175,11 +179,11 @@ async fn kill_database(console: &Console, db: Option<&str>) -> Result<Reply, Err
 
 fn shutdown(console: &Console, mode: ShutdownMode) -> Result<Reply, ErrorMessage> {
     match mode {
-        ShutdownMode::WaitForClients => Err(ErrorMessage::error(
-            sqlstate::FEATURE_NOT_SUPPORTED,
-            "SHUTDOWN WAIT_FOR_CLIENTS is not supported by pgmux",
-        )
-        .with_hint("SHUTDOWN WAIT_FOR_SERVERS lets running transactions finish (within shutdown_timeout), then stops")),
+        ShutdownMode::WaitForClients => {
+            tracing::info!("SHUTDOWN WAIT_FOR_CLIENTS from the admin console");
+            console.stop.close_doors();
+            Ok(Reply::Done)
+        }
         ShutdownMode::WaitForServers => {
             tracing::info!("SHUTDOWN WAIT_FOR_SERVERS from the admin console");
             console.stop.begin_graceful();
