@@ -429,3 +429,28 @@ async fn shutdown_wait_for_clients_turns_new_clients_away_and_stops_once_the_las
     let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), stop.reached(pgmux_proxy::Level::Hard));
     stopped.await.expect("stopped once the last client left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_fast_close_closes_a_client_that_keeps_a_connection_reconnect_marked() {
+    let fx = common::start(&format!("pool_max = 4\n{ROUTES}")).await;
+    let console = connect_to(&fx, "pgbouncer").await;
+    // `reports` is in session mode: each client keeps its server connection.
+    let (idle, busy) = (connect_to(&fx, "reports").await, connect_to(&fx, "reports").await);
+    let app = connect_to(&fx, "app").await;
+    assert_eq!(scalar(&idle, "select 'linked'").await, "linked");
+    assert_eq!(scalar(&app, "select 'linked'").await, "linked");
+    // Off (the default): RECONNECT leaves it its connection until it leaves.
+    console.simple_query("RECONNECT").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(scalar(&idle, "select 'kept'").await, "kept");
+
+    console.simple_query("SET server_fast_close = 1").await.unwrap();
+    busy.batch_execute("begin; select 1").await.unwrap();
+    console.simple_query("RECONNECT").await.unwrap();
+    let within = std::time::Duration::from_secs(5);
+    assert!(common::eventually(within, || async { idle.is_closed() }).await, "closed between transactions");
+    // A transaction under way finishes first; a transaction-mode client keeps no connection to close.
+    busy.batch_execute("select 2; commit").await.expect("its transaction finishes");
+    assert!(common::eventually(within, || async { busy.is_closed() }).await, "closed once it ended");
+    assert_eq!(scalar(&app, "select 'still here'").await, "still here");
+}

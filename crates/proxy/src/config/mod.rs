@@ -283,6 +283,10 @@ config_keys! {
     /// primary, standby, prefer-standby. A node whose role does not fit is refused (and pgmux tries again,
     /// re-resolving the host name, until query_wait_timeout); a node seen changing role is drained.
     target_session_attrs: TargetSessionAttrs = "read-write";
+    /// A client that keeps its server connection (session mode, a pin) is closed once it is between
+    /// transactions when RECONNECT, a reload or KILL marks that connection to be replaced, rather than when it
+    /// leaves (PgBouncer's server_fast_close). Transaction-mode clients never keep one.
+    server_fast_close: bool = "false";
     /// TCP keepalive on server sockets, so that a server that vanished is noticed without waiting for a query.
     tcp_keepalive: bool = "true";
     /// Idle time before the first keepalive probe on a server socket.

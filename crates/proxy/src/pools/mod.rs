@@ -345,6 +345,10 @@ impl ServerPool {
         self.reconnect_below.store(self.globals.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
         self.refusal.forget();
         self.evict_idle();
+        if self.config().server_fast_close {
+            // Sessions that keep a marked connection (session mode, pins) close once between transactions.
+            self.globals.stop.poke();
+        }
     }
 
     /// Whether a connection was marked by [`reconnect`](Self::reconnect).

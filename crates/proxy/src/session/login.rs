@@ -119,7 +119,7 @@ pub(super) async fn login(
         reservation: Default::default(),
         cancel,
         line: None,
-        closing: false,
+        closing: super::Closing::No,
         session_mode: shared.pools.get(pool).mode() == PoolMode::Session,
         // Only a named database can be a reader route (the default pool's id is 0).
         reader_route: pool != PoolId::default() && shared.pools.get(pool).readers().is_some(),

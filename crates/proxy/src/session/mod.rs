@@ -154,8 +154,8 @@ struct Session {
     meter: meter::Meter,
     /// A unit waiting in line for a server connection (boxed: most of the time there is none).
     line: Option<Box<line::InLine>>,
-    /// Shutdown has begun: close as soon as no server is linked.
-    closing: bool,
+    /// Close as soon as the client is between transactions, and why.
+    closing: Closing,
     /// The pool of its route, in the registry.
     pool: PoolId,
     /// Its pool is in session mode: it keeps its server connection until it leaves.
@@ -270,6 +270,23 @@ fn shutting_down() -> ErrorMessage {
     ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "pgmux is shutting down")
 }
 
+/// Why a session closes once its client is between transactions (see `Session::closing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Closing {
+    No,
+    /// pgmux shuts down.
+    Shutdown,
+    /// The server connection it keeps was marked by RECONNECT (or a reload, or KILL) and
+    /// `server_fast_close` is on: PgBouncer closes such a client rather than wait for it to leave.
+    ServerChanged,
+}
+
+/// What a client closed by `server_fast_close` is told (PgBouncer's words, which its users' scripts know).
+fn server_changed() -> ErrorMessage {
+    ErrorMessage::fatal(sqlstate::ADMIN_SHUTDOWN, "database configuration changed")
+        .with_detail("Its server connection was to be replaced, and server_fast_close is on.")
+}
+
 impl Session {
     /// What the client is told when its session is stopped: pgmux shuts down, or an admin killed it.
     fn goodbye(&self) -> ErrorMessage {
@@ -308,8 +325,12 @@ impl Session {
             if self.reservation.holds() {
                 self.give_back_message_memory();
             }
-            // Shutdown closes a client between transactions, a pinned one too (its server is closed, not lent).
-            if self.closing && self.between_transactions() {
+            // Shutdown closes a client between transactions, a pinned one too (its server is closed, not lent);
+            // so does server_fast_close, for a client that keeps a server connection RECONNECT marked.
+            if self.closing != Closing::No && self.between_transactions() {
+                if self.closing == Closing::ServerChanged {
+                    return End::closed(server_changed());
+                }
                 self.client.out.push(shutting_down().to_bytes());
                 return End::Shutdown;
             }
@@ -347,8 +368,8 @@ impl Session {
     fn next_event(&mut self) -> impl Future<Output = Option<Event>> + '_ {
         std::future::poll_fn(|cx| match self.watch.poll(cx, &self.meter.seen.kill) {
             Level::Hard => Poll::Ready(None),
-            Level::Graceful if !self.closing => {
-                self.closing = true;
+            Level::Graceful if self.closing != Closing::Shutdown => {
+                self.closing = Closing::Shutdown;
                 Poll::Ready(Some(Event::Wake))
             }
             _ if self.watch.poked() => Poll::Ready(Some(Event::Wake)),
@@ -389,7 +410,7 @@ impl Session {
             }
             End::Unrecoverable => tracing::warn!("server connection broke mid-message; closing the client"),
             End::Closed(err) => {
-                tracing::info!(message = %err.message, "closing the client");
+                tracing::info!("closing because: {}", err.message);
                 self.client.out.push(err.to_bytes());
             }
             // PgBouncer's words for it, which its operators' scripts look for.

@@ -12,7 +12,7 @@ use pgmux_proto::sqlstate;
 use pgmux_proto::{Step, backend};
 
 use super::replay::{FirstReply, first_reply};
-use super::{End, Session};
+use super::{Closing, End, Session};
 use crate::net::io::{MAX_QUEUED, ReadOutcome};
 use crate::pools::{Resume, ServerGrant, ServerLease, ServerPool};
 use crate::protocol::failure::ServerFailure;
@@ -178,11 +178,16 @@ impl Session {
         }
     }
 
-    /// Woken without socket events: shutdown began, or the node of the linked server was declared dead.
+    /// Woken without socket events: shutdown began, the node of the linked server was declared dead, or
+    /// RECONNECT marked the linked server connection (see `ServerPool::reconnect`).
     fn woken(&mut self) -> Result<(), End> {
-        let dead = self.server.as_mut().is_some_and(|linked| self.shared.pools.get(self.pool).is_dead(linked.conn()));
-        if dead {
+        let Some(linked) = self.server.as_mut() else { return Ok(()) };
+        let pool = self.shared.pools.get(self.pool);
+        if pool.is_dead(linked.conn()) {
             return self.server_lost(ServerFailure::Timeout(self.shared.config().server_probe_timeout));
+        }
+        if self.closing == Closing::No && pool.is_stale(linked.conn()) && self.shared.config().server_fast_close {
+            self.closing = Closing::ServerChanged;
         }
         Ok(())
     }

@@ -176,7 +176,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("server_check_delay", Key("server_check_delay", Unit::Seconds)),
     ("server_check_query", Key("server_check_query", Unit::Same)),
     ("server_connect_timeout", Key("server_connect_timeout", Unit::SecondsNoLimit)),
-    ("server_fast_close", Unsupported),
+    ("server_fast_close", Key("server_fast_close", Unit::Flag)),
     ("server_idle_timeout", Key("server_idle_timeout", Unit::Seconds)),
     ("server_lifetime", Key("server_lifetime", Unit::LifetimeSeconds)),
     ("server_login_retry", Key("server_login_retry", Unit::Seconds)),

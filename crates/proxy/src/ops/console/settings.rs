@@ -88,6 +88,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("server_check_delay", Source::Key("server_check_delay", Unit::Seconds)),
     ("server_check_query", Source::Key("server_check_query", Unit::Same)),
     ("server_connect_timeout", Source::Key("server_connect_timeout", Unit::Seconds)),
+    ("server_fast_close", Source::Key("server_fast_close", Unit::Flag)),
     ("server_idle_timeout", Source::Key("server_idle_timeout", Unit::Seconds)),
     ("server_lifetime", Source::Key("server_lifetime", Unit::Seconds)),
     ("server_login_retry", Source::Key("server_login_retry", Unit::Seconds)),
