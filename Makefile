@@ -19,7 +19,8 @@ prereqs:
 
 # PgBouncer 1.25.2's own test suite (pytest) with pgmux in PgBouncer's place (tests/conformance/run.sh,
 # docs/compatibility.md): the test files issue 30 names, in a copy of the suite, in a pinned venv, as the
-# postgres user when root. Fails if a test that tests/conformance/expectations.txt expects to pass does not, or
+# postgres user (run.sh needs root) in a network namespace of its own, where the suite's USE_SUDO tests drop
+# packets with iptables on the namespace's loopback only. Fails if a test that tests/conformance/expectations.txt expects to pass does not, or
 # a test is not listed there. A few minutes; `tests/conformance/run.sh --all` runs every file of the suite.
 .PHONY: conformance
 conformance: prereqs

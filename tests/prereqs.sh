@@ -39,6 +39,10 @@ fi
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # Its test_misc.py (run by `tests/conformance/run.sh --all`) puts socat between the pooler and PostgreSQL.
 command -v socat >/dev/null 2>&1 || need+=(socat)
+# Its USE_SUDO tests drop and reject packets with iptables (and delay them with tc, iproute2), inside the network
+# namespace run.sh makes. Debian puts both in /usr/sbin, which is not on a normal user's PATH.
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
+command -v tc >/dev/null 2>&1 || [ -x /usr/sbin/tc ] || need+=(iproute2)
 # Go also builds Toxiproxy for the chaos suite (tests/harness/toxiproxy.rs); the suite's network namespace
 # needs `ip` (iproute2), in /usr/sbin, which is not on a normal user's PATH.
 command -v go >/dev/null 2>&1 || need+=(golang-go)
