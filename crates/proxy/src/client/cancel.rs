@@ -24,7 +24,8 @@ use tokio::sync::Notify;
 
 use crate::runtime::slots::Slots;
 
-/// Longest a forwarded cancel may take (PgBouncer's `cancel_wait_timeout` default).
+/// Longest a forwarded cancel may take in the tests (`cancel_wait_timeout`'s default).
+#[cfg(test)]
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
 /// Where a cancel for a server connection goes, and the key it needs.
@@ -188,10 +189,17 @@ impl CancelRegistry {
         Registration { registry: Arc::clone(self), slot, secret }
     }
 
+    /// [`cancel_within`](Self::cancel_within) the default `cancel_wait_timeout`.
+    #[cfg(test)]
+    pub(crate) async fn cancel(&self, pid: i32, secret: &[u8]) {
+        self.cancel_within(pid, secret, CANCEL_WAIT).await;
+    }
+
     /// Forwards a client's cancel request to the server that serves it now, or, if its query waits for a
     /// server connection, tells the session to answer it. Unknown keys, wrong secrets and idle clients are
-    /// ignored, as PostgreSQL ignores them.
-    pub(crate) async fn cancel(&self, pid: i32, secret: &[u8]) {
+    /// ignored, as PostgreSQL ignores them. The forward is given up after `wait` (`cancel_wait_timeout`;
+    /// zero: no limit).
+    pub(crate) async fn cancel_within(&self, pid: i32, secret: &[u8], wait: Duration) {
         let Some(slot) = u32::try_from(pid.wrapping_sub(1)).ok() else { return };
         let begun = {
             let mut clients = self.lock();
@@ -222,10 +230,19 @@ impl CancelRegistry {
                 return;
             }
         };
-        if let Err(e) = tokio::time::timeout(CANCEL_WAIT, forward(server))
-            .await
-            .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "cancel forward timed out")))
-        {
+        let forwarded = if wait.is_zero() {
+            forward(server).await
+        } else {
+            match tokio::time::timeout(wait, forward(server)).await {
+                Ok(forwarded) => forwarded,
+                Err(_) => {
+                    // PgBouncer's words for it, which its operators' scripts look for.
+                    tracing::warn!(pid, server = %server.addr, "closing because: cancel_wait_timeout ({wait:?}): the cancel request was not forwarded in time");
+                    Ok(())
+                }
+            }
+        };
+        if let Err(e) = forwarded {
             tracing::warn!(pid, server = %server.addr, error = %e, "could not forward a cancel request");
         }
         // The client may have left meanwhile and its slot gone to another: only its own count goes down.

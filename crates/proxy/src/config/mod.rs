@@ -283,6 +283,9 @@ config_keys! {
     /// primary, standby, prefer-standby. A node whose role does not fit is refused (and pgmux tries again,
     /// re-resolving the host name, until query_wait_timeout); a node seen changing role is drained.
     target_session_attrs: TargetSessionAttrs = "read-write";
+    /// Longest pgmux tries to forward a client's cancel request to the server (connect, send) before it
+    /// gives up on it (PgBouncer's cancel_wait_timeout; 0 = no limit).
+    cancel_wait_timeout: Duration = "10s";
     /// A client that keeps its server connection (session mode, a pin) is closed once it is between
     /// transactions when RECONNECT, a reload or KILL marks that connection to be replaced, rather than when it
     /// leaves (PgBouncer's server_fast_close). Transaction-mode clients never keep one.

@@ -189,7 +189,7 @@ async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<
         Ok(Err(e)) => Err(e),
         Ok(Ok(Opening::Cancel { pid, secret })) => {
             shared.observer().metrics.cancels.inc();
-            shared.cancels.cancel(pid, &secret).await;
+            shared.cancels.cancel_within(pid, &secret, shared.config().cancel_wait_timeout).await;
             Ok(None)
         }
         Ok(Ok(Opening::Session(msg))) => Ok(Some(msg)),

@@ -122,7 +122,7 @@ pub const SETTINGS: &[(&str, Meaning)] = &[
     ("auth_type", Rule),
     ("auth_user", Key("auth_user", Unit::Same)),
     ("autodb_idle_timeout", Unsupported),
-    ("cancel_wait_timeout", Unsupported),
+    ("cancel_wait_timeout", Key("cancel_wait_timeout", Unit::Seconds)),
     ("client_idle_timeout", Key("client_idle_timeout", Unit::Seconds)),
     ("client_login_timeout", Key("client_login_timeout", Unit::SecondsNoLimit)),
     ("client_tls13_ciphers", Unsupported),

@@ -61,6 +61,7 @@ pub(super) const PGBOUNCER: &[(&str, Source)] = &[
     ("auth_query", Source::Key("auth_query", Unit::Same)),
     ("auth_type", Source::Key("client_auth", Unit::Same)),
     ("auth_user", Source::Key("auth_user", Unit::Same)),
+    ("cancel_wait_timeout", Source::Key("cancel_wait_timeout", Unit::Seconds)),
     ("client_idle_timeout", Source::Key("client_idle_timeout", Unit::Seconds)),
     ("client_login_timeout", Source::Key("client_login_timeout", Unit::Seconds)),
     ("client_tls_ca_file", Source::Key("tls_client_ca", Unit::Same)),
