@@ -8,7 +8,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::shared::Member;
-use crate::{Inner, State, Waiter};
+use crate::{Inner, Pool, State, Waiter};
+
+impl<C> Pool<C> {
+    /// Whether one more connection fits now beside the pool's own: below its limit and every limit it
+    /// shares, with nobody waiting and no reserve in use. For connections opened outside the pool that must
+    /// stay within its limits (the liveness probe's own): the pool does not count them, so it may grow to its
+    /// limit beside one afterwards, and the caller asks again to give it up.
+    pub fn has_room(&self) -> bool {
+        let st = self.shared.lock();
+        !st.closed
+            && !st.paused
+            && st.waiters.is_empty()
+            && st.size < st.config.max_size
+            && st.limits.iter().all(|l| l.held() < l.limit())
+    }
+}
 
 impl<C> State<C> {
     /// The busy measure's window: half of `steady_after` (zero: not measured).

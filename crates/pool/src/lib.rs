@@ -311,19 +311,6 @@ impl<C> Pool<C> {
         st.grow(&self.shared, false).then(|| Slot::new(&self.shared))
     }
 
-    /// Whether one more connection fits now beside the pool's own: below its limit and every limit it
-    /// shares, with nobody waiting and no reserve in use. For connections opened outside the pool that must
-    /// stay within its limits (the liveness probe's own): the pool does not count them, so it may grow to its
-    /// limit beside one afterwards, and the caller asks again to give it up.
-    pub fn has_room(&self) -> bool {
-        let st = self.shared.lock();
-        !st.closed
-            && !st.paused
-            && st.waiters.is_empty()
-            && st.size < st.config.max_size
-            && st.limits.iter().all(|l| l.held() < l.limit())
-    }
-
     /// Waits for an idle connection or the right to open one, in arrival order, for as long as it takes.
     /// Dropping the future leaves the queue cleanly.
     pub async fn acquire(&self) -> Result<Grant<C>, Closed>

@@ -301,7 +301,7 @@ impl Listener {
         let door = tokio::spawn(console_door(socket, unix, unix_peer, Arc::clone(&shared), stop.clone(), next_id));
         if stop.level() < Level::Graceful {
             tracing::info!(
-                clients = clients_in(&shared),
+                clients = shared.clients.load(Ordering::Relaxed),
                 "SHUTDOWN WAIT_FOR_CLIENTS: no new clients; stopping once the last has left"
             );
             tokio::select! {
@@ -332,14 +332,10 @@ impl Listener {
     }
 }
 
-/// Client connections, logged in or logging in (the admin console's are not counted once they are its).
-fn clients_in(shared: &Shared) -> usize {
-    shared.clients.load(Ordering::Relaxed)
-}
-
-/// Returns once no client but the admin console's is connected (looked at every [`LAST_CLIENT_POLL`]).
+/// Returns once no client but the admin console's is connected (looked at every [`LAST_CLIENT_POLL`]):
+/// `Shared::clients` counts a console session only while it logs in.
 async fn last_client_left(shared: &Shared) {
-    while clients_in(shared) > 0 {
+    while shared.clients.load(Ordering::Relaxed) > 0 {
         tokio::time::sleep(LAST_CLIENT_POLL).await;
     }
 }
