@@ -70,7 +70,7 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
     let before_drain = proxy_admin.metrics();
     stop.begin_graceful();
     let grace = deadline.unwrap_or(Duration::ZERO).saturating_sub(EXIT_MARGIN);
-    if tokio::time::timeout(grace, &mut served).await.is_err() {
+    if pgmux_timer::timeout(grace, &mut served).await.is_err() {
         tracing::warn!(?grace, "transactions still open at the shutdown deadline; closing them");
         stop.force();
         let _ = served.await;
@@ -87,7 +87,7 @@ pub async fn run(mut proxy: Listener) -> Result<(), StartError> {
 async fn flush_every_interval(emf: Arc<Mutex<Emf>>) {
     loop {
         let interval = emf.lock().interval();
-        tokio::time::sleep(interval.unwrap_or(Duration::from_secs(1))).await;
+        pgmux_timer::sleep(interval.unwrap_or(Duration::from_secs(1))).await;
         if interval.is_some() {
             emf.lock().flush();
         }

@@ -1,6 +1,9 @@
 //! The `pgmux` binary: reads the configuration, sets up logging, and runs the pooler, either as a sidecar
 //! (SIGTERM / SIGINT begin a graceful shutdown) or, when Lambda started it, as a Lambda extension.
 
+// Tests may use tokio's timers directly; pgmux's own code takes them from pgmux_timer (crates/clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 mod aws_login;
 mod config_file;
 mod emf;
@@ -373,10 +376,23 @@ fn main() -> ExitCode {
     };
     loaded.warn();
     let source = reload::source(path, profile, log_level, set_log_level);
-    // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups.
+    // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups. No time driver on the
+    // relay's threads: pgmux's timers live on a thread of their own (pgmux_timer), so that a park of the
+    // relay pays for no timer wheel.
+    if let Err(e) = pgmux_timer::route_here() {
+        eprintln!("pgmux: cannot start the timer thread: {e}");
+        return ExitCode::FAILURE;
+    }
     let built = match cfg.workers {
-        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build(),
+        1 => tokio::runtime::Builder::new_current_thread().enable_io().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_io()
+            .on_thread_start(|| {
+                // The timer thread runs already (above), so marking cannot fail.
+                let _ = pgmux_timer::route_here();
+            })
+            .build(),
     };
     let runtime = match built {
         Ok(rt) => rt,

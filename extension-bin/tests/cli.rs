@@ -1,4 +1,6 @@
 //! The `pgmux` binary as users run it: its help, its configuration errors, and its shutdown on SIGTERM.
+
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::io::Read;

@@ -1,6 +1,8 @@
 //! The real `pgmux` binary as a Lambda extension: against lambda-simulator it registers for SHUTDOWN only,
 //! serves concurrent clients, and on SHUTDOWN leaves no server connection open and exits before the
 //! deadline; a bad configuration is reported to `extension/init/error`.
+
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::process::{Child, Command, Stdio};

@@ -301,7 +301,7 @@ async fn call(
         let body = body.collect().await.map_err(|e| transport(operation, &e))?.to_bytes();
         Ok((parts.status.as_u16(), parts.headers, body))
     };
-    tokio::time::timeout(CALL_TIMEOUT, exchange).await.unwrap_or_else(|_| {
+    pgmux_timer::timeout(CALL_TIMEOUT, exchange).await.unwrap_or_else(|_| {
         Err(AwsError::Timeout { service: SERVICE, endpoint: operation.into(), timeout: CALL_TIMEOUT })
     })
 }

@@ -126,7 +126,7 @@ impl HttpsClient {
         request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Response, AwsError> {
-        match tokio::time::timeout(timeout, self.send_inner(endpoint, request)).await {
+        match pgmux_timer::timeout(timeout, self.send_inner(endpoint, request)).await {
             Ok(result) => result.map_err(|failure| AwsError::Transport {
                 service: self.service,
                 endpoint: endpoint.url.clone(),

@@ -4,6 +4,8 @@
 //! The Runtime API address is passed explicitly (`*_with`), except in `start_reads_the_runtime_api_from_env`,
 //! which sets `AWS_LAMBDA_RUNTIME_API` only in a child process (this test binary, re-run on one test).
 
+#![allow(clippy::disallowed_methods)]
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -134,7 +134,7 @@ impl ActiveCap {
             st.line.push_back(InLine { place, tx });
             Place { cap: self, place, rx, served: false }
         };
-        let permit = match tokio::time::timeout_at(deadline, &mut place.rx).await {
+        let permit = match pgmux_timer::timeout_at(deadline, &mut place.rx).await {
             Ok(Ok(permit)) => Some(permit),
             // The sender is only dropped with the cap, which this caller holds: not reached.
             Ok(Err(_)) => None,

@@ -155,7 +155,7 @@ pub(crate) fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant>
 
 /// The clock's task: runs until the pool is closed or gone.
 pub(crate) async fn run<C: Send + 'static>(pool: Weak<Inner<C>>, bell: Arc<Notify>) {
-    let sleep = tokio::time::sleep(Duration::ZERO);
+    let sleep = pgmux_timer::sleep(Duration::ZERO);
     tokio::pin!(sleep);
     loop {
         let next = {

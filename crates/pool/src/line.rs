@@ -156,7 +156,7 @@ mod tests {
         };
         assert_eq!(*held, 5);
         let Joined::Line(mut late) = p.join_line(deadline).unwrap() else { panic!("at the limit: a place in line") };
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        pgmux_timer::sleep(Duration::from_secs(2)).await;
         assert!(matches!(late.poll_grant(&mut cx), Poll::Ready(Err(WaitError::TimedOut))));
         drop(held);
         let Ok(Joined::Now(Grant::Idle(_))) = p.join_line(None) else { panic!("an idle connection at once") };

@@ -314,7 +314,7 @@ impl Listener {
         shared.pools.all().iter().for_each(|pool| pool.close());
         shared.tasks.close();
         let deadline = shared.config().shutdown_timeout;
-        if tokio::time::timeout(deadline, shared.tasks.wait()).await.is_err() {
+        if pgmux_timer::timeout(deadline, shared.tasks.wait()).await.is_err() {
             tracing::warn!(?deadline, "shutdown_timeout reached; closing the remaining sessions");
             stop.force();
             shared.tasks.wait().await;
@@ -336,7 +336,7 @@ impl Listener {
 /// `Shared::clients` counts a console session only while it logs in.
 async fn last_client_left(shared: &Shared) {
     while shared.clients.load(Ordering::Relaxed) > 0 {
-        tokio::time::sleep(LAST_CLIENT_POLL).await;
+        pgmux_timer::sleep(LAST_CLIENT_POLL).await;
     }
 }
 
@@ -346,7 +346,7 @@ const LAST_CLIENT_POLL: Duration = Duration::from_millis(100);
 /// Out of file descriptors and the like: back off instead of spinning.
 async fn accept_failed(e: io::Error) {
     tracing::warn!(error = %e, "accept failed");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    pgmux_timer::sleep(Duration::from_millis(50)).await;
 }
 
 /// The next client of the Unix socket; never, without one.
@@ -372,7 +372,7 @@ const THAW_LATENESS: Duration = Duration::from_secs(2);
 /// Closes idle and old server connections on a timer until shutdown; keeps
 /// the metrics' time windows going.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = pgmux_timer::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let due = tokio::select! {
@@ -409,7 +409,7 @@ async fn watch_liveness(shared: Arc<Shared>, stop: Stop) {
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
             () = &mut spread => {}
-            () = tokio::time::sleep(period) => {}
+            () = pgmux_timer::sleep(period) => {}
         }
         while rounds.try_join_next().is_some() {}
         for pool in shared.pools.all() {
@@ -445,14 +445,14 @@ async fn console_door(
             accepted = socket.accept() => match accepted {
                 Ok((stream, peer)) => (Stream::Tcp(stream), Peer::Tcp(peer)),
                 Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    pgmux_timer::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             accepted = accept_unix(unix.as_ref()) => match accepted {
                 Ok(stream) => (Stream::Unix(stream), unix_peer),
                 Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    pgmux_timer::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },

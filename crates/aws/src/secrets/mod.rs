@@ -130,7 +130,7 @@ impl SecretsClient {
             match result {
                 Err(e) if e.is_retryable() && attempt < MAX_ATTEMPTS => {
                     tracing::debug!(attempt, error = %e, "Secrets Manager call failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                    pgmux_timer::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                     attempt += 1;
                 }
                 other => break other?,

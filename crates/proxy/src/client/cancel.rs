@@ -233,7 +233,7 @@ impl CancelRegistry {
         let forwarded = if wait.is_zero() {
             forward(server).await
         } else {
-            match tokio::time::timeout(wait, forward(server)).await {
+            match pgmux_timer::timeout(wait, forward(server)).await {
                 Ok(forwarded) => forwarded,
                 Err(_) => {
                     // PgBouncer's words for it, which its operators' scripts look for.
@@ -333,7 +333,7 @@ mod tests {
         reg.cancel(r.pid() + 1000, &r.secret.to_be_bytes()).await;
         reg.cancel(0, &r.secret.to_be_bytes()).await;
         reg.cancel(idle.pid(), &idle.secret.to_be_bytes()).await;
-        let nothing = tokio::time::timeout(Duration::from_millis(200), server.accept()).await;
+        let nothing = pgmux_timer::timeout(Duration::from_millis(200), server.accept()).await;
         assert!(nothing.is_err(), "a wrong key must not reach the server");
     }
 
@@ -360,7 +360,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!heard.is_finished(), "a wrong secret cancels nothing");
         reg.cancel(r.pid(), &r.secret.to_be_bytes()).await;
-        tokio::time::timeout(Duration::from_secs(5), heard).await.expect("the waiting session hears it").unwrap();
+        pgmux_timer::timeout(Duration::from_secs(5), heard).await.expect("the waiting session hears it").unwrap();
         assert!(r.wait_end());
         assert!(!other.wait_end(), "another waiting client's query is not cancelled");
     }

@@ -111,7 +111,7 @@ async fn unsupported(conn: &mut Conn, code: u32) -> OpeningError {
         "client login refused");
     let mut buf = BytesMut::new();
     encode::unsupported_protocol(&mut buf, code);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(buf.freeze())).await;
+    let _ = pgmux_timer::timeout(std::time::Duration::from_secs(1), conn.send(buf.freeze())).await;
     // Told already: nothing more to send.
     OpeningError::Gone
 }

@@ -386,11 +386,11 @@ mod tests {
                 want.extend_from_slice(&chunk);
                 q.push(Bytes::from(chunk));
             }
-            let flushed = tokio::time::timeout(std::time::Duration::from_secs(10), q.flush(&mut conn.stream));
+            let flushed = pgmux_timer::timeout(std::time::Duration::from_secs(10), q.flush(&mut conn.stream));
             assert!(matches!(flushed.await, Ok(Ok(()))), "{count} chunks are written");
             assert_eq!((q.len(), q.sent()), (0, want.len() as u64));
             let mut got = vec![0; want.len()];
-            let read = tokio::time::timeout(std::time::Duration::from_secs(10), peer.read_exact(&mut got));
+            let read = pgmux_timer::timeout(std::time::Duration::from_secs(10), peer.read_exact(&mut got));
             assert!(matches!(read.await, Ok(Ok(_))), "the peer reads {count} chunks' bytes");
             assert_eq!(got, want, "{count} chunks");
         }

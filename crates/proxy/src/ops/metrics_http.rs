@@ -49,12 +49,12 @@ pub(crate) async fn serve(shared: Arc<Shared>, stop: Stop) {
         };
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
-            _ = tokio::time::sleep(FOLLOW) => {}
+            _ = pgmux_timer::sleep(FOLLOW) => {}
             Some((stream, _)) = accepted => {
                 let shared = Arc::clone(&shared);
                 let stop = stop.clone();
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(READ_TIMEOUT * 2, answer(&shared, &stop, stream)).await;
+                    let _ = pgmux_timer::timeout(READ_TIMEOUT * 2, answer(&shared, &stop, stream)).await;
                 });
             }
         }
@@ -63,7 +63,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stop: Stop) {
 
 /// One request, one answer.
 async fn answer(shared: &Shared, stop: &Stop, mut stream: TcpStream) -> std::io::Result<()> {
-    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+    let head = match pgmux_timer::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(Some(head))) => head,
         Ok(Ok(None)) => return respond(&mut stream, 400, "text/plain", "bad request\n", false).await,
         _ => return Ok(()),

@@ -335,10 +335,10 @@ impl ServerPool {
                 wait.refused = Some(error);
             }
             if Instant::now() + pause >= until {
-                tokio::time::sleep_until(until).await;
+                pgmux_timer::sleep_until(until).await;
                 return Err(wait.give_up(self.reach()));
             }
-            tokio::time::sleep(pause).await;
+            pgmux_timer::sleep(pause).await;
             return Ok(());
         }
         // The database is away for now (a restart, a failover, a lost SYN), or busy connections will come
@@ -353,7 +353,7 @@ impl ServerPool {
         tracing::warn!(error = %e, fault = ?e.fault(), retry_in = ?pause,
             "server connect failed: could not open a server connection; the client waits and pgmux tries again");
         wait.failed_open = Some(e);
-        tokio::time::sleep(pause.min(until - now)).await;
+        pgmux_timer::sleep(pause.min(until - now)).await;
         Ok(())
     }
 

@@ -114,7 +114,7 @@ impl BudgetClock {
         tokio::pin!(read);
         read.as_mut().enable();
         self.wanted.notify_one();
-        tokio::time::timeout(wait, read).await.is_ok()
+        pgmux_timer::timeout(wait, read).await.is_ok()
     }
 }
 

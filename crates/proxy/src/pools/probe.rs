@@ -417,7 +417,7 @@ impl ServerPool {
         let until = Instant::now() + timeout;
         tokio::select! {
             answer = &mut answer => return answer,
-            () = tokio::time::sleep(quarter) => {}
+            () = pgmux_timer::sleep(quarter) => {}
         }
         loop {
             let left = until.saturating_duration_since(Instant::now());
@@ -431,7 +431,7 @@ impl ServerPool {
             }
             tokio::select! {
                 answer = &mut answer => return answer,
-                () = tokio::time::sleep(LOOK_AGAIN.min(left)) => {}
+                () = pgmux_timer::sleep(LOOK_AGAIN.min(left)) => {}
             }
         }
     }

@@ -248,7 +248,7 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
         if since.is_some_and(|since| !idle.is_zero() && since.elapsed() >= idle) {
             conns.close(&pools, &set);
             tokio::select! {
-                () = tokio::time::sleep_until(started + interval) => continue,
+                () = pgmux_timer::sleep_until(started + interval) => continue,
                 _ = stop.reached(Level::Graceful) => return,
             }
         }
@@ -278,7 +278,7 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
             set.polled(member, pool, reading, max_lag_ms);
         }
         tokio::select! {
-            () = tokio::time::sleep_until(started + interval) => {}
+            () = pgmux_timer::sleep_until(started + interval) => {}
             _ = stop.reached(Level::Graceful) => return,
         }
     }
@@ -287,7 +287,7 @@ pub(crate) async fn watch(set: Arc<ReaderSet>, pools: Pools) {
 /// One reading of an instance over the topology connection (opened if needed): its lag in milliseconds if
 /// it is a reader, `None` if it is not, or does not answer within `timeout`.
 async fn read(pool: &ServerPool, conn: &mut Option<Box<ServerConn>>, timeout: std::time::Duration) -> Option<u64> {
-    let result = tokio::time::timeout(timeout, async {
+    let result = pgmux_timer::timeout(timeout, async {
         if conn.is_none() {
             let opened = pool.open_control(TOPOLOGY_NAME).await;
             let opened = opened.inspect_err(|e| tracing::debug!(error = %e, "topology: cannot connect")).ok()?;

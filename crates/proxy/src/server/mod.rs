@@ -117,7 +117,7 @@ impl ServerConn {
         options: ConnectOptions<'_>,
     ) -> Result<Self, ConnectError> {
         let addr = login.address();
-        match tokio::time::timeout(options.timeout, Self::connect_inner(login, tls, options)).await {
+        match pgmux_timer::timeout(options.timeout, Self::connect_inner(login, tls, options)).await {
             Ok(result) => result,
             Err(_) => Err(ConnectError::Timeout { addr, after: options.timeout }),
         }

@@ -23,7 +23,7 @@ async fn within<T>(
     timeout: Duration,
     work: impl std::future::Future<Output = Result<T, ServerFailure>>,
 ) -> Result<T, ServerFailure> {
-    tokio::time::timeout(timeout, work).await.unwrap_or(Err(ServerFailure::Timeout(timeout)))
+    pgmux_timer::timeout(timeout, work).await.unwrap_or(Err(ServerFailure::Timeout(timeout)))
 }
 
 impl ServerConn {
@@ -250,6 +250,6 @@ impl ServerConn {
     pub(crate) async fn terminate(mut self: Box<Self>) {
         let mut buf = BytesMut::new();
         encode::terminate(&mut buf);
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.io.send(buf.freeze())).await;
+        let _ = pgmux_timer::timeout(Duration::from_secs(1), self.io.send(buf.freeze())).await;
     }
 }

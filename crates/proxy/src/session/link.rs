@@ -451,7 +451,7 @@ impl Session {
             // would hit the next client's query.
             let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
             self.shared.pools.get(self.pool).retire(lease.discard());
-            if let Err(e) = tokio::time::timeout(DRAIN_TIMEOUT, cancel::forward(key)).await.unwrap_or(Ok(())) {
+            if let Err(e) = pgmux_timer::timeout(DRAIN_TIMEOUT, cancel::forward(key)).await.unwrap_or(Ok(())) {
                 tracing::debug!(error = %e, "could not cancel the abandoned query");
             }
             return;

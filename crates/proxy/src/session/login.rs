@@ -47,7 +47,7 @@ async fn deny(shared: &Shared, mut conn: Conn, denied: OpeningError) -> Option<S
         // "closing because: <reason>" is PgBouncer's wording for the same line: scripts and PgBouncer's own test
         // suite (tests/conformance) look for it. The reason is what the client is told, never a secret.
         tracing::info!(code = %err.code, "client login refused, closing because: {}", err.message);
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
+        let _ = pgmux_timer::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
     }
     None
 }
@@ -184,7 +184,7 @@ fn enter(shared: &Shared, startup: &StartupMessage, (id, pool): (u64, PoolId), p
 async fn opening(shared: &Shared, conn: &mut Conn, deadline: Instant) -> Result<Option<StartupMessage>, OpeningError> {
     let tls = shared.client_tls();
     let tls = tls.as_ref().map(|t| &t.0);
-    match tokio::time::timeout_at(deadline, startup::read_opening(conn, tls)).await {
+    match pgmux_timer::timeout_at(deadline, startup::read_opening(conn, tls)).await {
         Err(_) => Err(timed_out()),
         Ok(Err(e)) => Err(e),
         Ok(Ok(Opening::Cancel { pid, secret })) => {
@@ -281,7 +281,7 @@ async fn default_login(
         let hint = format!("this pgmux serves the database \"{}\"", served.dbname);
         return Err(OpeningError::Refused(no_such_database(database, hint)));
     }
-    tokio::time::timeout_at(deadline, auth.authenticate(conn, method, user, &served.user))
+    pgmux_timer::timeout_at(deadline, auth.authenticate(conn, method, user, &served.user))
         .await
         .map_err(|_| timed_out())??;
     Ok(PoolId::default())
@@ -301,7 +301,7 @@ async fn route_login(
     if plan.auth == ServerAuth::Passthrough {
         let make_pool = |plan| route_pool(shared, auth, plan, None);
         let login = passthrough::login(shared, auth, conn, (user, plan), private, make_pool);
-        return tokio::time::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
+        return pgmux_timer::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
     }
     if let Some(auth_user) = plan.auth_user.as_deref().filter(|_| lookup::needed(auth, method, user)) {
         let asker = Asker {
@@ -312,7 +312,7 @@ async fn route_login(
         };
         let found = lookup::look_up(shared, auth, asker, user).await?;
         let check = auth.authenticate_looked_up(conn, method, user, &found);
-        let keys = tokio::time::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
+        let keys = pgmux_timer::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
         // The server login of the client's own user's pool uses what was read, if the route has nothing.
         let stored = match found {
             Lookup::Found(stored) => Some(stored),
@@ -326,7 +326,7 @@ async fn route_login(
         passthrough::keep_keys(shared, id, user, keys);
         return Ok(id);
     }
-    let keys = tokio::time::timeout_at(deadline, auth.authenticate_known(conn, method, user))
+    let keys = pgmux_timer::timeout_at(deadline, auth.authenticate_known(conn, method, user))
         .await
         .map_err(|_| timed_out())??;
     let id = route_pool(shared, auth, plan, None).map_err(refused)?;

@@ -424,7 +424,7 @@ impl Session {
         }
         let (received, sent) = self.meter.publish_bytes(self.client.received, self.client.out.sent());
         self.add_tally(&mut tally, &crate::observe::Ended { received, sent, ..Default::default() });
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.client.out.flush(&mut self.client.stream))
+        let _ = pgmux_timer::timeout(std::time::Duration::from_secs(1), self.client.out.flush(&mut self.client.stream))
             .await;
     }
 }

@@ -81,7 +81,7 @@ impl Timer {
         let at = Instant::now() + after;
         match &mut self.sleep {
             Some(sleep) => sleep.as_mut().reset(at),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+            None => self.sleep = Some(Box::pin(pgmux_timer::sleep_until(at))),
         }
         self.armed = Some(kind);
     }
@@ -175,7 +175,7 @@ impl Session {
                 let key = ServerKey { addr: lease.addr, pid: lease.key.0, secret: lease.key.1 };
                 // The server stops the query; the connection is not lent again (the cancel may land late).
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), cancel::forward(key)).await;
+                    let _ = pgmux_timer::timeout(Duration::from_secs(5), cancel::forward(key)).await;
                 });
                 let tracker = std::mem::take(&mut lease.tracker);
                 self.shared.pools.get(self.pool).retire(lease.discard());

@@ -39,7 +39,7 @@ pub(super) async fn serve(mut stream: TcpStream, inner: Arc<Inner>) {
     inner.until(|s| !s.hung).await;
     let delay = inner.read(|s| s.login_delay_ms);
     if delay > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        pgmux_timer::sleep(std::time::Duration::from_millis(delay)).await;
     }
     if let Some(code) = inner.read(refusal) {
         let _ = stream.write_all(&script::error(code, true)).await;

@@ -254,7 +254,7 @@ impl FakeServer {
                 let _ = changed.changed().await;
             }
         };
-        if tokio::time::timeout(Duration::from_secs(5), wait).await.is_err() {
+        if pgmux_timer::timeout(Duration::from_secs(5), wait).await.is_err() {
             panic!("the fake server never saw {what}; it got {:?}", self.log());
         }
     }

@@ -108,7 +108,7 @@ fn chosen(console: &Console, db: Option<&str>) -> Result<Vec<Arc<ServerPool>>, E
 async fn until(console: &Console, done: impl Fn() -> bool) -> Result<(), ErrorMessage> {
     while !done() {
         tokio::select! {
-            _ = tokio::time::sleep(POLL) => {}
+            _ = pgmux_timer::sleep(POLL) => {}
             _ = console.stop.reached(Level::Hard) => return Err(super::shutting_down()),
         }
     }
@@ -169,7 +169,7 @@ async fn kill_database(console: &Console, db: Option<&str>) -> Result<Reply, Err
         "KILL: clients ended, pool paused until RESUME"
     );
     let book = &console.shared.observer().clients;
-    let gone = tokio::time::timeout(KILL_WAIT, until(console, || doomed.iter().all(|id| book.get(*id).is_none())));
+    let gone = pgmux_timer::timeout(KILL_WAIT, until(console, || doomed.iter().all(|id| book.get(*id).is_none())));
     gone.await.map_err(|_| {
         ErrorMessage::error(sqlstate::QUERY_CANCELED, "KILL: some clients had not ended within 5 s")
             .with_hint("they end at their next wake-up; SHOW CLIENTS lists them until then")

@@ -126,7 +126,7 @@ pub(crate) async fn serve(
         Err(OpeningError::Refused(err)) => {
             shared.observer().login_denied(&err);
             tracing::info!(code = %err.code, message = %err.message, "admin console login refused");
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
+            let _ = pgmux_timer::timeout(std::time::Duration::from_secs(1), conn.send(err.to_bytes())).await;
             return;
         }
         Err(OpeningError::Gone) => return,
@@ -167,7 +167,7 @@ async fn admit(
         (access_of(&config, user, &served.user), Instant::now() + config.client_login_timeout)
     };
     // A user without rights fails the password check like a wrong password, telling nothing more.
-    match tokio::time::timeout_at(deadline, check_password(shared, conn, (user, method), access.is_some())).await {
+    match pgmux_timer::timeout_at(deadline, check_password(shared, conn, (user, method), access.is_some())).await {
         Err(_) => return Err(refused(sqlstate::PROTOCOL_VIOLATION, "client did not log in in time".into())),
         Ok(result) => result?,
     }
@@ -338,7 +338,7 @@ impl Console {
 /// Resolves once the session's own kill switch fires (`KILL_CLIENT` of a console session).
 async fn killed(seen: &ClientTicket) {
     while !seen.kill.fired() {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        pgmux_timer::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 

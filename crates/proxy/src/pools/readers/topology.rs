@@ -144,7 +144,7 @@ async fn read(set: &ReaderSet, pools: &Pools, conns: &mut PollConns, timeout: Du
 /// The rows over `conn` (opened if needed); `None` if it fails or says nothing within `timeout`, and then
 /// the connection is closed.
 async fn ask(pool: &ServerPool, conn: &mut Option<Box<ServerConn>>, timeout: Duration) -> Option<Vec<Row>> {
-    let answer = tokio::time::timeout(timeout, async {
+    let answer = pgmux_timer::timeout(timeout, async {
         if conn.is_none() {
             let opened = pool.open_control(TOPOLOGY_NAME).await;
             let opened = opened.inspect_err(|e| tracing::debug!(error = %e, "topology: cannot connect")).ok()?;

@@ -174,7 +174,7 @@ async fn run_with(pool: Arc<ServerPool>, stop: Stop, gate: Option<oneshot::Recei
     }
     let mut control = (pool.config().max_connections_percent > 0).then(|| Control::new(&pool, gauge));
     let mut quiet = Quiet::default();
-    let mut tick = tokio::time::interval(TICK);
+    let mut tick = pgmux_timer::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let wanted = tokio::select! {

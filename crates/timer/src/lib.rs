@@ -1,0 +1,159 @@
+//! pgmux's timers, kept off the threads that relay.
+//!
+//! tokio's time driver works on every park of the runtime that owns it: it locks its wheel, reads the clock
+//! and, whenever any timer is in the wheel, scans the wheel's levels for the next deadline before the wait
+//! and again after it. A pooler parks twice per transaction (once for the server's answer, once for the
+//! client's next query), and pgmux always has a timer pending (the liveness probe, the sizing tick, the
+//! console's polls), so the relay paid for the wheel on every transaction: about 1,000 instructions of a
+//! simple one, counted (docs/benchmarks.md, "The time driver off the relay's thread").
+//!
+//! So the pgmux binary builds its relay runtime without a time driver, starts one thread here whose only
+//! work is tokio's timer wheel, and marks each relay thread with [`route_here`]. A timer made through this
+//! crate on a marked thread lives in that thread's wheel; its expiry wakes the task that waits on it, on
+//! whichever runtime that task runs, as any cross-thread wake does. Timers are rare events (a deadline set,
+//! a probe's round); the relay's parks then cost what an I/O-only runtime's do.
+//!
+//! On a thread that is not marked (every test, the `check` command, a runtime built elsewhere) each function
+//! is tokio's own on the current runtime, paused clocks included. Code in pgmux's crates reaches tokio's
+//! timers only through here: `crates/clippy.toml` forbids the direct calls outside tests.
+
+#![allow(clippy::disallowed_methods)]
+
+use std::cell::Cell;
+use std::future::IntoFuture;
+use std::io;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::runtime::{EnterGuard, Handle};
+use tokio::time::{Instant, Interval, Sleep, Timeout};
+
+/// The timer thread's runtime, once started.
+static TIMERS: OnceLock<Handle> = OnceLock::new();
+
+thread_local! {
+    /// Whether timers made on this thread belong to the timer thread.
+    static ROUTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Starts the timer thread (once per process; later calls do nothing).
+pub fn start() -> io::Result<()> {
+    if TIMERS.get().is_some() {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    let handle = runtime.handle().clone();
+    if TIMERS.set(handle).is_err() {
+        return Ok(()); // Another caller started it first; this runtime is dropped unused.
+    }
+    std::thread::Builder::new()
+        .name("pgmux-timers".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+    Ok(())
+}
+
+/// Marks the calling thread: timers made on it from now on live on the timer thread. Starts that thread if
+/// need be; an error leaves the thread unmarked (its timers stay on its own runtime).
+pub fn route_here() -> io::Result<()> {
+    start()?;
+    ROUTED.with(|routed| routed.set(true));
+    Ok(())
+}
+
+/// Whether timers made on this thread go to the timer thread.
+pub fn routed() -> bool {
+    ROUTED.with(Cell::get) && TIMERS.get().is_some()
+}
+
+/// The timer thread's context, entered for the making of one timer, if this thread is marked.
+fn enter() -> Option<EnterGuard<'static>> {
+    if !ROUTED.with(Cell::get) {
+        return None;
+    }
+    TIMERS.get().map(Handle::enter)
+}
+
+/// [`tokio::time::sleep`].
+#[track_caller]
+pub fn sleep(duration: Duration) -> Sleep {
+    let _timers = enter();
+    tokio::time::sleep(duration)
+}
+
+/// [`tokio::time::sleep_until`].
+#[track_caller]
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    let _timers = enter();
+    tokio::time::sleep_until(deadline)
+}
+
+/// [`tokio::time::timeout`].
+#[track_caller]
+pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+    let _timers = enter();
+    tokio::time::timeout(duration, future)
+}
+
+/// [`tokio::time::timeout_at`].
+#[track_caller]
+pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
+    let _timers = enter();
+    tokio::time::timeout_at(deadline, future)
+}
+
+/// [`tokio::time::interval`].
+#[track_caller]
+pub fn interval(period: Duration) -> Interval {
+    let _timers = enter();
+    tokio::time::interval(period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime with I/O but no time driver, its thread marked: the relay's, as the binary builds it.
+    fn relay_runtime() -> tokio::runtime::Runtime {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        route_here().unwrap();
+        runtime
+    }
+
+    #[test]
+    fn timers_made_on_a_marked_thread_fire_on_a_runtime_without_a_time_driver() {
+        let runtime = relay_runtime();
+        let result = runtime.block_on(async {
+            let started = Instant::now();
+            sleep(Duration::from_millis(20)).await;
+            assert!(started.elapsed() >= Duration::from_millis(20));
+            sleep_until(Instant::now() + Duration::from_millis(5)).await;
+            let late = timeout(Duration::from_millis(10), std::future::pending::<()>()).await;
+            assert!(late.is_err(), "a future that never ends times out");
+            let on_time = timeout_at(Instant::now() + Duration::from_secs(5), async { 7 }).await;
+            assert_eq!(on_time.unwrap(), 7);
+            let mut tick = interval(Duration::from_millis(5));
+            tick.tick().await;
+            tick.tick().await;
+            // A timer reset from the relay's thread stays in the timer thread's wheel.
+            let mut reset = Box::pin(sleep(Duration::from_secs(3600)));
+            reset.as_mut().reset(Instant::now() + Duration::from_millis(5));
+            reset.await;
+            "done"
+        });
+        assert_eq!(result, "done");
+        assert!(routed());
+    }
+
+    #[test]
+    fn a_thread_that_is_not_marked_keeps_its_own_runtime_s_timers() {
+        // Tests run each on a thread of their own: this one is never marked, so a paused clock on its runtime
+        // governs these timers (an hour passes at once), as tokio's own would be.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
+        let runtime = runtime.unwrap();
+        runtime.block_on(async {
+            assert!(!routed());
+            sleep(Duration::from_secs(3600)).await;
+            assert!(timeout(Duration::from_secs(60), std::future::pending::<()>()).await.is_err());
+        });
+    }
+}
