@@ -20,13 +20,17 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::cell::Cell;
-use std::future::IntoFuture;
+use std::fmt;
+use std::future::{Future, IntoFuture};
 use std::io;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::runtime::{EnterGuard, Handle};
-use tokio::time::{Instant, Interval, Sleep, Timeout};
+use tokio::task::Unconstrained;
+use tokio::time::{Instant, Interval, Sleep};
 
 /// The timer thread's runtime, once started.
 static TIMERS: OnceLock<Handle> = OnceLock::new();
@@ -66,6 +70,7 @@ pub fn routed() -> bool {
 }
 
 /// The timer thread's context, entered for the making of one timer, if this thread is marked.
+#[inline]
 fn enter() -> Option<EnterGuard<'static>> {
     if !ROUTED.with(Cell::get) {
         return None;
@@ -74,6 +79,8 @@ fn enter() -> Option<EnterGuard<'static>> {
 }
 
 /// [`tokio::time::sleep`].
+// Always inlined: a future moved through a call that is not would be copied (a login's is over a kilobyte).
+#[inline(always)]
 #[track_caller]
 pub fn sleep(duration: Duration) -> Sleep {
     let _timers = enter();
@@ -81,27 +88,81 @@ pub fn sleep(duration: Duration) -> Sleep {
 }
 
 /// [`tokio::time::sleep_until`].
+#[inline(always)]
 #[track_caller]
 pub fn sleep_until(deadline: Instant) -> Sleep {
     let _timers = enter();
     tokio::time::sleep_until(deadline)
 }
 
-/// [`tokio::time::timeout`].
+/// [`tokio::time::timeout`]: `future`, unless `duration` passes first.
+#[inline(always)]
 #[track_caller]
 pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
-    let _timers = enter();
-    tokio::time::timeout(duration, future)
+    // The sleep is made first and the future moved once, into place: tokio's own `timeout`, called inside
+    // the timer thread's context, would build the pair while that context is entered and then move the whole
+    // of it (a login's future is over a kilobyte) past the context's exit.
+    Timeout { sleep: tokio::task::unconstrained(sleep(duration)), future: future.into_future() }
 }
 
-/// [`tokio::time::timeout_at`].
+/// [`tokio::time::timeout_at`]: `future`, unless `deadline` passes first.
+#[inline(always)]
 #[track_caller]
 pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
-    let _timers = enter();
-    tokio::time::timeout_at(deadline, future)
+    Timeout { sleep: tokio::task::unconstrained(sleep_until(deadline)), future: future.into_future() }
+}
+
+pin_project_lite::pin_project! {
+    /// A future with a deadline (see [`timeout`]). The future is polled first, so one that is ready as the
+    /// deadline passes still counts; the deadline is checked outside tokio's task budget (as tokio's own
+    /// timeout does), so a future that spends the budget on every poll is still cut off.
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    pub struct Timeout<F> {
+        #[pin]
+        future: F,
+        #[pin]
+        sleep: Unconstrained<Sleep>,
+    }
+}
+
+impl<F> fmt::Debug for Timeout<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Timeout").finish_non_exhaustive()
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.future.poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        this.sleep.poll(cx).map(|()| Err(Elapsed))
+    }
+}
+
+/// A [`Timeout`]'s deadline passed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+impl From<Elapsed> for io::Error {
+    fn from(_: Elapsed) -> io::Error {
+        io::ErrorKind::TimedOut.into()
+    }
 }
 
 /// [`tokio::time::interval`].
+#[inline(always)]
 #[track_caller]
 pub fn interval(period: Duration) -> Interval {
     let _timers = enter();
@@ -154,6 +215,35 @@ mod tests {
             assert!(!routed());
             sleep(Duration::from_secs(3600)).await;
             assert!(timeout(Duration::from_secs(60), std::future::pending::<()>()).await.is_err());
+        });
+    }
+
+    #[test]
+    fn a_future_that_spends_its_task_budget_on_every_poll_is_still_cut_off() {
+        // Each poll of the inner future spends the task's whole budget and wakes the task again: the
+        // deadline is checked outside that budget (with it inside, this test never ends).
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let spent = runtime.block_on(async {
+            let spender = async {
+                loop {
+                    tokio::task::consume_budget().await;
+                }
+            };
+            timeout(Duration::from_millis(20), spender).await
+        });
+        assert_eq!(spent, Err(Elapsed));
+        assert_eq!(Elapsed.to_string(), "deadline has elapsed");
+        assert_eq!(io::Error::from(Elapsed).kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[test]
+    fn a_future_ready_when_its_deadline_passes_still_counts() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            // Both are ready on the same poll: the future's answer wins.
+            let both = timeout_at(deadline, sleep_until(deadline)).await;
+            assert_eq!(both, Ok(()));
         });
     }
 }
