@@ -1,12 +1,17 @@
-//! The floor under pgmux's instructions per transaction: a relay on the same runtime (tokio, one thread)
-//! with no pooling logic at all. Each client gets its own PostgreSQL connection and one task that copies
-//! bytes both ways (`tokio::io::copy_bidirectional`): no framing, no routing, no clocks, no metrics.
+//! The floor under pgmux's instructions per transaction: a relay on the same runtime (tokio, one thread, I/O
+//! and no time driver, as pgmux's relay runs) with no pooling logic at all. Each client gets its own
+//! PostgreSQL connection and one task that copies bytes both ways (`tokio::io::copy_bidirectional`): no
+//! framing, no routing, no clocks, no metrics.
 //!
 //! It takes the `--config FILE` that `benches/scripts/instructions-per-tx.sh` passes to pgmux and reads
 //! only `listen` and the host and port of `database_url` from it, so the script counts it the same way:
 //!
 //!   cargo build --release -p pgmux-benches --example floor_relay
 //!   benches/scripts/instructions-per-tx.sh target/release/examples/floor_relay target/release/pgmux
+//!
+//! `FLOOR_TIMERS=wheel` gives its runtime tokio's time driver with an empty wheel, and `FLOOR_TIMERS=tick`
+//! one timer always pending (a 1 s interval), which is what pgmux's relay paid for before its timers moved to
+//! a thread of their own (docs/benchmarks.md, "The time driver off the relay's thread").
 
 use std::time::Duration;
 
@@ -39,10 +44,24 @@ fn main() -> std::io::Result<()> {
     let Some(server) = upstream(&url) else {
         return Err(std::io::Error::other("database_url has no host:port"));
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let timers = std::env::var("FLOOR_TIMERS").unwrap_or_default();
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_io();
+    if timers == "wheel" || timers == "tick" {
+        builder.enable_time();
+    }
+    let rt = builder.build()?;
     rt.block_on(async move {
         let listener = TcpListener::bind(&listen).await?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        if timers == "tick" {
+            tokio::spawn(async {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                }
+            });
+        }
         loop {
             let (mut client, _) = tokio::select! {
                 accepted = listener.accept() => accepted?,
@@ -51,10 +70,7 @@ fn main() -> std::io::Result<()> {
             let server = server.clone();
             tokio::spawn(async move {
                 let _ = client.set_nodelay(true);
-                let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&server)).await
-                else {
-                    return;
-                };
+                let Ok(mut conn) = TcpStream::connect(&server).await else { return };
                 let _ = conn.set_nodelay(true);
                 let _ = tokio::io::copy_bidirectional(&mut client, &mut conn).await;
             });

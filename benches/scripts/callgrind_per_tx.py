@@ -45,6 +45,8 @@ from pathlib import Path
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 # pgbench clients; CLIENTS=1 is the load of `instructions-per-tx.sh` (no client waits for another).
 CLIENTS = int(os.environ.get("CLIENTS", "50"))
+# DBHOST=localhost: pgmux names the database by host name, as most deployments do (see instructions-per-tx.sh).
+DBHOST = os.environ.get("DBHOST", "127.0.0.1")
 TOP = int(os.environ.get("TOP", "12"))
 # The system calls a pooler's data path makes, counted per transaction with --perf.
 SYSCALLS = ["recvfrom", "sendto", "read", "write", "readv", "writev", "recvmsg", "sendmsg", "epoll_wait",
@@ -110,7 +112,7 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] if out else []
     if kind == "pgmux":
         env = dict(os.environ, PGMUX_LISTEN=f"127.0.0.1:{port}",
-                   PGMUX_DATABASE_URL=f"postgres://postgres@127.0.0.1:{pg.port}/postgres",
+                   PGMUX_DATABASE_URL=f"postgres://postgres@{DBHOST}:{pg.port}/postgres",
                    PGMUX_CLIENT_AUTH="scram-sha-256" if args.scram else "trust",
                    PGMUX_CLIENT_PASSWORD=SCRAM_PASSWORD if args.scram else "",
                    PGMUX_POOL_MAX="20", PGMUX_MAX_CONNECTIONS_PERCENT="0",

@@ -8,6 +8,10 @@
 # 1,500 instructions per transaction here), which would hide what is measured.
 #
 #   benches/scripts/instructions-per-tx.sh BINARY...      (needs valgrind, PostgreSQL 15's initdb, pgbench)
+#
+# DBHOST=localhost names the database by host name, as most deployments do (the script's default is
+# 127.0.0.1): tokio then resolves it on a thread of its blocking pool, and the process is no longer
+# single-threaded (which glibc's system-call wrappers notice; docs/benchmarks.md).
 set -euo pipefail
 pgbin=${PGBIN:-/usr/lib/postgresql/15/bin}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pgmux-instr.XXXXXX")
@@ -19,7 +23,7 @@ trap 'su postgres -c "$pgbin/pg_ctl -D $work/pg -m immediate stop" >/dev/null 2>
 "$pgbin/pgbench" -i -s 1 -q -h 127.0.0.1 -p "$pgport" -U postgres postgres >/dev/null 2>&1
 cat > "$work/pgmux.toml" <<TOML
 listen = "127.0.0.1:$port"
-database_url = "postgres://postgres@127.0.0.1:$pgport/postgres?sslmode=disable"
+database_url = "postgres://postgres@${DBHOST:-127.0.0.1}:$pgport/postgres?sslmode=disable"
 client_auth = "trust"
 pool_max = 4
 max_connections_percent = 0
