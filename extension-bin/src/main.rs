@@ -376,25 +376,7 @@ fn main() -> ExitCode {
     };
     loaded.warn();
     let source = reload::source(path, profile, log_level, set_log_level);
-    // One worker: a current-thread runtime, no work stealing, no cross-thread wake-ups. No time driver on the
-    // relay's threads: pgmux's timers live on a thread of their own (pgmux_timer), so that a park of the
-    // relay pays for no timer wheel.
-    if let Err(e) = pgmux_timer::route_here() {
-        eprintln!("pgmux: cannot start the timer thread: {e}");
-        return ExitCode::FAILURE;
-    }
-    let built = match cfg.workers {
-        1 => tokio::runtime::Builder::new_current_thread().enable_io().build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_io()
-            .on_thread_start(|| {
-                // The timer thread runs already (above), so marking cannot fail.
-                let _ = pgmux_timer::route_here();
-            })
-            .build(),
-    };
-    let runtime = match built {
+    let runtime = match relay_runtime(cfg.workers) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pgmux: cannot start the runtime: {e}");
@@ -407,6 +389,24 @@ fn main() -> ExitCode {
             tracing::error!(error_type = e.kind, "{}", e.message);
             fatal(lambda, &e)
         }
+    }
+}
+
+/// The runtime that serves clients. One worker: a current-thread runtime, no work stealing, no cross-thread
+/// wake-ups. No time driver on the relay's threads: pgmux's timers live on a thread of their own
+/// (pgmux_timer), so that a park of the relay pays for no timer wheel.
+fn relay_runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    pgmux_timer::route_here().map_err(|e| std::io::Error::other(format!("no timer thread: {e}")))?;
+    match workers {
+        1 => tokio::runtime::Builder::new_current_thread().enable_io().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_io()
+            .on_thread_start(|| {
+                // The timer thread runs already (above), so marking cannot fail.
+                let _ = pgmux_timer::route_here();
+            })
+            .build(),
     }
 }
 
