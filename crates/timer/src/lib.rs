@@ -41,7 +41,7 @@ thread_local! {
 }
 
 /// Starts the timer thread (once per process; later calls do nothing).
-pub fn start() -> io::Result<()> {
+fn start() -> io::Result<()> {
     if TIMERS.get().is_some() {
         return Ok(());
     }
@@ -62,11 +62,6 @@ pub fn route_here() -> io::Result<()> {
     start()?;
     ROUTED.with(|routed| routed.set(true));
     Ok(())
-}
-
-/// Whether timers made on this thread go to the timer thread.
-pub fn routed() -> bool {
-    ROUTED.with(Cell::get) && TIMERS.get().is_some()
 }
 
 /// The timer thread's context, entered for the making of one timer, if this thread is marked.
@@ -202,7 +197,7 @@ mod tests {
             "done"
         });
         assert_eq!(result, "done");
-        assert!(routed());
+        assert!(ROUTED.with(Cell::get) && TIMERS.get().is_some());
     }
 
     #[test]
@@ -212,7 +207,7 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
         let runtime = runtime.unwrap();
         runtime.block_on(async {
-            assert!(!routed());
+            assert!(!ROUTED.with(Cell::get));
             sleep(Duration::from_secs(3600)).await;
             assert!(timeout(Duration::from_secs(60), std::future::pending::<()>()).await.is_err());
         });
