@@ -191,6 +191,29 @@ struct Stage {
     timeout: Duration,
     /// pgmux's Unix-socket directory (S16), removed after the run.
     _sockets: tempfile::TempDir,
+    /// Each pgmux's runtime thread runs until its sender here is dropped (see `start_pgmux`).
+    _runtimes: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Starts pgmux as its binary runs by default (`workers = 1`): on a thread of its own, on a current-thread
+/// runtime, where the relay loop skips a client read that could only find nothing (`net::armed` in pgmux-proxy;
+/// the integration tests run pgmux on two workers, where every read is polled). The thread runs until the
+/// sender pushed on `runtimes` is dropped.
+async fn start_pgmux(config: Config, runtimes: &mut Vec<tokio::sync::oneshot::Sender<()>>) -> ListenerHandle {
+    let (started, handle) = tokio::sync::oneshot::channel();
+    let (quit, until) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("pgmux".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async move {
+                let _ = started.send(Listener::start(config).await.expect("start pgmux"));
+                let _ = until.await;
+            });
+        })
+        .expect("a thread for pgmux");
+    runtimes.push(quit);
+    handle.await.expect("pgmux started on its thread")
 }
 
 impl Stage {
@@ -204,12 +227,13 @@ impl Stage {
         let config = pgmux_config(&pg, &settings.extra, sockets.path());
         let pool_max = config.pool_max.expect("the matrix always sets pool_max");
         let pg_version = psql(&pg, "SHOW server_version").await.expect("SHOW server_version");
+        let mut runtimes = Vec::new();
         let (proxy, bouncer, front) = match settings.front {
             FrontKind::Direct => {
                 (None, None, "no pgmux (MATRIX_DIRECT=1: the suites talk to PostgreSQL itself)".to_owned())
             }
             FrontKind::Pgmux => {
-                let proxy = Listener::start(config).await.expect("start pgmux");
+                let proxy = start_pgmux(config, &mut runtimes).await;
                 let front = match settings.extra.trim() {
                     "" => format!("pgmux in transaction mode, pool_max = {pool_max}"),
                     extra => format!("pgmux in transaction mode, pool_max = {pool_max}, extra settings `{extra}`"),
@@ -243,9 +267,7 @@ impl Stage {
         // S17: a pgmux of its own with two routes, beside the one every other scenario uses; PgBouncer has
         // the same names in its [databases]; PostgreSQL itself has only `pgmux`, under two users.
         let routes = match settings.front {
-            FrontKind::Pgmux => {
-                Some(Listener::start(routes_config(&pg, &settings.extra)).await.expect("start pgmux with two routes"))
-            }
+            FrontKind::Pgmux => Some(start_pgmux(routes_config(&pg, &settings.extra), &mut runtimes).await),
             FrontKind::Direct | FrontKind::PgBouncer => None,
         };
         let (routes_port, route_a, route_b) = match (&routes, settings.front) {
@@ -263,7 +285,18 @@ impl Stage {
             ("MATRIX_ROUTE_B_PASSWORD".to_owned(), MD5_USER.password.to_owned()),
         ]);
         let timeout = Duration::from_secs(contract["MATRIX_TIMEOUT_S"].parse().unwrap_or(120));
-        Stage { pg, proxy, routes, bouncer, pg_version, front, contract, timeout, _sockets: sockets }
+        Stage {
+            pg,
+            proxy,
+            routes,
+            bouncer,
+            pg_version,
+            front,
+            contract,
+            timeout,
+            _sockets: sockets,
+            _runtimes: runtimes,
+        }
     }
 
     /// Runs one suite, or says why it cannot run; then checks that it left no transaction open.
