@@ -301,6 +301,8 @@ impl Session {
 impl Session {
     /// The relay loop: returns when the session is over.
     async fn run(&mut self) -> End {
+        // The shutdown watch was polled earlier in the task's current poll (see `next_event`).
+        let mut watched = false;
         loop {
             // Each value is taken out of its `match` before an await, so that the future does not keep it.
             loop {
@@ -322,6 +324,7 @@ impl Session {
                 // large future, and an idle session should not carry its space. The box is made first and
                 // the future built in it: `Box::pin` built it on the stack and copied its 1.4 KB in.
                 let linking = Box::into_pin(Box::write(Box::new_uninit(), self.link_waiting(waiting)));
+                watched = false;
                 if let Err(end) = linking.await {
                     return end;
                 }
@@ -346,10 +349,11 @@ impl Session {
             self.timer.set(deadline);
             // In a block of its own: the event is gone before the release's await below.
             let then = {
-                let Some(event) = self.next_event().await else {
+                let Some(event) = self.next_event(watched).await else {
                     self.client.out.push(self.goodbye().to_bytes());
                     return End::Shutdown;
                 };
+                watched = true;
                 match self.handle(event) {
                     Ok(then) => then,
                     Err(end) => return end,
@@ -361,29 +365,41 @@ impl Session {
                     Err(end) => return end,
                 };
                 // Boxed: the steps that wait are rare, and an idle session should not carry their space.
-                if !released && let Err(end) = Box::pin(self.release()).await {
-                    return end;
+                if !released {
+                    watched = false;
+                    if let Err(end) = Box::pin(self.release()).await {
+                        return end;
+                    }
                 }
             }
         }
     }
 
     /// The next thing to act on: shutdown (`None`: at once), a timeout, or a socket event.
-    fn next_event(&mut self) -> impl Future<Output = Option<Event>> + '_ {
-        std::future::poll_fn(|cx| match self.watch.poll(cx, &self.meter.seen.kill) {
-            Level::Hard => Poll::Ready(None),
-            Level::Graceful if self.closing != Closing::Shutdown => {
-                self.closing = Closing::Shutdown;
-                Poll::Ready(Some(Event::Wake))
+    ///
+    /// `watched`: the shutdown watch was polled earlier in the task's current poll, and the first poll here
+    /// skips it (two of the four turns a transaction takes). It holds this task's waker, so a raise, a kill
+    /// or a poke since then has woken the task, and the next poll, which looks at the watch, sees it.
+    fn next_event(&mut self, mut watched: bool) -> impl Future<Output = Option<Event>> + '_ {
+        std::future::poll_fn(move |cx| {
+            if !std::mem::take(&mut watched) {
+                match self.watch.poll(cx, &self.meter.seen.kill) {
+                    Level::Hard => return Poll::Ready(None),
+                    Level::Graceful if self.closing != Closing::Shutdown => {
+                        self.closing = Closing::Shutdown;
+                        return Poll::Ready(Some(Event::Wake));
+                    }
+                    _ if self.watch.poked() => return Poll::Ready(Some(Event::Wake)),
+                    _ => {}
+                }
             }
-            _ if self.watch.poked() => Poll::Ready(Some(Event::Wake)),
-            _ => match self.timer.poll(cx) {
+            match self.timer.poll(cx) {
                 Poll::Ready(kind) => Poll::Ready(Some(Event::Timeout(kind))),
                 Poll::Pending => match self.poll_line(cx) {
                     Poll::Ready(event) => Poll::Ready(Some(event)),
                     Poll::Pending => self.poll_io(cx).map(Some),
                 },
-            },
+            }
         })
     }
 

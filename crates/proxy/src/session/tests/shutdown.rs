@@ -3,6 +3,7 @@
 
 use super::client::codes;
 use super::{Rig, tags};
+use crate::testing::Reply;
 
 #[tokio::test]
 async fn an_idle_client_is_told_57p01_as_soon_as_shutdown_begins() {
@@ -49,4 +50,23 @@ async fn a_pinned_client_idle_between_transactions_is_told_57p01_as_soon_as_shut
     client.query("LISTEN jobs").await;
     rig.stop.begin_graceful();
     assert_eq!(codes(&client.closed().await), ["57P01"]);
+}
+
+#[tokio::test]
+async fn shutdown_begun_while_a_client_s_settings_are_read_back_closes_it_once_they_are() {
+    // The relay loop looks at the shutdown watch once per poll of its task (`Session::next_event`): a
+    // release that had to wait (here for the settings' read-back) ends in a poll of its own, which must look.
+    let mut rig = Rig::new(2, "").await;
+    rig.fake.on("current_setting('role')", Reply::Rows(vec![vec!["0", "0", "\"$user\", public", "none"]]));
+    rig.fake.on("source = 'session'", Reply::held(Reply::Rows(vec![vec!["work_mem", "65536", "4096"]])));
+    let mut client = rig.login().await;
+    client.send_query("SET work_mem = '64MB'").await;
+    rig.fake.until("the read-back held", |f| f.holding() == 1).await;
+    rig.stop.begin_graceful();
+    // The raise woke the session in its release, which goes on waiting for the server.
+    tokio::task::yield_now().await;
+    rig.fake.release();
+    let msgs = client.closed().await;
+    assert_eq!(tags(&msgs[..msgs.len() - 1]), "CZ", "the SET was answered");
+    assert_eq!(codes(&msgs), ["57P01"], "then the client was told, without sending anything more");
 }
