@@ -212,10 +212,14 @@ pub fn row_description(body: &[u8]) -> Result<Vec<ResultColumn<'_>>, ParseError>
 }
 
 /// The command tag of a `CommandComplete` body, without its terminator, as bytes: it is read after every
-/// statement, only ever compared with ASCII tags, and a tag that is not UTF-8 matches none of them.
+/// statement, only ever compared with ASCII tags, and a tag that is not UTF-8 matches none of them. The
+/// body is the tag and its NUL, so the tag is everything before the last byte, found without a search; a
+/// body with a NUL inside (no server sends one) keeps it in the tag, which then matches no tag.
 pub fn command_tag(body: &[u8]) -> Result<&[u8], ParseError> {
-    let mut c = Cursor::new(body, "CommandComplete");
-    c.cstr_bytes()
+    match body.split_last() {
+        Some((0, tag)) => Ok(tag),
+        _ => Err(ParseError::new("CommandComplete", "string is not terminated")),
+    }
 }
 
 #[cfg(test)]
@@ -291,5 +295,7 @@ b\0\0\0\0\0\0\0\0\0\x04\x13\xff\xff\0\0\0\x0e\0\x01";
         assert_eq!(backend_key_data(&key).unwrap(), (42, -7));
         assert_eq!(ready_for_query(b"T").unwrap(), TxStatus::InTransaction);
         assert_eq!(command_tag(b"DISCARD ALL\0").unwrap(), b"DISCARD ALL");
+        assert!(command_tag(b"SELECT 1").is_err() && command_tag(b"").is_err(), "a tag must be terminated");
+        assert_ne!(command_tag(b"SET\0junk\0").unwrap(), b"SET", "a NUL inside is kept: no tag matches");
     }
 }
