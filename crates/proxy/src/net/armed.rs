@@ -24,40 +24,42 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::io::{Conn, ReadOutcome, Stream};
 
-/// What the task that owns a connection knows of the connection's last read, kept between its polls.
+/// What the last read of a connection through the scratch buffer left with tokio, kept in the connection:
+/// every such read, whatever path makes it, keeps it true.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReadNote {
-    /// Every poll reads: a multi-thread runtime, or a TLS stream (which may hold decrypted bytes that no
-    /// socket event announces).
+    /// Every poll reads: a multi-thread runtime.
     Always,
-    /// The next poll reads: the last one found bytes, or was held back by the task's budget (which leaves
-    /// no waker), or the connection was read by other means.
+    /// The next poll reads: the last one found bytes or the peer's end, or was held back by the task's
+    /// budget (which leaves no waker), or there was none yet.
     Read,
     /// The last read found nothing and left the task's waker with tokio.
     Armed,
 }
 
 impl ReadNote {
-    /// The note for `stream`, read by a task of the runtime this is called on.
-    pub(crate) fn for_stream(stream: &Stream) -> ReadNote {
-        let current_thread =
-            Handle::try_current().is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::CurrentThread);
-        match stream {
-            Stream::Tcp(_) | Stream::Unix(_) if current_thread => ReadNote::Read,
+    /// The note of a new connection, read by tasks of the runtime this is called on.
+    pub(crate) fn new() -> ReadNote {
+        match Handle::try_current().map(|handle| handle.runtime_flavor()) {
+            Ok(RuntimeFlavor::CurrentThread) => ReadNote::Read,
             _ => ReadNote::Always,
         }
     }
 
-    /// The connection was read by other means than [`Conn::poll_read_armed`]: the next poll reads.
-    pub(crate) fn disarm(&mut self) {
-        if *self == ReadNote::Armed {
-            *self = ReadNote::Read;
+    /// Notes what a read through the scratch buffer answered.
+    #[inline]
+    pub(super) fn after<T>(&mut self, polled: &Poll<T>) {
+        if *self != ReadNote::Always {
+            // A poll held back by the budget answers Pending too, and leaves no waker with the socket.
+            let left_waker = polled.is_pending() && tokio::task::coop::has_budget_remaining();
+            *self = if left_waker { ReadNote::Armed } else { ReadNote::Read };
         }
     }
 }
 
 impl Stream {
     /// Whether tokio marked the socket readable: asked without a system call and without leaving a waker.
+    /// Always for TLS, which may hold decrypted bytes that no socket event announces.
     fn marked_readable(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.try_io(Interest::READABLE, || Ok(())).is_ok(),
@@ -68,25 +70,14 @@ impl Stream {
 }
 
 impl Conn {
-    /// [`poll_read_compact`](Self::poll_read_compact), skipped while `note` says the last read found nothing
+    /// [`poll_read_compact`](Self::poll_read_compact), skipped while the connection's last read found nothing
     /// and tokio has not marked the socket readable since (see the module's note). Only the task that owns
-    /// the connection may poll it so, and every read of it by other means must [`disarm`](ReadNote::disarm)
-    /// the note.
-    pub(crate) fn poll_read_armed(
-        &mut self,
-        cx: &mut Context<'_>,
-        note: &mut ReadNote,
-    ) -> Poll<io::Result<ReadOutcome>> {
-        if *note == ReadNote::Armed && !self.stream.marked_readable() {
+    /// the connection may poll it so: the waker left with tokio is that task's.
+    pub(crate) fn poll_read_armed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ReadOutcome>> {
+        if self.note == ReadNote::Armed && !self.stream.marked_readable() {
             return Poll::Pending;
         }
-        let polled = self.poll_read_compact(cx);
-        if *note != ReadNote::Always {
-            // A poll held back by the budget answers Pending too, and leaves no waker with the socket.
-            let left_waker = polled.is_pending() && tokio::task::coop::has_budget_remaining();
-            *note = if left_waker { ReadNote::Armed } else { ReadNote::Read };
-        }
-        polled
+        self.poll_read_compact(cx)
     }
 }
 
@@ -114,15 +105,18 @@ mod tests {
         }
     }
 
-    /// A client connection on a plain socket with its note, as the relay loop keeps them, and its peer.
+    /// A client connection on a plain socket, read as the relay loop reads it.
     struct Noted {
         conn: Conn,
-        note: ReadNote,
     }
 
     impl Noted {
         fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ReadOutcome>> {
-            self.conn.poll_read_armed(cx, &mut self.note)
+            self.conn.poll_read_armed(cx)
+        }
+
+        fn note(&self) -> ReadNote {
+            self.conn.note
         }
 
         /// Polls once with a waker of its own: whether it found bytes, and the flag that waker sets.
@@ -141,13 +135,12 @@ mod tests {
         }
     }
 
+    /// A connection made on the current runtime, and its peer.
     async fn noted_pair() -> (Noted, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a listener");
         let peer = TcpStream::connect(listener.local_addr().expect("an address")).await.expect("a connection");
         let (ours, _) = listener.accept().await.expect("the accepted side");
-        let stream = Stream::Tcp(ours);
-        let note = ReadNote::for_stream(&stream);
-        (Noted { conn: Conn::with_stream(stream, Sender::Frontend), note }, peer)
+        (Noted { conn: Conn::with_stream(Stream::Tcp(ours), Sender::Frontend) }, peer)
     }
 
     /// Waits (at most ten seconds, in 10 ms steps) for `flag` to be set.
@@ -165,7 +158,7 @@ mod tests {
     async fn a_skipped_read_still_wakes_the_task_when_the_client_speaks() {
         let (mut conn, mut peer) = noted_pair().await;
         let (found, first) = conn.poll_once();
-        assert!(!found && conn.note == ReadNote::Armed, "an empty socket arms the read");
+        assert!(!found && conn.note() == ReadNote::Armed, "an empty socket arms the read");
         // Skipped: the first poll's waker stays with tokio, and is the one woken.
         let (found, second) = conn.poll_once();
         assert!(!found);
@@ -173,7 +166,7 @@ mod tests {
         assert!(woken(&first).await, "the waker left by the first poll is woken");
         assert!(!second.0.load(Ordering::SeqCst), "the skipped poll left nothing with tokio");
         conn.read_some().await;
-        assert_eq!(conn.note, ReadNote::Read, "a read that found bytes arms nothing");
+        assert_eq!(conn.note(), ReadNote::Read, "a read that found bytes arms nothing");
     }
 
     #[tokio::test]
@@ -214,11 +207,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_read_by_other_means_disarms_the_note() {
-        let (mut conn, _peer) = noted_pair().await;
-        assert!(!conn.poll_once().0 && conn.note == ReadNote::Armed);
-        conn.note.disarm();
-        assert_eq!(conn.note, ReadNote::Read);
+    async fn a_read_by_other_means_keeps_the_note_true() {
+        // The wait for a server reads the client with `read_compact`, not the relay's skipping poll. Its read
+        // takes the bytes the socket's event announced, and that event took the waker the skipping poll
+        // relied on: the next skipping poll must read, and leave its waker.
+        let (mut conn, mut peer) = noted_pair().await;
+        assert!(!conn.poll_once().0 && conn.note() == ReadNote::Armed, "an empty socket arms the read");
+        peer.write_all(b"Q").await.expect("the peer writes");
+        let read = tokio::time::timeout(Duration::from_secs(10), conn.conn.read_compact()).await;
+        assert!(matches!(read, Ok(Ok(ReadOutcome::Data))), "read by other means");
+        let (found, flag) = conn.poll_once();
+        assert!(!found);
+        peer.write_all(b"S").await.expect("the peer writes again");
+        assert!(woken(&flag).await, "the poll after the other read left its waker");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,13 +241,14 @@ mod tests {
         assert!(conn.poll_read(&mut cx).is_pending());
         peer.write_all(b"Q").await.expect("the peer writes");
         assert!(woken(&flag).await, "the client's next bytes wake the task");
-        assert_eq!(conn.note, ReadNote::Always);
+        assert_eq!(conn.note(), ReadNote::Always);
     }
 
     #[tokio::test]
-    async fn a_tls_or_detached_stream_is_always_read() {
-        assert_eq!(ReadNote::for_stream(&Stream::Detached), ReadNote::Always);
+    async fn a_stream_that_is_not_a_plain_socket_is_always_read() {
+        // TLS may hold decrypted bytes that no socket event announces; it answers as a detached stream does.
+        assert!(Stream::Detached.marked_readable());
         let (conn, _peer) = noted_pair().await;
-        assert_eq!(conn.note, ReadNote::Read, "a plain socket on a current-thread runtime may skip");
+        assert_eq!(conn.note(), ReadNote::Read, "a plain socket on a current-thread runtime may skip");
     }
 }

@@ -12,6 +12,8 @@ use pgmux_proto::{Framer, Sender};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::armed::ReadNote;
+
 /// A socket of either end: plain TCP, or TLS as the client of a database or as the server of a client; or a
 /// client's Unix-domain socket.
 #[derive(Debug)]
@@ -236,6 +238,8 @@ pub(crate) struct Conn {
     pub(crate) out: WriteQueue,
     /// Bytes read from the socket over its life (the metrics publish them per transaction).
     pub(crate) received: u64,
+    /// What its last read through the scratch buffer left with tokio (see `net::armed`).
+    pub(super) note: ReadNote,
 }
 
 /// What one read produced.
@@ -249,7 +253,8 @@ pub(crate) enum ReadOutcome {
 
 impl Conn {
     pub(crate) fn with_stream(stream: Stream, sender: Sender) -> Self {
-        Conn { stream, rbuf: BytesMut::new(), framer: Framer::new(sender), out: WriteQueue::default(), received: 0 }
+        let (rbuf, framer, out, note) = (BytesMut::new(), Framer::new(sender), WriteQueue::default(), ReadNote::new());
+        Conn { stream, rbuf, framer, out, received: 0, note }
     }
 
     /// Takes the plain TCP socket out (for a TLS handshake); `None` if it is not plain TCP.
@@ -280,8 +285,15 @@ impl Conn {
     }
 
     /// Reads once through a per-thread scratch buffer and keeps only the bytes that came, so that a
-    /// connection that reads small messages and then sits idle holds no read buffer at all.
+    /// connection that reads small messages and then sits idle holds no read buffer at all. Notes what the
+    /// read left with tokio, for [`poll_read_armed`](Self::poll_read_armed).
     pub(crate) fn poll_read_compact(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ReadOutcome>> {
+        let polled = self.poll_read_scratch(cx);
+        self.note.after(&polled);
+        polled
+    }
+
+    fn poll_read_scratch(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ReadOutcome>> {
         SCRATCH.with_borrow_mut(|scratch| {
             let mut buf = tokio::io::ReadBuf::new(&mut scratch[..]);
             match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {

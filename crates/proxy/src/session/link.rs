@@ -204,8 +204,6 @@ impl Session {
         resume: Option<Resume>,
     ) -> Result<Option<Result<ServerLease, CheckoutError>>, End> {
         let _ = self.meter.waiting();
-        // The client is read below by other means: the relay loop's next read polls again.
-        self.client_read.disarm();
         let Session { shared, client, watch, cancel, meter, pool, .. } = self;
         let kill = &meter.seen.kill;
         // While waiting in line, keep reading the client so that a client that leaves is noticed.

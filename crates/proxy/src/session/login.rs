@@ -25,7 +25,6 @@ use crate::client::startup::{self, Opening, OpeningError};
 use crate::config::credentials::{Credentials, PoolCredentials, StaticCredentials};
 use crate::config::learned::LearnedCredentials;
 use crate::config::{ClientAuth, PoolMode, Secret, ServerAuth};
-use crate::net::armed::ReadNote;
 use crate::net::io::{Conn, Stream};
 use crate::observe::{ClientBook, ClientTicket, NewClient, unix_now};
 use crate::ops::console;
@@ -111,7 +110,6 @@ pub(super) async fn login(
         shared: slot,
         watch: stop.watch(),
         meter,
-        client_read: ReadNote::for_stream(&conn.stream),
         client: conn,
         server: None,
         timer: timers::Timer::with_own_idle(params.idle_session_timeout()),

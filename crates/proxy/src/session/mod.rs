@@ -32,7 +32,6 @@ use crate::client::cancel::Registration;
 use crate::client::caps::Hold;
 use crate::client::memory::Reservation;
 use crate::client::shared::Shared;
-use crate::net::armed::ReadNote;
 use crate::net::io::{Conn, Stream};
 use crate::protocol::params::ClientParams;
 use crate::protocol::router::Router;
@@ -163,9 +162,6 @@ struct Session {
     session_mode: bool,
     /// Its route is a reader route: each transaction picks its pool among the instances of `route`'s set.
     reader_route: bool,
-    /// What the relay loop knows of its last read of the client, to skip a read that could only find nothing
-    /// (see `net::armed`); every read of the client by other means disarms it.
-    client_read: ReadNote,
     /// The pool of its route (the writer's, for a reader route, which `pool` is not always).
     route: PoolId,
     /// Counts it under its database and user (SHOW DATABASES, SHOW USERS, the client caps) while it lives;

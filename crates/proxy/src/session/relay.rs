@@ -105,7 +105,7 @@ impl Session {
             if self.client.rbuf.len() >= MAX_QUEUED && !self.lend_message_memory() {
                 return Poll::Ready(Event::OutOfMemory);
             }
-            if let Poll::Ready(r) = self.client.poll_read_armed(cx, &mut self.client_read) {
+            if let Poll::Ready(r) = self.client.poll_read_armed(cx) {
                 return Poll::Ready(Event::Client(r));
             }
         }
