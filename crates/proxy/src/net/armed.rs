@@ -1,5 +1,5 @@
 //! A client read the relay loop skips when it could only find nothing again, on a runtime where that is
-//! sure (see [`ReadNote`]).
+//! sure (see [`ReadNote`], which each connection keeps).
 //!
 //! tokio's I/O driver, when an event comes for a socket, marks the socket readable and then takes the
 //! waker its last empty read left and wakes it. On a current-thread runtime the driver runs only between
@@ -20,42 +20,8 @@ use std::io;
 use std::task::{Context, Poll};
 
 use tokio::io::Interest;
-use tokio::runtime::{Handle, RuntimeFlavor};
 
-use super::io::{Conn, ReadOutcome, Stream};
-
-/// What the last read of a connection through the scratch buffer left with tokio, kept in the connection:
-/// every such read, whatever path makes it, keeps it true.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReadNote {
-    /// Every poll reads: a multi-thread runtime.
-    Always,
-    /// The next poll reads: the last one found bytes or the peer's end, or was held back by the task's
-    /// budget (which leaves no waker), or there was none yet.
-    Read,
-    /// The last read found nothing and left the task's waker with tokio.
-    Armed,
-}
-
-impl ReadNote {
-    /// The note of a new connection, read by tasks of the runtime this is called on.
-    pub(crate) fn new() -> ReadNote {
-        match Handle::try_current().map(|handle| handle.runtime_flavor()) {
-            Ok(RuntimeFlavor::CurrentThread) => ReadNote::Read,
-            _ => ReadNote::Always,
-        }
-    }
-
-    /// Notes what a read through the scratch buffer answered.
-    #[inline]
-    pub(super) fn after<T>(&mut self, polled: &Poll<T>) {
-        if *self != ReadNote::Always {
-            // A poll held back by the budget answers Pending too, and leaves no waker with the socket.
-            let left_waker = polled.is_pending() && tokio::task::coop::has_budget_remaining();
-            *self = if left_waker { ReadNote::Armed } else { ReadNote::Read };
-        }
-    }
-}
+use super::io::{Conn, ReadNote, ReadOutcome, Stream};
 
 impl Stream {
     /// Whether tokio marked the socket readable: asked without a system call and without leaving a waker.

@@ -11,8 +11,7 @@ use bytes::{Bytes, BytesMut};
 use pgmux_proto::{Framer, Sender};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-
-use super::armed::ReadNote;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 /// A socket of either end: plain TCP, or TLS as the client of a database or as the server of a client; or a
 /// client's Unix-domain socket.
@@ -226,6 +225,39 @@ impl WriteQueue {
     pub(crate) async fn flush(&mut self, stream: &mut Stream) -> io::Result<()> {
         std::future::poll_fn(|cx| self.poll_flush(stream, cx)).await?;
         stream.flush().await
+    }
+}
+
+/// What the last read of a connection through the scratch buffer left with tokio, kept in the connection:
+/// every such read, whatever path makes it, keeps it true (see `net::armed`, which skips reads by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadNote {
+    /// Every poll reads: a multi-thread runtime.
+    Always,
+    /// The next poll reads: the last one found bytes or the peer's end, or was held back by the task's
+    /// budget (which leaves no waker), or there was none yet.
+    Read,
+    /// The last read found nothing and left the task's waker with tokio.
+    Armed,
+}
+
+impl ReadNote {
+    /// The note of a new connection, read by tasks of the runtime this is called on.
+    pub(crate) fn new() -> ReadNote {
+        match Handle::try_current().map(|handle| handle.runtime_flavor()) {
+            Ok(RuntimeFlavor::CurrentThread) => ReadNote::Read,
+            _ => ReadNote::Always,
+        }
+    }
+
+    /// Notes what a read through the scratch buffer answered.
+    #[inline]
+    fn after<T>(&mut self, polled: &Poll<T>) {
+        if *self != ReadNote::Always {
+            // A poll held back by the budget answers Pending too, and leaves no waker with the socket.
+            let left_waker = polled.is_pending() && tokio::task::coop::has_budget_remaining();
+            *self = if left_waker { ReadNote::Armed } else { ReadNote::Read };
+        }
     }
 }
 
