@@ -73,11 +73,16 @@ async fn a_connection_past_its_own_lifetime_is_closed_instead_of_lent() {
 #[tokio::test]
 async fn a_connection_idle_since_long_ago_on_the_meter_s_clock_is_checked() {
     let fake = FakeServer::start().await;
-    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_check_delay = \"1h\"")));
+    // The meter's clock counts from the machine's boot, so a moment further back than the machine has been up
+    // cannot be written: twice the check delay back, with a delay far shorter than any machine's uptime
+    // when tests run (an hour failed on a machine up for 17 minutes).
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 2\nserver_check_delay = \"1s\"")));
     let mut lease = pool.checkout().await.expect("a connection");
-    lease.idle_since_ns = crate::observe::clock::now_ns().saturating_sub(2 * 3_600_000_000_000);
+    let now = crate::observe::clock::now_ns();
+    assert!(now > 2_000_000_000, "the machine has been up for more than two seconds");
+    lease.idle_since_ns = now - 2_000_000_000;
     drop(lease);
-    assert!(pool.try_checkout().is_none(), "idle two hours: the fast path does no round trip");
+    assert!(pool.try_checkout().is_none(), "idle twice the check delay: the fast path does no round trip");
     drop(pool.checkout().await.expect("the idle one, checked"));
     assert_eq!((fake.accepted(), fake.queries()), (1, 1));
 }
