@@ -7,7 +7,7 @@
 //! it: only names that passed authentication get one, so the table grows with the users and databases that
 //! exist, not with what clients send.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,8 +55,8 @@ struct Pair {
     timeouts: SharedTimeouts,
 }
 
-/// A database and a user.
-type PairKey = (Box<str>, Box<str>);
+/// One database's pairs, by user.
+type ByUser = HashMap<Box<str>, Arc<Pair>>;
 
 /// Client connections by database and by user.
 #[derive(Debug, Default)]
@@ -64,8 +64,9 @@ pub(crate) struct ClientCounts {
     databases: Table,
     users: Table,
     /// Each (database, user) pair's counters, so that a client holds one pointer (every idle client pays
-    /// for each byte of its session).
-    pairs: Mutex<HashMap<PairKey, Arc<Pair>>>,
+    /// for each byte of its session): by database, then by user, so that a login looks its pair up by the
+    /// names it has, without building a key.
+    pairs: Mutex<HashMap<Box<str>, ByUser>>,
 }
 
 /// The caps in force for one login; 0 is no cap.
@@ -150,18 +151,19 @@ impl ClientCounts {
 
     fn pair(&self, database: &str, user: &str) -> Arc<Pair> {
         let mut pairs = self.pairs.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (Box::from(database), Box::from(user));
-        let pair = pairs.entry(key).or_insert_with(|| {
-            let (database, user) = (self.databases.counter(database), self.users.counter(user));
-            Arc::new(Pair { database, user, timeouts: SharedTimeouts::default() })
-        });
-        Arc::clone(pair)
+        if let Some(pair) = pairs.get(database).and_then(|users| users.get(user)) {
+            return Arc::clone(pair);
+        }
+        let counters = (self.databases.counter(database), self.users.counter(user));
+        let pair = Arc::new(Pair { database: counters.0, user: counters.1, timeouts: SharedTimeouts::default() });
+        pairs.entry(database.into()).or_default().insert(user.into(), Arc::clone(&pair));
+        pair
     }
 
     /// Puts each user's own timeouts in `book` in force for its clients (a reload).
     pub(crate) fn refresh_timeouts(&self, book: &UserBook) {
         let pairs = self.pairs.lock().unwrap_or_else(|e| e.into_inner());
-        for ((_, user), pair) in pairs.iter() {
+        for (user, pair) in pairs.values().flat_map(|users| users.iter()) {
             pair.timeouts.store(&own_timeouts(book, user));
         }
     }

@@ -85,10 +85,11 @@ fn quoted(rest: &mut &str) -> Option<String> {
 
 /// Every user pgmux knows, with what it is checked against: `[[users]]` entries, then the auth file, then
 /// the user of `database_url` (with client_password or the URL's password). Built at start-up and on each
-/// reload; a lookup is a hash lookup.
+/// reload; a lookup is a hash lookup (foldhash: every login looks its user up, and the names in the book are
+/// the configuration's, not a client's).
 #[derive(Debug, Default)]
 pub struct UserBook {
-    users: std::collections::HashMap<String, KnownUser>,
+    users: foldhash::HashMap<String, KnownUser>,
     /// With client_auth = hba: the rules of auth_hba_file and the maps of auth_ident_file.
     access: Option<std::sync::Arc<super::hba::AccessRules>>,
 }
@@ -124,7 +125,7 @@ impl UserBook {
 
     /// The book for `config` and the entries of its auth file.
     pub fn build(config: &super::Config, file: Vec<UserEntry>) -> UserBook {
-        let mut users = std::collections::HashMap::new();
+        let mut users = foldhash::HashMap::default();
         let url = &config.database_url.login;
         if !url.user.is_empty() {
             let password = config.client_password().cloned();

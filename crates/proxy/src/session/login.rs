@@ -229,11 +229,11 @@ async fn admit(
     if shared.disabled.is(database) {
         return Err(refused(disabled(database)));
     }
-    let rules = {
+    let raw = {
         let config = shared.config();
-        params::StartupRules::new(&config.ignore_startup_parameters, &config.track_extra_parameters)
+        let rules = params::StartupRules::new(&config.ignore_startup_parameters, &config.track_extra_parameters);
+        params::from_startup(&startup.params, &rules).map_err(refused)?
     };
-    let raw = params::from_startup(&startup.params, &rules).map_err(refused)?;
     let id = match routed {
         Routed::Default => default_login(shared, (&auth, method), conn, (user, database), deadline).await?,
         Routed::Route(plan) => route_login(shared, (&auth, method), conn, (user, *plan), private, deadline).await?,

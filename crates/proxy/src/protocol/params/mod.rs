@@ -15,7 +15,7 @@
 //! the same parameters share one interned set, and a server remembers which set it was last synced to. When
 //! both still match, no comparison is made at all.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Parameters by lower-case name.
@@ -347,13 +347,16 @@ pub(crate) struct Catalog {
     known: Mutex<Known>,
 }
 
+/// Hashed with foldhash, not SipHash: every login looks its parameters up here. The keys are what clients
+/// send, but only after they logged in, and at most [`CATALOG_LIMIT`] of them, so a client that chose
+/// colliding values could slow the lookups of this bounded table only.
 #[derive(Debug, Default)]
 struct Known {
     /// (lower-case name, raw value) → the parameter as the server names and reports it; the raw value itself
     /// for parameters the server does not report.
-    values: HashMap<(String, String), Param>,
+    values: foldhash::HashMap<(String, String), Param>,
     /// A whole start-up parameter list → the interned set its clients share.
-    sets: HashMap<Vec<Param>, Arc<ParamMap>>,
+    sets: foldhash::HashMap<Vec<Param>, Arc<ParamMap>>,
 }
 
 impl Catalog {

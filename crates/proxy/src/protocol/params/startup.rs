@@ -4,7 +4,7 @@
 use pgmux_proto::encode::ErrorMessage;
 use pgmux_proto::sqlstate;
 
-use super::{Param, key};
+use super::Param;
 
 /// Start-up keys that are about the connection, not session parameters.
 const CONNECTION_KEYS: &[&str] = &["user", "database", "replication", "options"];
@@ -17,31 +17,42 @@ const ALWAYS_TRACKED: &[&str] =
 /// What a start-up packet may carry (PgBouncer's `ignore_startup_parameters` and `track_extra_parameters`):
 /// names to drop, and, when `track_extra_parameters` is set, the only names followed (others are refused).
 /// pgmux's own default is to follow every parameter.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct StartupRules {
-    /// Lower-case names dropped wherever they come (`options` here: untracked names in it are dropped).
-    ignore: Vec<String>,
-    /// Lower-case names followed beside [`ALWAYS_TRACKED`]; `None`: every name.
-    track: Option<Vec<String>>,
+///
+/// It borrows the two settings as written and matches names in them as it goes, without building lists: a
+/// login asks a handful of names, and every new connection would otherwise pay for the lists' strings.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StartupRules<'a> {
+    /// Names dropped wherever they come (`options` here: untracked names in it are dropped).
+    ignore: &'a str,
+    /// Names followed beside [`ALWAYS_TRACKED`]; none listed: every name.
+    track: &'a str,
 }
 
-impl StartupRules {
+impl<'a> StartupRules<'a> {
     /// From the two settings as written: comma-separated names, any case; an empty `track` follows all.
-    pub(crate) fn new(ignore: &str, track: &str) -> Self {
-        let names = |list: &str| -> Vec<String> {
-            list.split(',').map(|n| n.trim().to_ascii_lowercase()).filter(|n| !n.is_empty()).collect()
-        };
-        let track = names(track);
-        StartupRules { ignore: names(ignore), track: (!track.is_empty()).then_some(track) }
+    pub(crate) fn new(ignore: &'a str, track: &'a str) -> Self {
+        // A list that names nothing is kept empty, so that asking it is one comparison.
+        let some = |list: &'a str| if names(list).next().is_some() { list } else { "" };
+        StartupRules { ignore: some(ignore), track: some(track) }
     }
 
     fn ignored(&self, k: &str) -> bool {
-        self.ignore.iter().any(|n| n == k)
+        listed(self.ignore, k)
     }
 
     fn untracked(&self, k: &str) -> bool {
-        self.track.as_ref().is_some_and(|t| !ALWAYS_TRACKED.contains(&k) && !t.iter().any(|n| n == k))
+        !self.track.is_empty() && !ALWAYS_TRACKED.iter().any(|n| n.eq_ignore_ascii_case(k)) && !listed(self.track, k)
     }
+}
+
+/// The names of a comma-separated setting, trimmed, the empty ones left out.
+fn names(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|n| !n.is_empty())
+}
+
+/// Whether `list` names `k`, in any case (parameter names are case-insensitive).
+fn listed(list: &str, k: &str) -> bool {
+    !list.is_empty() && names(list).any(|n| n.eq_ignore_ascii_case(k))
 }
 
 /// A parameter a client may not send while `track_extra_parameters` is set: pgmux would not follow it.
@@ -63,18 +74,17 @@ fn untracked(name: &str, in_options: bool) -> ErrorMessage {
 pub(crate) fn from_startup(params: &[(String, String)], rules: &StartupRules) -> Result<Vec<Param>, ErrorMessage> {
     let mut out: Vec<Param> = Vec::new();
     let mut put = |name: &str, value: &str| {
-        out.retain(|p| key(&p.name) != key(name));
+        out.retain(|p| !p.name.eq_ignore_ascii_case(name));
         out.push(Param { name: name.to_owned(), value: value.to_owned() });
     };
     for (name, value) in params {
         match name.as_str() {
             "options" => {
                 for (n, v) in parse_options(value)? {
-                    let k = key(&n);
-                    if rules.ignored(&k) || (rules.untracked(&k) && rules.ignored("options")) {
+                    if rules.ignored(&n) || (rules.untracked(&n) && rules.ignored("options")) {
                         continue;
                     }
-                    if rules.untracked(&k) {
+                    if rules.untracked(&n) {
                         return Err(untracked(&n, true));
                     }
                     put(&n, &v);
@@ -88,8 +98,8 @@ pub(crate) fn from_startup(params: &[(String, String)], rules: &StartupRules) ->
                 .with_hint("connect to the database directly for replication"));
             }
             n if CONNECTION_KEYS.contains(&n) || n.starts_with("_pq_.") => {}
-            n if rules.ignored(&key(n)) => {}
-            n if rules.untracked(&key(n)) => return Err(untracked(n, false)),
+            n if rules.ignored(n) => {}
+            n if rules.untracked(n) => return Err(untracked(n, false)),
             n => put(n, value),
         }
     }

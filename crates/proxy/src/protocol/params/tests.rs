@@ -319,6 +319,8 @@ fn track_extra_parameters_set_refuses_what_it_does_not_list_unless_options_is_ig
     let rules = StartupRules::new("extra_float_digits, options", "search_path");
     let params = startup(&[("options", "-c enable_seqscan=false -ctimezone=Europe/Lisbon")]);
     assert_eq!(from_startup(&params, &rules).unwrap(), vec![p("timezone", "Europe/Lisbon")]);
-    // Unset (pgmux's default): every parameter is followed.
+    // Unset (pgmux's default): every parameter is followed; so with a list that names nothing.
     assert_eq!(from_startup(&startup(&[("enable_seqscan", "false")]), &StartupRules::default()).unwrap().len(), 1);
+    let blank = StartupRules::new(" , ", " ,, ");
+    assert_eq!(from_startup(&startup(&[("enable_seqscan", "false")]), &blank).unwrap().len(), 1);
 }
