@@ -39,6 +39,13 @@ pub trait Credentials: Send + Sync + fmt::Debug {
         Box::pin(async { Ok(false) })
     }
 
+    /// The login, when it never changes (the configuration's own values), to be read where it is: every
+    /// client of the default pool compares its database and user with it, and a copy of it per client would
+    /// be strings allocated and freed. `None` for sources whose values change.
+    fn fixed(&self) -> Option<&LoginInfo> {
+        None
+    }
+
     /// A source that learns its logins from the pool's clients (SCRAM passthrough, passthrough): what the
     /// login path hands their proofs to. `None` for every other source.
     fn learned(&self) -> Option<&super::learned::LearnedCredentials> {
@@ -110,5 +117,9 @@ impl Credentials for StaticCredentials {
     fn login(&self) -> BoxFuture<'_, Result<LoginInfo, CredentialsError>> {
         let info = self.0.clone();
         Box::pin(async move { Ok(info) })
+    }
+
+    fn fixed(&self) -> Option<&LoginInfo> {
+        Some(&self.0)
     }
 }
