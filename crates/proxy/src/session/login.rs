@@ -272,11 +272,21 @@ async fn default_login(
     (user, database): (&str, &str),
     deadline: Instant,
 ) -> Result<PoolId, OpeningError> {
-    // The user and database pgmux logs in as (with a secret, read when the first client comes).
-    let served = shared.pools.first().credentials().login().await.map_err(|e| {
-        let message = format!("cannot get database credentials: {e}");
-        OpeningError::Refused(ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message))
-    })?;
+    // The user and database pgmux logs in as (with a secret, read when the first client comes), read in
+    // place when they are the configuration's own.
+    let credentials = shared.pools.first().credentials();
+    let fetched;
+    let served = match credentials.fixed() {
+        Some(fixed) => fixed,
+        None => {
+            fetched = credentials.login().await.map_err(|e| {
+                let message = format!("cannot get database credentials: {e}");
+                let error = ErrorMessage::fatal(sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION, message);
+                OpeningError::Refused(error)
+            })?;
+            &fetched
+        }
+    };
     if database != served.dbname {
         let hint = format!("this pgmux serves the database \"{}\"", served.dbname);
         return Err(OpeningError::Refused(no_such_database(database, hint)));
@@ -300,7 +310,9 @@ async fn route_login(
     let refused = OpeningError::Refused;
     if plan.auth == ServerAuth::Passthrough {
         let make_pool = |plan| route_pool(shared, auth, plan, None);
-        let login = passthrough::login(shared, auth, conn, (user, plan), private, make_pool);
+        // Boxed, as the auth_query lookup below: each is some 4 KB of state, and every client's login future
+        // would otherwise be that much larger (copied whole into its box) for logins that take neither path.
+        let login = Box::pin(passthrough::login(shared, auth, conn, (user, plan), private, make_pool));
         return pgmux_timer::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
     }
     if let Some(auth_user) = plan.auth_user.as_deref().filter(|_| lookup::needed(auth, method, user)) {
@@ -310,7 +322,7 @@ async fn route_login(
             auth_dbname: plan.auth_dbname.as_deref(),
             home: Some(&plan.login),
         };
-        let found = lookup::look_up(shared, auth, asker, user).await?;
+        let found = Box::pin(lookup::look_up(shared, auth, asker, user)).await?;
         let check = auth.authenticate_looked_up(conn, method, user, &found);
         let keys = pgmux_timer::timeout_at(deadline, check).await.map_err(|_| timed_out())??;
         // The server login of the client's own user's pool uses what was read, if the route has nothing.
