@@ -275,9 +275,13 @@ impl Listener {
         let sizing = tokio::spawn(sizing::run(Arc::clone(shared.pools.first()), stop.clone(), gate));
         let metrics = tokio::spawn(metrics_http::serve(Arc::clone(&shared), stop.clone()));
         let next_id = Arc::new(AtomicU64::new(1));
+        // One wait for the doors to close, kept across the loop: made anew for each connection, it joined and
+        // left the stop's list of waiters every time.
+        let closed = stop.reached(Level::Closed);
+        tokio::pin!(closed);
         loop {
             tokio::select! {
-                _ = stop.reached(Level::Closed) => break,
+                () = &mut closed => break,
                 accepted = socket.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
