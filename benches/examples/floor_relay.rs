@@ -9,6 +9,10 @@
 //!   cargo build --release -p pgmux-benches --example floor_relay
 //!   benches/scripts/instructions-per-tx.sh target/release/examples/floor_relay target/release/pgmux
 //!
+//! Without `--config` it reads `PGMUX_LISTEN` and `PGMUX_DATABASE_URL`, as `benches/scripts/callgrind_per_tx.py`
+//! sets them, so that script counts it too (`--pgmux target/release/examples/floor_relay`); with `--reconnect`,
+//! that is the floor under a new connection (docs/benchmarks.md).
+//!
 //! `FLOOR_TIMERS=wheel` gives its runtime tokio's time driver with an empty wheel, and `FLOOR_TIMERS=tick`
 //! one timer always pending (a 1 s interval), which is what pgmux's relay paid for before its timers moved to
 //! a thread of their own (docs/benchmarks.md, "The time driver off the relay's thread").
@@ -33,13 +37,18 @@ fn upstream(url: &str) -> Option<String> {
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let path = match args.iter().position(|a| a == "--config") {
-        Some(i) if i + 1 < args.len() => &args[i + 1],
-        _ => return Err(std::io::Error::other("usage: floor_relay --config FILE")),
+    let (listen, url) = match args.iter().position(|a| a == "--config") {
+        Some(i) if i + 1 < args.len() => {
+            let text = std::fs::read_to_string(&args[i + 1])?;
+            (setting(&text, "listen"), setting(&text, "database_url"))
+        }
+        // As `benches/scripts/callgrind_per_tx.py` starts pgmux: its two settings from the environment.
+        _ => (std::env::var("PGMUX_LISTEN").ok(), std::env::var("PGMUX_DATABASE_URL").ok()),
     };
-    let text = std::fs::read_to_string(path)?;
-    let (Some(listen), Some(url)) = (setting(&text, "listen"), setting(&text, "database_url")) else {
-        return Err(std::io::Error::other("the config needs listen and database_url"));
+    let (Some(listen), Some(url)) = (listen, url) else {
+        return Err(std::io::Error::other(
+            "usage: floor_relay --config FILE (with listen and database_url), or PGMUX_LISTEN and PGMUX_DATABASE_URL set",
+        ));
     };
     let Some(server) = upstream(&url) else {
         return Err(std::io::Error::other("database_url has no host:port"));
