@@ -61,7 +61,9 @@ pub(crate) async fn read_opening(conn: &mut Conn, tls: Option<&TlsAcceptor>) -> 
                     Some(acceptor) if matches!(conn.stream, Stream::Tcp(_)) => {
                         conn.send(bytes::Bytes::from_static(b"S")).await?;
                         let tcp = conn.take_tcp().ok_or(OpeningError::Gone)?;
-                        let tls_stream = acceptor.accept(tcp).await.map_err(|e| {
+                        // Boxed: the handshake's state is about 1 KB, which every client's opening would
+                        // otherwise carry (and copy as it is built), TLS or not.
+                        let tls_stream = Box::pin(acceptor.accept(tcp)).await.map_err(|e| {
                             tracing::info!(error = %e, "client TLS handshake failed");
                             OpeningError::Gone
                         })?;

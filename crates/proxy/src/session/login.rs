@@ -236,7 +236,7 @@ async fn admit(
     };
     let id = match routed {
         Routed::Default => default_login(shared, (&auth, method), conn, (user, database), deadline).await?,
-        Routed::Route(plan) => route_login(shared, (&auth, method), conn, (user, *plan), private, deadline).await?,
+        Routed::Route(plan) => route_login(shared, (&auth, method), conn, (user, plan), private, deadline).await?,
     };
     let caps = Caps::of(&shared.config(), auth.book(), database, user);
     let counted = shared.counts.enter(database, user, caps, false).map_err(refused)?;
@@ -246,8 +246,10 @@ async fn admit(
     if let Some(known) = shared.catalog.resolve(&raw).filter(|_| !pool.defaults().is_empty()) {
         return Ok((known, id, counted));
     }
+    // Boxed: a server checks a client's parameters only the first time their values are seen, and the
+    // check's 1.3 KB would otherwise be in every login's future.
     tokio::select! {
-        r = check_params(shared, pool, &raw) => r.map(|params| (params, id, counted)).map_err(refused),
+        r = Box::pin(check_params(shared, pool, &raw)) => r.map(|params| (params, id, counted)).map_err(refused),
         _ = stop.reached(Level::Hard) => Err(refused(shutting_down())),
     }
 }
@@ -303,7 +305,7 @@ async fn route_login(
     shared: &Shared,
     (auth, method): (&Authenticator, ClientAuth),
     conn: &mut Conn,
-    (user, plan): (&str, RoutePlan),
+    (user, plan): (&str, Box<RoutePlan>),
     private: bool,
     deadline: Instant,
 ) -> Result<PoolId, OpeningError> {
@@ -312,7 +314,7 @@ async fn route_login(
         let make_pool = |plan| route_pool(shared, auth, plan, None);
         // Boxed, as the auth_query lookup below: each is some 4 KB of state, and every client's login future
         // would otherwise be that much larger (copied whole into its box) for logins that take neither path.
-        let login = Box::pin(passthrough::login(shared, auth, conn, (user, plan), private, make_pool));
+        let login = Box::pin(passthrough::login(shared, auth, conn, (user, *plan), private, make_pool));
         return pgmux_timer::timeout_at(deadline, login).await.map_err(|_| timed_out())?;
     }
     if let Some(auth_user) = plan.auth_user.as_deref().filter(|_| lookup::needed(auth, method, user)) {
@@ -334,14 +336,14 @@ async fn route_login(
         // so the server gets no password and says whether it wants one.
         let usable = |s: &Secret| keys.is_some() || ScramSecret::parse_verifier(s.expose()).is_none();
         let server_password = stored.filter(|s| plan.login.user == user && plan.login.password.is_none() && usable(s));
-        let id = route_pool(shared, auth, plan, server_password).map_err(refused)?;
+        let id = route_pool(shared, auth, *plan, server_password).map_err(refused)?;
         passthrough::keep_keys(shared, id, user, keys);
         return Ok(id);
     }
     let keys = pgmux_timer::timeout_at(deadline, auth.authenticate_known(conn, method, user))
         .await
         .map_err(|_| timed_out())??;
-    let id = route_pool(shared, auth, plan, None).map_err(refused)?;
+    let id = route_pool(shared, auth, *plan, None).map_err(refused)?;
     passthrough::keep_keys(shared, id, user, keys);
     Ok(id)
 }
