@@ -71,6 +71,19 @@ async fn the_default_auth_query_refuses_a_password_past_valid_until() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_changed_on_the_server_is_the_one_the_next_login_needs() {
+    // pgmux keeps each user's SCRAM secret between logins; it must follow what the lookup reads now.
+    let (pg, oracle) = server(PgOptions::default()).await;
+    let proxy = pgmux(&pg, &format!("{AUTH_USER}{APP}{AUTH_USERS}")).await;
+    connect_as(proxy.addr, &DYN, "app").await.expect("the first password");
+    oracle.batch_execute("alter role pgmux_dyn password 'dyn-pw-9'").await.unwrap();
+    let changed = Role { user: DYN.user, password: "dyn-pw-9" };
+    let c = connect_as(proxy.addr, &changed, "app").await.expect("the new password, without a reload");
+    assert_eq!(scalar(&c, "select current_user").await, DYN.user);
+    assert_eq!(refusal(proxy.addr, &DYN, "app").await.0, "28P01", "the old password no longer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust_with_auth_user_lets_the_servers_users_in_and_tells_others_there_is_no_such_user() {
     // The server trusts loopback, so that a user without a password can log in there too.
     let (pg, oracle) = server(PgOptions { trust_loopback: true, ..PgOptions::default() }).await;

@@ -205,10 +205,48 @@ fn attr(part: Option<&str>, key: char) -> Result<&str, ScramError> {
     Ok(&part[2..])
 }
 
+/// A secret with its two HMAC keys already hashed in: what a server checking many logins against the same
+/// secret keeps. An HMAC hashes its key's inner and outer block before the message; done once here, each
+/// login hashes four SHA-256 blocks fewer (of about 14).
+#[derive(Clone)]
+pub struct KeyedSecret {
+    secret: ScramSecret,
+    /// Keyed with `StoredKey`: gives the ClientSignature.
+    stored_mac: HmacSha256,
+    /// Keyed with `ServerKey`: gives the ServerSignature.
+    server_mac: HmacSha256,
+}
+
+impl KeyedSecret {
+    /// `secret`, with its HMAC keys hashed in.
+    pub fn new(secret: ScramSecret) -> Self {
+        let key = |k: &[u8]| <HmacSha256 as KeyInit>::new_from_slice(k).unwrap_or_else(|_| unreachable!());
+        KeyedSecret { stored_mac: key(&secret.stored_key), server_mac: key(&secret.server_key), secret }
+    }
+
+    /// The secret itself.
+    pub fn secret(&self) -> &ScramSecret {
+        &self.secret
+    }
+}
+
+impl fmt::Debug for KeyedSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedSecret").field("secret", &self.secret).finish_non_exhaustive()
+    }
+}
+
+/// The HMAC of `data` under a key already hashed into `keyed`.
+fn keyed_hmac(keyed: &HmacSha256, data: &[u8]) -> [u8; 32] {
+    let mut mac = keyed.clone();
+    mac.update(data);
+    mac.finalize().into_bytes().into()
+}
+
 /// pgmux as the SCRAM server, checking a client's password.
 #[derive(Debug)]
 pub struct ScramServer {
-    secret: ScramSecret,
+    keyed: KeyedSecret,
     state: ServerState,
 }
 
@@ -233,12 +271,17 @@ enum ServerState {
 impl ScramServer {
     /// A server exchange with a random nonce.
     pub fn new(secret: ScramSecret) -> Self {
-        Self::with_nonce(secret, random_nonce())
+        Self::keyed(KeyedSecret::new(secret))
+    }
+
+    /// A server exchange with a random nonce, against a secret whose keys are hashed in already.
+    pub fn keyed(keyed: KeyedSecret) -> Self {
+        ScramServer { keyed, state: ServerState::Initial { server_nonce: random_nonce() } }
     }
 
     /// A server exchange with a given nonce suffix (for tests).
     pub fn with_nonce(secret: ScramSecret, server_nonce: String) -> Self {
-        ScramServer { secret, state: ServerState::Initial { server_nonce } }
+        ScramServer { keyed: KeyedSecret::new(secret), state: ServerState::Initial { server_nonce } }
     }
 
     /// Handles the client-first message and returns the server-first message.
@@ -270,7 +313,8 @@ impl ScramServer {
             return Err(ScramError::Malformed("bad client nonce"));
         }
         let nonce = format!("{client_nonce}{server_nonce}");
-        let server_first = format!("r={nonce},s={},i={}", B64.encode(&self.secret.salt), self.secret.iterations);
+        let server_first =
+            format!("r={nonce},s={},i={}", B64.encode(&self.keyed.secret.salt), self.keyed.secret.iterations);
         let gs2_header = msg[..msg.len() - bare.len()].to_owned();
         self.state = ServerState::SentFirst {
             client_first_bare: bare.to_owned(),
@@ -302,13 +346,13 @@ impl ScramServer {
             return Err(ScramError::Nonce);
         }
         let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
-        let client_signature = hmac(&self.secret.stored_key, auth_message.as_bytes());
+        let client_signature = keyed_hmac(&self.keyed.stored_mac, auth_message.as_bytes());
         let proof: [u8; 32] = proof.try_into().map_err(|_| ScramError::InvalidProof)?;
         let client_key = xor(&proof, &client_signature);
-        if !constant_time_eq(&sha256(&client_key), &self.secret.stored_key) {
+        if !constant_time_eq(&sha256(&client_key), &self.keyed.secret.stored_key) {
             return Err(ScramError::InvalidProof);
         }
-        let server_signature = hmac(&self.secret.server_key, auth_message.as_bytes());
+        let server_signature = keyed_hmac(&self.keyed.server_mac, auth_message.as_bytes());
         self.state = ServerState::Proved { client_key };
         Ok(format!("v={}", B64.encode(server_signature)).into_bytes())
     }
@@ -318,10 +362,10 @@ impl ScramServer {
     pub fn proved_keys(&self) -> Option<ScramKeys> {
         let ServerState::Proved { client_key } = &self.state else { return None };
         Some(ScramKeys {
-            salt: self.secret.salt.clone(),
-            iterations: self.secret.iterations,
+            salt: self.keyed.secret.salt.clone(),
+            iterations: self.keyed.secret.iterations,
             client_key: *client_key,
-            server_key: self.secret.server_key,
+            server_key: self.keyed.secret.server_key,
         })
     }
 }
@@ -480,6 +524,16 @@ mod tests {
         let first = s.client_first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO").unwrap();
         assert_eq!(first, SERVER_FIRST.as_bytes());
         assert_eq!(s.client_final(CLIENT_FINAL.as_bytes()).unwrap(), SERVER_FINAL.as_bytes());
+    }
+
+    #[test]
+    fn a_keyed_secret_signs_as_the_plain_hmac_does() {
+        let keyed = KeyedSecret::new(rfc_secret());
+        for data in [&b""[..], b"n=user,r=abc", &[7u8; 300]] {
+            assert_eq!(keyed_hmac(&keyed.stored_mac, data), hmac(&keyed.secret().stored_key, data));
+            assert_eq!(keyed_hmac(&keyed.server_mac, data), hmac(&keyed.secret().server_key, data));
+        }
+        assert_ne!(keyed_hmac(&keyed.stored_mac, b"x"), keyed_hmac(&keyed.server_mac, b"x"), "two keys, two MACs");
     }
 
     #[test]

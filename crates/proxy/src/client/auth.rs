@@ -47,9 +47,22 @@ pub(crate) struct Authenticator {
     book: UserBook,
     /// Where pools whose route or user asks for IAM or a secret get their logins (the binary's).
     pool_credentials: Option<Arc<dyn PoolCredentials>>,
-    /// SCRAM secrets of plaintext passwords, by user, derived at each user's first SCRAM login rather than
-    /// at start-up: each costs 4096 hash rounds. Keyed by user, so two users never share one.
-    scram_secrets: Mutex<HashMap<String, scram::ScramSecret>>,
+    /// SCRAM secrets by user, with their HMAC keys hashed in, made at each user's first SCRAM login rather
+    /// than at start-up: one derived from a plaintext password costs 4096 hash rounds, and a verifier's keys
+    /// hashed in save each later login four SHA-256 blocks. Keyed by user, so two users never share one, and
+    /// used only while the user's stored password is the one it was made from (an auth_query lookup may
+    /// read a new one). At most [`SCRAM_CACHE_LIMIT`] users; past that, secrets are made per login.
+    scram_secrets: Mutex<HashMap<String, CachedSecret>>,
+}
+
+/// Most users [`Authenticator`] keeps a SCRAM secret for.
+const SCRAM_CACHE_LIMIT: usize = 4096;
+
+/// A user's SCRAM secret and the stored password (plaintext or verifier) it was made from.
+#[derive(Debug)]
+struct CachedSecret {
+    from: Secret,
+    keyed: scram::KeyedSecret,
 }
 
 impl Authenticator {
@@ -226,9 +239,10 @@ impl Authenticator {
             ClientAuth::Md5 | ClientAuth::ScramSha256 => {
                 // An unknown user (or one whose password SCRAM cannot use) still gets a full exchange,
                 // against a secret nobody knows.
-                let secret = self
-                    .scram_secret(user, stored)
-                    .unwrap_or_else(|| scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS));
+                let secret = self.scram_secret(user, stored).unwrap_or_else(|| {
+                    let unknown = scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS);
+                    scram::KeyedSecret::new(unknown)
+                });
                 let keys = self.scram(conn, secret).await.map_err(|e| match e {
                     ScramOutcome::Gone => OpeningError::Gone,
                     ScramOutcome::Protocol(m) => OpeningError::Refused(m),
@@ -240,31 +254,35 @@ impl Authenticator {
         }
     }
 
-    /// The SCRAM secret `user` is checked against: its verifier, or one derived from its plaintext password
-    /// (cached per user); `None` for an md5 hash or no password, which SCRAM cannot check.
-    fn scram_secret(&self, user: &str, stored: Option<&str>) -> Option<scram::ScramSecret> {
+    /// The SCRAM secret `user` is checked against: its verifier, or one derived from its plaintext password,
+    /// cached per user; `None` for an md5 hash or no password, which SCRAM cannot check.
+    fn scram_secret(&self, user: &str, stored: Option<&str>) -> Option<scram::KeyedSecret> {
         let stored = stored?;
-        if is_verifier(stored) {
-            return scram::ScramSecret::parse_verifier(stored);
+        if let Some(cached) = self.scram_secrets.lock().get(user).filter(|c| c.from.expose() == stored) {
+            return Some(cached.keyed.clone());
         }
-        if md5::is_stored_hash(stored) {
+        let secret = if is_verifier(stored) {
+            scram::ScramSecret::parse_verifier(stored)?
+        } else if md5::is_stored_hash(stored) {
             tracing::warn!(user, "this user's password is stored as an md5 hash, which scram-sha-256 cannot check");
             return None;
+        } else {
+            scram::ScramSecret::generate(stored, scram::DEFAULT_ITERATIONS)
+        };
+        let keyed = scram::KeyedSecret::new(secret);
+        let mut cache = self.scram_secrets.lock();
+        if cache.len() < SCRAM_CACHE_LIMIT || cache.contains_key(user) {
+            cache.insert(user.to_owned(), CachedSecret { from: Secret::new(stored), keyed: keyed.clone() });
         }
-        if let Some(secret) = self.scram_secrets.lock().get(user) {
-            return Some(secret.clone());
-        }
-        let secret = scram::ScramSecret::generate(stored, scram::DEFAULT_ITERATIONS);
-        self.scram_secrets.lock().insert(user.to_owned(), secret.clone());
-        Some(secret)
+        Some(keyed)
     }
 
     async fn scram(
         &self,
         conn: &mut Conn,
-        secret: scram::ScramSecret,
+        secret: scram::KeyedSecret,
     ) -> Result<Option<scram::ScramKeys>, ScramOutcome> {
-        let mut server = scram::ScramServer::new(secret);
+        let mut server = scram::ScramServer::keyed(secret);
         let mut buf = BytesMut::new();
         encode::auth_sasl(&mut buf, &[scram::MECHANISM]);
         conn.send(buf.split().freeze()).await.map_err(|_| ScramOutcome::Gone)?;
