@@ -111,6 +111,18 @@ impl ScramSecret {
         rand::fill(&mut salt);
         Self::from_password(password, &salt, iterations)
     }
+
+    /// A secret no password matches, for a login that must fail but look like any other (an unknown
+    /// user): random keys and salt, with PostgreSQL's default iteration count. No PBKDF2 is run: deriving
+    /// one from a random password would cost 4,096 hash rounds per attempt, work any client could ask for,
+    /// and time that set unknown users apart from known ones, whose secrets are kept.
+    pub fn unmatchable() -> Self {
+        let (mut salt, mut stored_key, mut server_key) = ([0u8; 16], [0u8; 32], [0u8; 32]);
+        rand::fill(&mut salt);
+        rand::fill(&mut stored_key);
+        rand::fill(&mut server_key);
+        ScramSecret { iterations: DEFAULT_ITERATIONS, salt: salt.to_vec(), stored_key, server_key }
+    }
 }
 
 /// What SCRAM passthrough keeps of a client's login: the `ClientKey` recovered from its proof, with the
@@ -534,6 +546,18 @@ mod tests {
             assert_eq!(keyed_hmac(&keyed.server_mac, data), hmac(&keyed.secret().server_key, data));
         }
         assert_ne!(keyed_hmac(&keyed.stored_mac, b"x"), keyed_hmac(&keyed.server_mac, b"x"), "two keys, two MACs");
+    }
+
+    #[test]
+    fn an_unmatchable_secret_refuses_a_proof_and_is_new_each_time() {
+        let secret = ScramSecret::unmatchable();
+        assert_eq!((secret.iterations, secret.salt.len()), (DEFAULT_ITERATIONS, 16));
+        assert_ne!(secret, ScramSecret::unmatchable());
+        let mut server = ScramServer::new(secret);
+        let mut client = ScramClient::new("pencil");
+        let first = server.client_first(&client.client_first()).unwrap();
+        let last = client.server_first(&first).unwrap();
+        assert_eq!(server.client_final(&last), Err(ScramError::InvalidProof));
     }
 
     #[test]

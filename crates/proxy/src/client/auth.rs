@@ -239,10 +239,9 @@ impl Authenticator {
             ClientAuth::Md5 | ClientAuth::ScramSha256 => {
                 // An unknown user (or one whose password SCRAM cannot use) still gets a full exchange,
                 // against a secret nobody knows.
-                let secret = self.scram_secret(user, stored).unwrap_or_else(|| {
-                    let unknown = scram::ScramSecret::generate(&random_password(), scram::DEFAULT_ITERATIONS);
-                    scram::KeyedSecret::new(unknown)
-                });
+                let secret = self
+                    .scram_secret(user, stored)
+                    .unwrap_or_else(|| scram::KeyedSecret::new(scram::ScramSecret::unmatchable()));
                 let keys = self.scram(conn, secret).await.map_err(|e| match e {
                     ScramOutcome::Gone => OpeningError::Gone,
                     ScramOutcome::Protocol(m) => OpeningError::Refused(m),
@@ -332,12 +331,6 @@ fn scram_error(e: scram::ScramError) -> ScramOutcome {
 
 fn is_verifier(stored: &str) -> bool {
     stored.starts_with("SCRAM-SHA-256$")
-}
-
-fn random_password() -> String {
-    let mut raw = [0u8; 24];
-    rand::fill(&mut raw);
-    raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads the client's next message, which must be a password / SASL message (`p`).
