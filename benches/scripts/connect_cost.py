@@ -51,7 +51,7 @@ def one_run(binary: str, args, pg, root: Path) -> dict:
     work = Path(tempfile.mkdtemp(dir=root))
     if os.geteuid() == 0:
         shutil.chown(work, "postgres")
-    opts = argparse.Namespace(pgmux=binary, pgbouncer=args.pgbouncer, bouncer_pool=20)
+    opts = argparse.Namespace(pgmux=binary, pgbouncer=args.pgbouncer, bouncer_pool=20, scram=False)
     port = lab.free_port()
     pooler = lab.start_pooler(kind, opts, pg, work, None, port)
     try:
