@@ -23,6 +23,17 @@ fn cpu_ticks_from_stat_even_with_awkward_names() {
 }
 
 #[test]
+fn thread_runtimes_from_schedstat() {
+    assert_eq!(parse_schedstat_ns("650366 12 2\n"), Some(650_366));
+    assert_eq!(parse_schedstat_ns("650366 12\n"), None);
+    assert_eq!(parse_schedstat_ns("-1 0 0"), None);
+    // This process: the test's own thread is among its threads, and has run.
+    let spin = (0..200_000u64).fold(0u64, |acc, n| acc.wrapping_mul(31).wrapping_add(n));
+    let runtimes = thread_runtimes_ns(std::process::id()).expect("reading this process's threads");
+    assert!(spin != 1 && !runtimes.is_empty() && runtimes.values().any(|&ns| ns > 0), "{runtimes:?}");
+}
+
+#[test]
 fn server_connections_from_the_tcp_table() {
     // Two established to port 5432 (0x1538), one of them another process's; one to 5432 in TIME_WAIT
     // (06); one established to another port; the listening socket.

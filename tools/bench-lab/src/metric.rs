@@ -79,6 +79,7 @@ metrics! {
     BurstQueryP50 => ("W5 Lambda burst: query p50 (ms)", "W5", Millis, false),
     BurstQueryP99 => ("W5 Lambda burst: query p99 (ms)", "W5", Millis, false),
     BurstErrors => ("W5 Lambda burst: failed invocations", "W5", Count, false),
+    BurstCpu => ("W5 Lambda burst: pooler CPU per 1,000 invocations (ms)", "W5", Tenths, true),
     IdleRssBefore => ("W6 RSS before the clients (MiB)", "W6", Tenths, true),
     IdleRssWith => ("W6 RSS with the idle clients (MiB)", "W6", Tenths, true),
     IdlePerClient => ("W6 memory per idle client (KiB)", "W6", Tenths, true),
@@ -130,6 +131,7 @@ metrics! {
     NetBurstQueryP50 => ("W5 Lambda burst: query p50 (ms)", "W5n", Millis, false),
     NetBurstQueryP99 => ("W5 Lambda burst: query p99 (ms)", "W5n", Millis, false),
     NetBurstErrors => ("W5 Lambda burst: failed invocations", "W5n", Count, false),
+    NetBurstCpu => ("W5 Lambda burst: pooler CPU per 1,000 invocations (ms)", "W5n", Tenths, true),
     ConnectP50 => ("W8 connect, `select 1`, disconnect: p50 (ms)", "W8", Millis, false),
     ConnectP99 => ("W8 connect, `select 1`, disconnect: p99 (ms)", "W8", Millis, false),
     ConnectLoginP50 => ("W8 of which connect and log in: p50 (ms)", "W8", Millis, false),
@@ -200,7 +202,7 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 62);
+        assert_eq!(Metric::ALL.len(), 64);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));
@@ -216,6 +218,8 @@ mod tests {
         );
         assert_eq!((Metric::FleetErrors.world(), Metric::ConnectP99.world()), (World::Network, World::Network));
         assert!(!Metric::NetSimpleCpu.applies_to(Target::Direct) && Metric::FleetTps.applies_to(Target::Direct));
+        assert!(!Metric::BurstCpu.applies_to(Target::Direct) && Metric::BurstCpu.applies_to(Target::PgBouncer));
+        assert_eq!((Metric::NetBurstCpu.step(), Metric::NetBurstCpu.world()), ("W5n", World::Network));
         assert!(Metric::NetSimpleTps.higher_is_better() && Metric::FleetTps.higher_is_better());
         assert!(!Metric::ConnectP50.higher_is_better() && !Metric::FleetOthersRefused.higher_is_better());
         assert_eq!(Metric::BurstQueryP99.format(0.3123), "0.31");

@@ -2,6 +2,7 @@
 //! round: W1–W7 on loopback and W2u/W3u over Unix sockets here, the network lab's in [`crate::suite_net`].
 //! A step that fails records the failure as its figure and the run goes on.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -268,7 +269,7 @@ impl Suite<'_> {
         let plan = self.plan;
         let clients = rows.clients.unwrap_or(plan.pgbench_clients);
         let args = pgbench_args(plan, mode, clients);
-        let cpu_before = pid.map(procfs::cpu_seconds);
+        let cpu = CpuMark::now(pid);
         let machine_before = procfs::machine_busy_seconds();
         let outcome = pgbench.run(endpoint, &args, clients, plan.pgbench_duration() + SLACK);
         // Read at once, before the pooler lets idle connections go.
@@ -282,11 +283,7 @@ impl Suite<'_> {
             (Ok(after), Ok(before)) => Ok(after - before),
             (Err(e), _) | (_, Err(e)) => Err(format!("reading /proc/stat: {e}")),
         };
-        let cpu_used = match (pid.map(procfs::cpu_seconds), cpu_before) {
-            (Some(Ok(after)), Some(Ok(before))) => Ok(after - before),
-            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(format!("reading the pooler's CPU time: {e}")),
-            _ => Err("no pooler process to measure".to_owned()),
-        };
+        let cpu_used = cpu.used();
         match outcome {
             PgbenchOutcome::Done { tps: rate, transactions, latency_ms } => {
                 let per_tx = |secs: Result<f64, String>| {
@@ -313,11 +310,16 @@ impl Suite<'_> {
 
     /// W5: the Lambda burst against a freshly started pooler (or directly), counting server connections.
     fn burst(&mut self, target: Target) -> Figures {
-        let metrics = [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors];
+        let metrics = burst_rows(
+            [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors],
+            Metric::BurstCpu,
+            target,
+        );
         let endpoint = match self.lab.fresh(target) {
             Ok(endpoint) => endpoint,
             Err(e) => return fail_all(&metrics, &e),
         };
+        let pid = self.lab.poolers.pid(target);
         // The sampler logs in as the superuser, so that it does not count itself among the app's backends.
         let monitor = match self.lab.pg.url(&SUPERUSER).parse::<Config>() {
             Ok(config) => config,
@@ -337,26 +339,31 @@ impl Suite<'_> {
             progress: None,
         };
         let limit = workload.duration + workload.think * 2 + SLACK;
-        let report = match self.block_on(limit, workload.run()) {
+        let cpu = CpuMark::now(pid);
+        let outcome = self.block_on(limit, workload.run());
+        let cpu_used = cpu.used_finely();
+        let report = match outcome {
             Ok(Ok(report)) => report,
             Ok(Err(e)) => return fail_all(&metrics, &format!("the server connection sampler failed: {e}")),
             Err(e) => return fail_all(&metrics, &e),
         };
-        self.burst_figures("W5", target, &report, report.peak_server_connections, metrics)
+        self.burst_figures("W5", target, &report, report.peak_server_connections, &metrics, cpu_used)
     }
 
-    /// W5's or W5n's figures from a report; failed invocations noted.
+    /// W5's or W5n's figures from a report (`metrics` as [`burst_rows`] gives them), with the pooler's CPU
+    /// seconds during the burst; failed invocations noted.
     pub(crate) fn burst_figures(
         &mut self,
         step: &str,
         target: Target,
         report: &crate::WorkloadReport,
         peak: Option<u64>,
-        metrics: [Metric; 4],
+        metrics: &[Metric],
+        cpu_used: Result<f64, String>,
     ) -> Figures {
         if report.errors == report.invocations {
             let why = report.error_samples.first().map_or("every invocation failed", |s| s.message.as_str());
-            return fail_all(&metrics, why);
+            return fail_all(metrics, why);
         }
         if report.errors > 0 {
             let samples: Vec<String> =
@@ -370,13 +377,21 @@ impl Suite<'_> {
             ));
         }
         let value = |v: Option<f64>| v.map_or_else(|| Outcome::Failed("no samples".to_owned()), Outcome::Value);
-        let [peak_row, p50_row, p99_row, errors_row] = metrics;
-        vec![
+        let &[peak_row, p50_row, p99_row, errors_row, ref cpu_row @ ..] = metrics else {
+            return fail_all(metrics, "fewer rows than a burst fills");
+        };
+        let mut figures = vec![
             (peak_row, value(peak.map(|n| n as f64))),
             (p50_row, value(report.query.p50_ms)),
             (p99_row, value(report.query.p99_ms)),
             (errors_row, Outcome::Value(report.errors as f64)),
-        ]
+        ];
+        if let [cpu_row] = cpu_row {
+            // Seconds per invocation × 10⁶: milliseconds per 1,000 invocations.
+            let per_thousand = cpu_used.map(|secs| secs * 1e6 / report.invocations.max(1) as f64);
+            figures.push((*cpu_row, per_thousand.map_or_else(Outcome::Failed, Outcome::Value)));
+        }
+        figures
     }
 
     /// W6: the pooler's memory before and with many idle, logged-in clients.
@@ -473,6 +488,59 @@ pub(crate) fn fail_all(metrics: &[Metric], why: &str) -> Figures {
     metrics.iter().map(|&m| (m, Outcome::Failed(why.to_owned()))).collect()
 }
 
+/// The rows a burst (W5, W5n) fills for `target`: its four, and the pooler's CPU where there is a pooler.
+pub(crate) fn burst_rows(rows: [Metric; 4], cpu: Metric, target: Target) -> Vec<Metric> {
+    rows.into_iter().chain(Some(cpu).filter(|m| m.applies_to(target))).collect()
+}
+
+/// A pooler process's CPU time (user and system) at one moment, to difference around a run: in clock ticks
+/// for the whole process, and to the nanosecond for each of its threads.
+pub(crate) struct CpuMark {
+    pid: Option<u32>,
+    seconds: Option<Result<f64, String>>,
+    threads: Option<HashMap<u32, u64>>,
+}
+
+impl CpuMark {
+    pub(crate) fn now(pid: Option<u32>) -> CpuMark {
+        let threads = pid.and_then(|pid| procfs::thread_runtimes_ns(pid).ok());
+        CpuMark { pid, seconds: pid.map(CpuMark::read), threads }
+    }
+
+    fn read(pid: u32) -> Result<f64, String> {
+        procfs::cpu_seconds(pid).map_err(|e| format!("reading the pooler's CPU time: {e}"))
+    }
+
+    /// The CPU seconds the process has used since the mark, in clock ticks (10 ms): enough for a pgbench run.
+    pub(crate) fn used(&self) -> Result<f64, String> {
+        match (self.pid.map(CpuMark::read), &self.seconds) {
+            (Some(Ok(after)), Some(Ok(before))) => Ok(after - before),
+            (Some(Err(e)), _) => Err(e),
+            (_, Some(Err(e))) => Err(e.clone()),
+            _ => Err("no pooler process to measure".to_owned()),
+        }
+    }
+
+    /// As [`CpuMark::used`], to the nanosecond where the threads say as much: a burst uses a few ticks.
+    pub(crate) fn used_finely(&self) -> Result<f64, String> {
+        let ticks = self.used()?;
+        let after = self.pid.and_then(|pid| procfs::thread_runtimes_ns(pid).ok());
+        Ok(match (&self.threads, after) {
+            (Some(before), Some(after)) => finer(ticks, before, &after),
+            _ => ticks,
+        })
+    }
+}
+
+/// The CPU seconds between two readings of each thread's time (a thread new since the first counted whole),
+/// unless the process's clock ticks say more than two ticks' rounding beyond that: then a thread that
+/// exited in between took that time with it, and the ticks are the better figure.
+fn finer(ticks: f64, before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> f64 {
+    let ns: u64 = after.iter().map(|(tid, &ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
+    let threads = ns as f64 / 1e9;
+    if ticks > threads + 0.02 { ticks } else { threads }
+}
+
 /// The rows a pgbench run fills for `target`.
 pub(crate) fn rows_for(rows: PgbenchRows, target: Target) -> Vec<Metric> {
     let pooler_only = |m: &Metric| m.applies_to(target);
@@ -480,4 +548,27 @@ pub(crate) fn rows_for(rows: PgbenchRows, target: Target) -> Vec<Metric> {
         .into_iter()
         .flatten()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_s_cpu_comes_from_the_threads_unless_an_exited_one_took_time_with_it() {
+        let before = HashMap::from([(1, 1_000_000_000), (2, 5_000_000)]);
+        // 3 ms on thread 1, 1 ms on thread 2, 2 ms on a thread started since: 6 ms, where the ticks say 10.
+        let after = HashMap::from([(1, 1_003_000_000), (2, 6_000_000), (3, 2_000_000)]);
+        assert!((finer(0.01, &before, &after) - 0.006).abs() < 1e-9);
+        // Thread 2 exited; the ticks say 50 ms more than the threads still there: the ticks win.
+        let after = HashMap::from([(1, 1_003_000_000)]);
+        assert_eq!(finer(0.05, &before, &after), 0.05);
+    }
+
+    #[test]
+    fn a_burst_has_a_cpu_row_only_where_a_pooler_runs() {
+        let four = [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors];
+        assert_eq!(burst_rows(four, Metric::BurstCpu, Target::Pgmux).last(), Some(&Metric::BurstCpu));
+        assert_eq!(burst_rows(four, Metric::BurstCpu, Target::Direct), four.to_vec());
+    }
 }

@@ -12,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::jobs::{FleetReport, Job, JobReport};
 use crate::netlab::NetLab;
 use crate::results::{Metric, Outcome, Target};
-use crate::suite::{Figures, PgbenchRows, SLACK, Server, Suite, fail_all, rows_for};
+use crate::suite::{CpuMark, Figures, PgbenchRows, SLACK, Server, Suite, burst_rows, fail_all, rows_for};
 use crate::workload::ServerMonitor;
 use crate::{PgmuxProcess, interrupt};
 
@@ -53,8 +53,11 @@ impl Suite<'_> {
     /// W5n: the Lambda burst against a freshly started pooler on the application host (or directly, each
     /// invocation with its own TLS connection).
     pub(crate) fn net_burst(&mut self, target: Target) -> Figures {
-        let metrics =
-            [Metric::NetBurstServerPeak, Metric::NetBurstQueryP50, Metric::NetBurstQueryP99, Metric::NetBurstErrors];
+        let metrics = burst_rows(
+            [Metric::NetBurstServerPeak, Metric::NetBurstQueryP50, Metric::NetBurstQueryP99, Metric::NetBurstErrors],
+            Metric::NetBurstCpu,
+            target,
+        );
         let plan = self.plan;
         let limit = Duration::from_secs_f64(plan.burst_secs + 2.0 * plan.burst_think_secs) + SLACK;
         let outcome = self.net_for(plan.max_connections).and_then(|net| {
@@ -65,14 +68,23 @@ impl Suite<'_> {
                 duration_secs: plan.burst_secs,
                 think_secs: plan.burst_think_secs,
             };
-            Ok((job, net.monitor(Duration::from_millis(100))))
+            Ok((job, net.monitor(Duration::from_millis(100)), net.poolers.pid(target)))
         });
-        let (job, monitor) = match outcome {
+        let (job, monitor, pid) = match outcome {
             Ok(ready) => ready,
             Err(e) => return fail_all(&metrics, &e),
         };
-        match self.watched(monitor, |net| net.run_job(&job, limit)) {
-            Ok((JobReport::Burst(report), peak)) => self.burst_figures("W5n", target, &report, Some(peak), metrics),
+        let mut cpu_used = Err("the burst did not run".to_owned());
+        let ran = self.watched(monitor, |net| {
+            let cpu = CpuMark::now(pid);
+            let report = net.run_job(&job, limit);
+            cpu_used = cpu.used_finely();
+            report
+        });
+        match ran {
+            Ok((JobReport::Burst(report), peak)) => {
+                self.burst_figures("W5n", target, &report, Some(peak), &metrics, cpu_used)
+            }
             Ok(_) => fail_all(&metrics, "the client answered with another report"),
             Err(e) => fail_all(&metrics, &e),
         }
