@@ -376,8 +376,7 @@ const THAW_LATENESS: Duration = Duration::from_secs(2);
 /// Closes idle and old server connections on a timer until shutdown; keeps
 /// the metrics' time windows going.
 async fn maintain(shared: Arc<Shared>, stop: Stop) {
-    let mut tick = pgmux_timer::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = pgmux_timer::beat(Duration::from_secs(1));
     loop {
         let due = tokio::select! {
             _ = stop.reached(Level::Hard) => return,
@@ -408,12 +407,21 @@ async fn watch_liveness(shared: Arc<Shared>, stop: Stop) {
     let mut rounds = tokio::task::JoinSet::new();
     let spread = spread_verdicts(&shared);
     tokio::pin!(spread);
+    // On the process's beat (the sizing tick and maintenance wake with it); a new period from a reload
+    // starts a new one. A beat's first tick is at once: the first round waits for the next.
+    let mut period = Duration::ZERO;
+    let mut tick = pgmux_timer::beat(Duration::from_secs(1));
     loop {
-        let period = ServerPool::probe_period(shared.config().server_probe_timeout);
+        let wanted = ServerPool::probe_period(shared.config().server_probe_timeout);
+        if wanted != period {
+            period = wanted;
+            tick = pgmux_timer::beat(period);
+            tick.tick().await;
+        }
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
             () = &mut spread => {}
-            () = pgmux_timer::sleep(period) => {}
+            _ = tick.tick() => {}
         }
         while rounds.try_join_next().is_some() {}
         for pool in shared.pools.all() {

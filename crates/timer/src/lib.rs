@@ -164,9 +164,77 @@ pub fn interval(period: Duration) -> Interval {
     tokio::time::interval(period)
 }
 
+/// The moment every [`beat`] counts its ticks from: the first beat's making.
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// A periodic tick on the process's beat: the first tick at once, as [`interval`]'s; every later one at a
+/// multiple of `period` from a moment the whole process shares, and a missed one skipped (the next comes on
+/// the beat again). Periodic loops whose periods divide one another (the sizing tick, the liveness rounds,
+/// maintenance, the metrics listener's look at its address) so wake the process together, once, rather
+/// than each at its own phase: an idle pgmux wakes four times a second instead of ten.
+#[track_caller]
+pub fn beat(period: Duration) -> Interval {
+    let _timers = enter();
+    let now = Instant::now();
+    let mut tick = tokio::time::interval_at(last_beat(*EPOCH.get_or_init(|| now), now, period), period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tick
+}
+
+/// The latest multiple of `period` from `epoch` at or before `now` (`epoch` may be later than `now`: a
+/// paused clock of another runtime, in tests).
+fn last_beat(epoch: Instant, now: Instant, period: Duration) -> Instant {
+    let period = period.as_nanos().max(1);
+    let since = if now >= epoch {
+        (now - epoch).as_nanos() % period
+    } else {
+        (period - (epoch - now).as_nanos() % period) % period
+    };
+    // `since` is below `period`, a Duration's nanoseconds: it fits.
+    now.checked_sub(Duration::from_nanos(since as u64)).unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beats_fall_on_multiples_of_their_period_from_one_moment() {
+        let epoch = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(last_beat(epoch, epoch + ms(1_100), ms(250)), epoch + ms(1_000));
+        assert_eq!(last_beat(epoch, epoch + ms(1_000), ms(250)), epoch + ms(1_000));
+        assert_eq!(last_beat(epoch, epoch + ms(1_999), ms(1_000)), epoch + ms(1_000));
+        // An epoch ahead of the clock: the beat is still on a multiple from it.
+        let late = epoch + ms(10_100);
+        assert_eq!(last_beat(late, epoch + ms(5_000), ms(250)), epoch + ms(4_850));
+        assert_eq!(last_beat(late, epoch + ms(100), ms(1_000)), epoch + ms(100));
+    }
+
+    #[test]
+    fn two_beats_made_apart_tick_together() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        runtime.block_on(async {
+            let quarter_ms = Duration::from_millis(250);
+            let mut quarter = beat(quarter_ms);
+            let on_the_beat = quarter.tick().await;
+            sleep(Duration::from_millis(310)).await;
+            let mut second = beat(Duration::from_secs(1));
+            // The first tick is at once, as an interval's; every later one falls on a quarter's tick.
+            assert!(second.tick().await <= Instant::now());
+            for _ in 0..3 {
+                let (a, b) = tokio::join!(second.tick(), async {
+                    let mut ticks = Vec::new();
+                    for _ in 0..4 {
+                        ticks.push(quarter.tick().await);
+                    }
+                    ticks
+                });
+                assert_eq!((a - on_the_beat).as_nanos() % quarter_ms.as_nanos(), 0, "{a:?} off {on_the_beat:?}");
+                assert!(b.contains(&a), "{a:?} not among {b:?}");
+            }
+        });
+    }
 
     /// A runtime with I/O but no time driver, its thread marked: the relay's, as the binary builds it.
     fn relay_runtime() -> tokio::runtime::Runtime {

@@ -27,6 +27,8 @@ const FOLLOW: Duration = Duration::from_secs(1);
 /// Serves `metrics_listen` (whatever it is at the moment) until pgmux stops.
 pub(crate) async fn serve(shared: Arc<Shared>, stop: Stop) {
     let mut bound: Option<(SocketAddr, TcpListener)> = None;
+    // On the process's beat, with maintenance.
+    let mut follow = pgmux_timer::beat(FOLLOW);
     loop {
         let wanted = shared.config().metrics_listen;
         if bound.as_ref().map(|(a, _)| *a) != wanted {
@@ -49,7 +51,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stop: Stop) {
         };
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,
-            _ = pgmux_timer::sleep(FOLLOW) => {}
+            _ = follow.tick() => {}
             Some((stream, _)) = accepted => {
                 let shared = Arc::clone(&shared);
                 let stop = stop.clone();

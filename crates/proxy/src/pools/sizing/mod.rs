@@ -174,8 +174,8 @@ async fn run_with(pool: Arc<ServerPool>, stop: Stop, gate: Option<oneshot::Recei
     }
     let mut control = (pool.config().max_connections_percent > 0).then(|| Control::new(&pool, gauge));
     let mut quiet = Quiet::default();
-    let mut tick = pgmux_timer::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // On the process's beat: the liveness rounds and maintenance wake with it.
+    let mut tick = pgmux_timer::beat(TICK);
     loop {
         let wanted = tokio::select! {
             _ = stop.reached(Level::Graceful) => break,
