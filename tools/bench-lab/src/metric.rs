@@ -83,6 +83,7 @@ metrics! {
     IdleRssBefore => ("W6 RSS before the clients (MiB)", "W6", Tenths, true),
     IdleRssWith => ("W6 RSS with the idle clients (MiB)", "W6", Tenths, true),
     IdlePerClient => ("W6 memory per idle client (KiB)", "W6", Tenths, true),
+    IdleCpu => ("W6 pooler CPU per second with the idle clients (µs)", "W6", Count, true),
     StartupMs => ("W7 start-up to first accepted connection (ms)", "W7", Millis, true),
     CpuSimple => ("CPU per transaction in W2 (µs)", "W2", Tenths, true),
     CpuExtended => ("CPU per transaction in W3 (µs)", "W3", Tenths, true),
@@ -202,7 +203,7 @@ mod tests {
 
     #[test]
     fn rows_know_their_step_world_and_unit() {
-        assert_eq!(Metric::ALL.len(), 64);
+        assert_eq!(Metric::ALL.len(), 65);
         assert_eq!(Metric::ALL[0], Metric::ReconnectTps);
         assert_eq!((Metric::CpuSimple.step(), Metric::CpuSimple.world()), ("W2", World::Loopback));
         assert_eq!((Metric::UnixCpuExtended.step(), Metric::UnixCpuExtended.world()), ("W3u", World::Unix));

@@ -148,13 +148,17 @@ impl Plan {
             format!(
                 "W5: {} concurrent invocations, each connecting, `select now()`, sleeping {} s, `select now()`, \
                  disconnecting, started for {} s (tokio-postgres, simple protocol); server connections sampled \
-                 from `pg_stat_activity` every 100 ms; each pooler freshly started.",
+                 from `pg_stat_activity` every 100 ms; each pooler freshly started; its CPU per 1,000 invocations \
+                 from each thread's schedstat over the burst.",
                 self.burst_clients, self.burst_think_secs, self.burst_secs
             ),
             format!(
                 "W6: {} clients, {} connecting at a time, each logged in and through one `select 1`, then idle; \
-                 RSS is `VmRSS` of the pooler process, freshly started.",
-                self.idle_clients, self.idle_concurrency
+                 RSS is `VmRSS` of the pooler process, freshly started; its CPU per second over the next {} s \
+                 while they sit idle (each thread's schedstat).",
+                self.idle_clients,
+                self.idle_concurrency,
+                if self.quick { 2 } else { 10 }
             ),
             format!(
                 "W7: median of {} starts per round, from exec until a TCP connect succeeds (spawned with \

@@ -24,6 +24,8 @@ use crate::{ServerMonitor, Workload, interrupt, startup};
 pub(crate) const SLACK: Duration = Duration::from_secs(60);
 /// How long W6's clients sit idle before the pooler's memory is read.
 const IDLE_SETTLE: Duration = Duration::from_secs(1);
+/// How long W6 watches the pooler's CPU while its clients sit idle.
+const IDLE_CPU_WINDOW: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 pub struct Suite<'a> {
@@ -396,22 +398,24 @@ impl Suite<'_> {
 
     /// W6: the pooler's memory before and with many idle, logged-in clients.
     fn idle(&mut self, target: Target) -> Figures {
-        let metrics = [Metric::IdleRssBefore, Metric::IdleRssWith, Metric::IdlePerClient];
+        let metrics = [Metric::IdleRssBefore, Metric::IdleRssWith, Metric::IdlePerClient, Metric::IdleCpu];
         match self.measure_idle(target) {
-            Ok((before, with)) => {
+            Ok((before, with, cpu)) => {
                 let per_client = (with as f64 - before as f64) / self.plan.idle_clients as f64;
                 vec![
                     (Metric::IdleRssBefore, Outcome::Value(before as f64 / 1024.0)),
                     (Metric::IdleRssWith, Outcome::Value(with as f64 / 1024.0)),
                     (Metric::IdlePerClient, Outcome::Value(per_client)),
+                    (Metric::IdleCpu, cpu.map_or_else(Outcome::Failed, Outcome::Value)),
                 ]
             }
             Err(e) => fail_all(&metrics, &e),
         }
     }
 
-    /// RSS in KiB before the clients connect and once they all sit idle.
-    fn measure_idle(&mut self, target: Target) -> Result<(u64, u64), String> {
+    /// RSS in KiB before the clients connect and once they all sit idle; the pooler's CPU time per second
+    /// (µs) while they do.
+    fn measure_idle(&mut self, target: Target) -> Result<(u64, u64, Result<f64, String>), String> {
         let endpoint = self.lab.fresh(target)?;
         let pid = self.lab.poolers.pid(target).ok_or("the pooler has no pid")?;
         let port = endpoint.port;
@@ -427,8 +431,13 @@ impl Suite<'_> {
         let held = self.block_on(SLACK * 2, clients.connect())??;
         std::thread::sleep(IDLE_SETTLE);
         let with = rss();
+        // What the pooler does on its own while nothing happens: its timers' wake-ups.
+        let window = if self.plan.quick { Duration::from_secs(2) } else { IDLE_CPU_WINDOW };
+        let cpu = CpuMark::now(Some(pid));
+        std::thread::sleep(window);
+        let cpu = cpu.used_finely().map(|secs| secs * 1e6 / window.as_secs_f64());
         self.runtime.block_on(held.close());
-        Ok((before, with?))
+        Ok((before, with?, cpu))
     }
 
     /// W7: median start-up time over the plan's starts.
