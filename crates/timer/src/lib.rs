@@ -171,14 +171,136 @@ static EPOCH: OnceLock<Instant> = OnceLock::new();
 /// multiple of `period` from a moment the whole process shares, and a missed one skipped (the next comes on
 /// the beat again). Periodic loops whose periods divide one another (the sizing tick, the liveness rounds,
 /// maintenance, the metrics listener's look at its address) so wake the process together, once, rather
-/// than each at its own phase: an idle pgmux wakes four times a second instead of ten.
+/// than each at its own phase.
+///
+/// On a marked thread a beat is a `timerfd` in the relay runtime's own epoll, so that it wakes that thread
+/// directly, once per beat: in the timer thread's wheel, a tick a quarter of a second away woke the timer
+/// thread twice (once to move it to the wheel's finest level, once at the deadline) and then the relay.
 #[track_caller]
-pub fn beat(period: Duration) -> Interval {
-    let _timers = enter();
+pub fn beat(period: Duration) -> Beat {
     let now = Instant::now();
-    let mut tick = tokio::time::interval_at(last_beat(*EPOCH.get_or_init(|| now), now, period), period);
+    let last = last_beat(*EPOCH.get_or_init(|| now), now, period);
+    if ROUTED.with(Cell::get)
+        && let Ok(fd) = fd_beat::FdBeat::new(period, last + period - now)
+    {
+        return Beat { fd: Some(fd), first: true, interval: None };
+    }
+    let _timers = enter();
+    let mut tick = tokio::time::interval_at(last, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    tick
+    Beat { fd: None, first: false, interval: Some(tick) }
+}
+
+/// A periodic tick on the process's beat; see [`beat`].
+#[derive(Debug)]
+pub struct Beat {
+    fd: Option<fd_beat::FdBeat>,
+    /// The first tick of a `timerfd` beat is still to come (at once).
+    first: bool,
+    interval: Option<Interval>,
+}
+
+impl Beat {
+    /// The next tick: when it was due (a tick missed by more than a period comes once, due when the first
+    /// of those missed was).
+    pub async fn tick(&mut self) -> Instant {
+        if let Some(fd) = &self.fd {
+            if std::mem::take(&mut self.first) {
+                return Instant::now();
+            }
+            match fd.tick().await {
+                Ok(due) => return due,
+                // A timerfd that cannot be read (never seen): the timer thread's wheel from here on.
+                Err(_) => {
+                    let period = fd.period;
+                    self.fd = None;
+                    let _timers = enter();
+                    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                    self.interval = Some(tick);
+                }
+            }
+        }
+        match &mut self.interval {
+            Some(interval) => interval.tick().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A beat as a `timerfd` on the current runtime's epoll.
+mod fd_beat {
+    use std::io;
+    use std::os::fd::OwnedFd;
+    use std::time::Duration;
+
+    use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+    use tokio::time::Instant;
+
+    #[derive(Debug)]
+    pub(super) struct FdBeat {
+        fd: AsyncFd<OwnedFd>,
+        pub(super) period: Duration,
+    }
+
+    fn timespec(d: Duration) -> io::Result<Timespec> {
+        Timespec::try_from(d).map_err(|_| io::ErrorKind::InvalidInput.into())
+    }
+
+    impl FdBeat {
+        /// A timerfd that first expires `first` from now, then every `period`, registered with the current
+        /// runtime's I/O driver (an error without one).
+        pub(super) fn new(period: Duration, first: Duration) -> io::Result<FdBeat> {
+            if period.is_zero() {
+                return Err(io::ErrorKind::InvalidInput.into());
+            }
+            let fd = rustix::time::timerfd_create(
+                TimerfdClockId::Monotonic,
+                TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+            )?;
+            // A zero it_value would disarm the timer: the first expiry is at least a nanosecond away.
+            let spec =
+                Itimerspec { it_interval: timespec(period)?, it_value: timespec(first.max(Duration::from_nanos(1)))? };
+            rustix::time::timerfd_settime(&fd, TimerfdTimerFlags::empty(), &spec)?;
+            // The safe constructor is deprecated because a descriptor it does not own could be closed while
+            // registered; this one is owned by the AsyncFd itself.
+            #[allow(deprecated)]
+            let fd = AsyncFd::with_interest(fd, Interest::READABLE)?;
+            Ok(FdBeat { fd, period })
+        }
+
+        /// Waits for the next expiry; when it was due (the first of several missed ones).
+        pub(super) async fn tick(&self) -> io::Result<Instant> {
+            loop {
+                let mut ready = self.fd.readable().await?;
+                let read = ready.try_io(|fd| {
+                    let mut count = [0u8; 8];
+                    match rustix::io::read(fd.get_ref(), &mut count)? {
+                        8 => Ok(u64::from_ne_bytes(count)),
+                        _ => Err(io::ErrorKind::UnexpectedEof.into()),
+                    }
+                });
+                match read {
+                    Ok(Ok(expirations)) => {
+                        // The read took every expiry: nothing is left until the next, whose edge tokio
+                        // keeps if it came meanwhile (readiness is cleared only as of this guard's event).
+                        ready.clear_ready();
+                        let missed = u32::try_from(expirations.saturating_sub(1)).unwrap_or(u32::MAX);
+                        let now = Instant::now();
+                        return Ok(self
+                            .period
+                            .checked_mul(missed)
+                            .and_then(|back| now.checked_sub(back))
+                            .unwrap_or(now));
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(_would_block) => continue,
+                }
+            }
+        }
+    }
 }
 
 /// The latest multiple of `period` from `epoch` at or before `now` (`epoch` may be later than `now`: a
@@ -209,6 +331,23 @@ mod tests {
         let late = epoch + ms(10_100);
         assert_eq!(last_beat(late, epoch + ms(5_000), ms(250)), epoch + ms(4_850));
         assert_eq!(last_beat(late, epoch + ms(100), ms(1_000)), epoch + ms(100));
+    }
+
+    #[test]
+    fn a_beat_on_a_marked_thread_ticks_from_the_relay_s_own_epoll_and_owns_up_to_missed_ticks() {
+        let runtime = relay_runtime();
+        runtime.block_on(async {
+            let period = Duration::from_millis(20);
+            let mut tick = beat(period);
+            assert!(tick.fd.is_some() && tick.interval.is_none(), "a timerfd, not the timer thread's wheel");
+            assert!(tick.tick().await <= Instant::now(), "the first tick at once");
+            tick.tick().await;
+            // The thread does not run for four periods (a freeze, a stop): the next tick comes at once, due
+            // when the first missed one was.
+            std::thread::sleep(period * 4);
+            let due = tick.tick().await;
+            assert!(due.elapsed() >= period * 2, "{:?} since the due tick", due.elapsed());
+        });
     }
 
     #[test]
