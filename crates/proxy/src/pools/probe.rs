@@ -41,6 +41,7 @@
 //! late, and a name may list two writers for a moment.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -213,13 +214,20 @@ impl ServerPool {
         (timeout / 8).clamp(MIN_PERIOD, Duration::from_secs(1))
     }
 
-    /// The pool's next liveness round, unless one is still running (waiting out a silent node).
-    pub(crate) fn liveness_round(pool: &Arc<ServerPool>) -> Option<impl Future<Output = ()> + Send + 'static> {
+    /// The pool's next liveness round, unless one is still running (waiting out a silent node). A round
+    /// with nothing to ask (no connection lent) is done here and now: only a round that asks a node runs
+    /// in a task of its own, boxed (its future, with the logins it may make, is kilobytes that tokio would
+    /// copy at the spawn and again at the end, four times a second while pgmux is idle).
+    pub(crate) fn liveness_round(pool: &Arc<ServerPool>) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         if pool.probes.running.swap(true, Ordering::AcqRel) {
             return None;
         }
+        let Some(quiet) = pool.round_begins() else {
+            pool.probes.running.store(false, Ordering::Release);
+            return None;
+        };
         let pool = Arc::clone(pool);
-        Some(async move {
+        Some(Box::pin(async move {
             /// Ends the round even if it is dropped midway (shutdown aborts it).
             struct Done<'a>(&'a AtomicBool);
             impl Drop for Done<'_> {
@@ -228,13 +236,22 @@ impl ServerPool {
                 }
             }
             let _done = Done(&pool.probes.running);
-            pool.probe_liveness().await;
-        })
+            pool.round_asks(quiet).await;
+        }))
     }
 
-    /// One round of the liveness probe (see the module's comment); the listener's liveness task calls it
-    /// every [`probe_period`](Self::probe_period).
+    /// One round of the liveness probe (see the module's comment), as
+    /// [`liveness_round`](Self::liveness_round) runs one every [`probe_period`](Self::probe_period).
+    #[cfg(test)]
     pub(crate) async fn probe_liveness(&self) {
+        if let Some(quiet) = self.round_begins() {
+            self.round_asks(quiet).await;
+        }
+    }
+
+    /// A round's start: how quiet the pool is, its probe connections closed unless it is quiet long. `None`
+    /// when there is nothing to ask (nothing lent, or no probe): the round ends there.
+    fn round_begins(&self) -> Option<Quiet> {
         let lent = self.pool.status().lent();
         // Quiet for half of server_probe_timeout (at most a second) at least, as seen by the rounds: a pool
         // whose connections are all out for a moment (every client in a short pg_sleep) opens no probe
@@ -246,14 +263,23 @@ impl ServerPool {
                 self.retire(conn);
             }
         }
-        self.ask_nodes(lent, quiet).await;
+        if lent && !self.config().server_probe_timeout.is_zero() {
+            return Some(quiet);
+        }
         self.probes.remember(lent, self.pool.last_returned());
+        None
+    }
+
+    /// The rest of a round that found connections lent: the nodes asked, then what the pool says noted.
+    async fn round_asks(&self, quiet: Quiet) {
+        self.ask_nodes(quiet).await;
+        self.probes.remember(true, self.pool.last_returned());
     }
 
     /// Asks every node that connections are lent to for a round trip (see the module's comment).
-    async fn ask_nodes(&self, lent: bool, quiet: Quiet) {
+    async fn ask_nodes(&self, quiet: Quiet) {
         let timeout = self.config().server_probe_timeout;
-        if timeout.is_zero() || !lent {
+        if timeout.is_zero() {
             return;
         }
         let mut nodes: Vec<SocketAddr> = self.globals.observer.servers.all().iter().map(|e| e.addr).collect();
