@@ -13,6 +13,10 @@
 //! whichever runtime that task runs, as any cross-thread wake does. Timers are rare events (a deadline set,
 //! a probe's round); the relay's parks then cost what an I/O-only runtime's do.
 //!
+//! The periodic loops (the sizing tick, the liveness rounds, maintenance, the metrics listener) tick on one
+//! beat ([`beat`]), so that an idle pgmux wakes once per beat, together; on a marked thread a beat is a
+//! `timerfd` in that runtime's own epoll, and the timer thread sleeps while nothing else is pending.
+//!
 //! On a thread that is not marked (every test, the `check` command, a runtime built elsewhere) each function
 //! is tokio's own on the current runtime, paused clocks included. Code in pgmux's crates reaches tokio's
 //! timers only through here: `crates/clippy.toml` forbids the direct calls outside tests.
