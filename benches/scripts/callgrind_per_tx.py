@@ -144,6 +144,24 @@ def start_pooler(kind: str, args, pg: Postgres, work: Path, out: Path, port: int
 SCRAM_PASSWORD = "bench-only-password"
 
 
+def start_plain(binary: str, pgbouncer: str, pg: Postgres, root: Path) -> tuple[subprocess.Popen, int]:
+    """`binary` ("pgbouncer" for PgBouncer) started as start_pooler starts it, with trust and no valgrind, in a
+    work directory of its own under `root`, listening; the process and its port."""
+    kind = "pgbouncer" if binary == "pgbouncer" else "pgmux"
+    work = Path(tempfile.mkdtemp(dir=root))
+    if os.geteuid() == 0:
+        shutil.chown(work, "postgres")
+    opts = argparse.Namespace(pgmux=binary, pgbouncer=pgbouncer, bouncer_pool=20, scram=False)
+    port = free_port()
+    pooler = start_pooler(kind, opts, pg, work, None, port)
+    try:
+        wait_port(port, pooler)
+    except BaseException:
+        stop(pooler, 60)
+        raise
+    return pooler, port
+
+
 def scram_verifier(password: str) -> str:
     """PostgreSQL's stored form of a SCRAM-SHA-256 password. Given the plain password instead, PgBouncer derives
     the keys (4,096 rounds of PBKDF2) on every login, which would dwarf everything else counted."""

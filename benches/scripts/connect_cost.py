@@ -47,16 +47,8 @@ def switches(pid: int) -> int:
 
 
 def one_run(binary: str, args, pg, root: Path) -> dict:
-    kind = "pgbouncer" if binary == "pgbouncer" else "pgmux"
-    work = Path(tempfile.mkdtemp(dir=root))
-    if os.geteuid() == 0:
-        shutil.chown(work, "postgres")
-    opts = argparse.Namespace(pgmux=binary, pgbouncer=args.pgbouncer, bouncer_pool=20, scram=False)
-    port = lab.free_port()
-    pooler = lab.start_pooler(kind, opts, pg, work, None, port)
+    pooler, port = lab.start_plain(binary, args.pgbouncer, pg, root)
     try:
-        lab.wait_port(port, pooler)
-
         def bench(per_client: int) -> None:
             run = subprocess.run([str(lab.PG_BIN / "pgbench"), "-n", "-S", "-C", "-c", str(args.clients), "-j", "2",
                                   "-t", str(per_client), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",

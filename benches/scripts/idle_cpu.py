@@ -44,15 +44,8 @@ def main() -> int:
     pg = lab.Postgres(root)
     try:
         for binary in args.pgmux.split(",") + ["pgbouncer"]:
-            kind = "pgbouncer" if binary == "pgbouncer" else "pgmux"
-            work = Path(tempfile.mkdtemp(dir=root))
-            if os.geteuid() == 0:
-                shutil.chown(work, "postgres")
-            opts = argparse.Namespace(pgmux=binary, pgbouncer=args.pgbouncer, bouncer_pool=20, scram=False)
-            port = lab.free_port()
-            pooler = lab.start_pooler(kind, opts, pg, work, None, port)
+            pooler, port = lab.start_plain(binary, args.pgbouncer, pg, root)
             try:
-                lab.wait_port(port, pooler)
                 subprocess.run([str(lab.PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
                                 "postgres", "-c", "select 1"], check=True, capture_output=True,
                                env=dict(os.environ, PGSSLMODE="disable"))
