@@ -408,15 +408,14 @@ async fn watch_liveness(shared: Arc<Shared>, stop: Stop) {
     let spread = spread_verdicts(&shared);
     tokio::pin!(spread);
     // On the process's beat (the sizing tick and maintenance wake with it); a new period from a reload
-    // starts a new one. A beat's first tick is at once: the first round waits for the next.
-    let mut period = Duration::ZERO;
-    let mut tick = pgmux_timer::beat(Duration::from_secs(1));
+    // starts a new one, whose first tick (at once) is a round like any other.
+    let mut period = ServerPool::probe_period(shared.config().server_probe_timeout);
+    let mut tick = pgmux_timer::beat(period);
     loop {
         let wanted = ServerPool::probe_period(shared.config().server_probe_timeout);
         if wanted != period {
             period = wanted;
             tick = pgmux_timer::beat(period);
-            tick.tick().await;
         }
         tokio::select! {
             _ = stop.reached(Level::Hard) => return,

@@ -187,47 +187,52 @@ pub fn beat(period: Duration) -> Beat {
     if ROUTED.with(Cell::get)
         && let Ok(fd) = fd_beat::FdBeat::new(period, last + period - now)
     {
-        return Beat { fd: Some(fd), first: true, interval: None };
+        return Beat(Ticks::Fd { fd, first: true });
     }
+    Beat(Ticks::Wheel(wheel_beat(last, period)))
+}
+
+/// A beat in the timer thread's wheel (or the current runtime's, on a thread that is not marked), its first
+/// tick at `start`.
+fn wheel_beat(start: Instant, period: Duration) -> Interval {
     let _timers = enter();
-    let mut tick = tokio::time::interval_at(last, period);
+    let mut tick = tokio::time::interval_at(start, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    Beat { fd: None, first: false, interval: Some(tick) }
+    tick
 }
 
 /// A periodic tick on the process's beat; see [`beat`].
 #[derive(Debug)]
-pub struct Beat {
-    fd: Option<fd_beat::FdBeat>,
-    /// The first tick of a `timerfd` beat is still to come (at once).
-    first: bool,
-    interval: Option<Interval>,
+pub struct Beat(Ticks);
+
+#[derive(Debug)]
+enum Ticks {
+    /// A `timerfd` in the relay runtime's epoll; `first`: its first tick (at once) is still to come.
+    Fd { fd: fd_beat::FdBeat, first: bool },
+    /// An interval in a time driver's wheel.
+    Wheel(Interval),
 }
 
 impl Beat {
     /// The next tick: when it was due (a tick missed by more than a period comes once, due when the first
     /// of those missed was).
     pub async fn tick(&mut self) -> Instant {
-        if let Some(fd) = &self.fd {
-            if std::mem::take(&mut self.first) {
-                return Instant::now();
-            }
-            match fd.tick().await {
-                Ok(due) => return due,
-                // A timerfd that cannot be read (never seen): the timer thread's wheel from here on.
-                Err(_) => {
-                    let period = fd.period;
-                    self.fd = None;
-                    let _timers = enter();
-                    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                    self.interval = Some(tick);
+        loop {
+            match &mut self.0 {
+                Ticks::Wheel(interval) => return interval.tick().await,
+                Ticks::Fd { first, .. } if *first => {
+                    *first = false;
+                    return Instant::now();
                 }
+                Ticks::Fd { fd, .. } => match fd.tick().await {
+                    Ok(due) => return due,
+                    // A timerfd that cannot be read (never seen): the wheel from here on.
+                    Err(_) => {
+                        let period = fd.period;
+                        self.0 = Ticks::Wheel(wheel_beat(Instant::now() + period, period));
+                    }
+                },
             }
-        }
-        match &mut self.interval {
-            Some(interval) => interval.tick().await,
-            None => std::future::pending().await,
         }
     }
 }
@@ -343,7 +348,7 @@ mod tests {
         runtime.block_on(async {
             let period = Duration::from_millis(20);
             let mut tick = beat(period);
-            assert!(tick.fd.is_some() && tick.interval.is_none(), "a timerfd, not the timer thread's wheel");
+            assert!(matches!(tick.0, Ticks::Fd { .. }), "a timerfd, not the timer thread's wheel");
             assert!(tick.tick().await <= Instant::now(), "the first tick at once");
             tick.tick().await;
             // The thread does not run for four periods (a freeze, a stop): the next tick comes at once, due
