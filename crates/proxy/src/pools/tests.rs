@@ -221,6 +221,21 @@ fn lifetimes_are_shortened_by_up_to_a_tenth() {
     assert_eq!(jittered(Duration::from_millis(5), 7), Duration::from_millis(5), "too short to jitter");
 }
 
+#[tokio::test]
+async fn a_liveness_round_runs_in_a_task_only_when_it_has_a_node_to_ask() {
+    let fake = FakeServer::start().await;
+    let pool = pool_for(fake.config(&format!("{FIXED}\npool_max = 3\nserver_probe_timeout = \"300ms\"")));
+    drop(pool.checkout().await.unwrap());
+    assert!(ServerPool::liveness_round(&pool).is_none(), "nothing lent: the round ends where it starts");
+    let held = pool.checkout().await.unwrap();
+    // The empty round ended: it does not hold up this one.
+    let round = ServerPool::liveness_round(&pool).expect("a connection lent: a node to ask");
+    assert!(ServerPool::liveness_round(&pool).is_none(), "one round at a time");
+    round.await;
+    assert!(ServerPool::liveness_round(&pool).is_some(), "the next round, once this one is done");
+    drop(held);
+}
+
 /// One liveness round after another second of quiet.
 async fn probe_round(pool: &ServerPool) {
     tokio::time::sleep(Duration::from_millis(1000)).await;
