@@ -25,6 +25,23 @@ pub(crate) enum Stream {
     Detached,
 }
 
+impl Stream {
+    /// Whether the peer answered bytes of ours with a reset, which a TCP peer does to bytes that reach it
+    /// after its program closed the socket (or that it left unread when it closed). A reset that comes after
+    /// the peer's own end of file does not fail the reads, which still end in a plain end of file: it is
+    /// left as the socket's pending error, which this takes (`SO_ERROR`, one system call). Over a Unix
+    /// socket a write to a closed peer fails at once, so the write says it.
+    pub(crate) fn reset_after_close(&self) -> bool {
+        let pending = match self {
+            Stream::Tcp(s) => s.take_error(),
+            Stream::TlsToServer(s) => s.get_ref().0.take_error(),
+            Stream::TlsFromClient(s) => s.get_ref().0.take_error(),
+            Stream::Unix(_) | Stream::Detached => return false,
+        };
+        matches!(pending, Ok(Some(e)) if matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset))
+    }
+}
+
 fn detached() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "socket is being upgraded to TLS")
 }
@@ -438,6 +455,40 @@ mod tests {
             assert!(matches!(read.await, Ok(Ok(_))), "the peer reads {count} chunks' bytes");
             assert_eq!(got, want, "{count} chunks");
         }
+    }
+
+    #[tokio::test]
+    async fn bytes_that_reach_a_peer_after_it_closed_leave_a_reset_behind_its_end_of_file() {
+        use tokio::io::AsyncWriteExt as _;
+        // The peer says its last words and closes before our bytes come: it never reads them.
+        let (mut conn, mut peer) = pair().await;
+        peer.write_all(b"FATAL").await.expect("the peer's last words");
+        drop(peer);
+        conn.stream.write_all(b"Q").await.expect("a write into a closed peer is taken");
+        let mut got = Vec::new();
+        conn.stream.read_to_end(&mut got).await.expect("its words, then a plain end of file");
+        assert_eq!(got, b"FATAL");
+        // The reset follows our write over loopback within a moment; across a network, a round trip later.
+        let mut reset = false;
+        for _ in 0..100 {
+            reset = conn.stream.reset_after_close();
+            if reset {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(reset, "the reset that answered our bytes is on record");
+
+        // A peer that read our bytes and then closed leaves no reset.
+        let (mut conn, mut peer) = pair().await;
+        conn.stream.write_all(b"Q").await.expect("a write");
+        let mut one = [0u8; 1];
+        peer.read_exact(&mut one).await.expect("the peer reads it");
+        peer.write_all(b"FATAL").await.expect("its last words");
+        drop(peer);
+        let mut got = Vec::new();
+        conn.stream.read_to_end(&mut got).await.expect("its words, then a plain end of file");
+        assert!(!conn.stream.reset_after_close(), "a plain close, with our bytes read");
     }
 
     use tokio::io::AsyncReadExt as _;

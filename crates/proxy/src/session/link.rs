@@ -373,11 +373,18 @@ impl Session {
     pub(super) fn server_lost(&mut self, failure: ServerFailure) -> Result<(), End> {
         let Some(mut linked) = self.server.take() else { return Ok(()) };
         // The server ended the session before any answer (its FATAL waits in the read buffer): a reset says
-        // it left the transaction unread (a session ended while idle, as the transaction came); a plain close
-        // says nothing, and the client gets the FATAL's own words.
-        let rbuf = &linked.conn().io.rbuf;
-        let ended = self.replay.is_open() && first_reply(rbuf) == Some(FirstReply::Ended);
-        let unread = ended && matches!(&failure, ServerFailure::Io(e) if e.kind() == io::ErrorKind::ConnectionReset);
+        // it left the transaction unread (a session ended while idle, as the transaction came), whether the
+        // reset failed a read or came after the server's end of file (it had closed before the transaction
+        // reached it); a plain close says nothing, and the client gets the FATAL's own words.
+        let io = &linked.conn().io;
+        let ended = self.replay.is_open() && first_reply(&io.rbuf) == Some(FirstReply::Ended);
+        let unread = ended
+            && match &failure {
+                ServerFailure::Io(e) => e.kind() == io::ErrorKind::ConnectionReset,
+                ServerFailure::Closed => io.stream.reset_after_close(),
+                _ => false,
+            };
+        let rbuf = &io.rbuf;
         let failure = match first_error(rbuf) {
             Some(fatal) if ended && !unread => {
                 self.replay.close();

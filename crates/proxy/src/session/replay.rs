@@ -4,7 +4,10 @@
 //! raised before execution); or the server's very first reply ended the session from outside (57P01
 //! `pg_terminate_backend` or a shutdown, 57P02, 57P05 `idle_session_timeout`) and its close was a reset,
 //! which a server's exit sends only with bytes of the client's unread (an idle session ended as the
-//! transaction came: PostgreSQL reads none of it once its interrupt is taken). In every case nothing has
+//! transaction came: PostgreSQL reads none of it once its interrupt is taken), or which its kernel sends
+//! after the end of file when the transaction came after the server had closed (pgmux then finds the
+//! reset left on its socket: `Stream::reset_after_close`; over loopback it is there at once, across a
+//! network a round trip later, and until then the close reads as a plain one). In every case nothing has
 //! been sent to the client yet. Anything else is ambiguous and gets an error instead (see
 //! `Router::server_lost`): a FATAL with a plain close may come from a transaction the server read and
 //! began. One corner is left in the third case: a transaction that reached the server in two writes, ended

@@ -99,6 +99,8 @@ enum Ran {
     Closed,
     /// The connection ends here with a reset.
     Reset,
+    /// The connection ends here with an end of file, then a reset.
+    ClosedThenReset,
 }
 
 /// A logged-in connection.
@@ -148,7 +150,10 @@ impl Conn {
             if self.stream.write_all(&out).await.is_err() || ran == Ran::Closed {
                 return;
             }
-            if ran == Ran::Reset {
+            if ran == Ran::ClosedThenReset {
+                let _ = self.stream.shutdown().await;
+            }
+            if matches!(ran, Ran::Reset | Ran::ClosedThenReset) {
                 // Closing with linger 0 resets the connection, as unread bytes would.
                 let _ = socket2::SockRef::from(&self.stream).set_linger(Some(std::time::Duration::ZERO));
                 return;
@@ -173,7 +178,7 @@ impl Conn {
             match self.statement(statement, out, true).await {
                 Ran::Done => {}
                 Ran::Failed => break,
-                ended @ (Ran::Closed | Ran::Reset) => return ended,
+                ended @ (Ran::Closed | Ran::Reset | Ran::ClosedThenReset) => return ended,
             }
         }
         encode::ready_for_query(out, self.status);
@@ -262,6 +267,10 @@ impl Conn {
             Reply::FatalUnread(code) => {
                 out.extend_from_slice(&script::error(code, true));
                 return Ran::Reset;
+            }
+            Reply::FatalClosedFirst(code) => {
+                out.extend_from_slice(&script::error(code, true));
+                return Ran::ClosedThenReset;
             }
             Reply::CutRow => {
                 if simple {

@@ -22,6 +22,10 @@ pub(crate) enum Reply {
     /// FATAL with this code, then the socket resets, as a server's does when it exits with the client's
     /// bytes unread (a session ended while idle, as the query came).
     FatalUnread(&'static str),
+    /// FATAL with this code and an end of file, then a reset: what pgmux's end of a server that closed
+    /// before the query reached it holds once the query has come (its kernel answers the query's bytes
+    /// with a reset, which pgmux reads after the end of file).
+    FatalClosedFirst(&'static str),
     /// The first 20 KiB of a 64 KiB DataRow, then the socket closes.
     CutRow,
     /// Nothing until the test releases it ([`FakeServer::release`](super::FakeServer::release)), then the

@@ -66,6 +66,17 @@ async fn a_session_ended_before_it_read_the_transaction_runs_it_again_unseen() {
 }
 
 #[tokio::test]
+async fn a_session_that_ended_before_the_transaction_came_runs_it_again_unseen() {
+    let mut rig = Rig::new(2, "").await;
+    // The server had said FATAL and closed before the query reached it, but after pgmux last looked at the
+    // idle connection: the query's bytes were answered with a reset, which comes after the end of file.
+    rig.fake.on_once("INSERT", Reply::FatalClosedFirst("57P01"));
+    let mut client = rig.login().await;
+    assert_eq!(tags(&client.query("INSERT INTO ledger VALUES (1)").await), "CZ");
+    assert_eq!(rig.fake.ran("INSERT").len(), 2, "ended once, then ran on another connection");
+}
+
+#[tokio::test]
 async fn a_session_ended_as_the_transaction_ran_tells_the_client_in_the_server_s_words() {
     let mut rig = Rig::new(2, "").await;
     // The same FATAL with a plain close: the server may have read the query and run part of it.
