@@ -35,9 +35,10 @@ pub struct Plan {
     pub burst_clients: usize,
     pub burst_secs: f64,
     pub burst_think_secs: f64,
-    /// W6: idle clients, and how many connect at once.
+    /// W6: idle clients, how many connect at once, and how long the pooler's CPU is counted while they sit.
     pub idle_clients: usize,
     pub idle_concurrency: usize,
+    pub idle_cpu_secs: u64,
     /// W7: starts per pooler per round.
     pub starts: usize,
     /// PostgreSQL's `max_connections` and `shared_buffers`.
@@ -75,6 +76,7 @@ impl Plan {
             burst_think_secs: 5.0,
             idle_clients: 10_000,
             idle_concurrency: 200,
+            idle_cpu_secs: 10,
             starts: 20,
             max_connections: 200,
             shared_buffers: "256MB".to_owned(),
@@ -101,6 +103,7 @@ impl Plan {
             burst_secs: 1.0,
             burst_think_secs: 0.2,
             idle_clients: 200,
+            idle_cpu_secs: 2,
             starts: 3,
             connects: 20,
             fleet_instances: 2,
@@ -156,9 +159,7 @@ impl Plan {
                 "W6: {} clients, {} connecting at a time, each logged in and through one `select 1`, then idle; \
                  RSS is `VmRSS` of the pooler process, freshly started; its CPU per second over the next {} s \
                  while they sit idle (each thread's schedstat).",
-                self.idle_clients,
-                self.idle_concurrency,
-                if self.quick { 2 } else { 10 }
+                self.idle_clients, self.idle_concurrency, self.idle_cpu_secs
             ),
             format!(
                 "W7: median of {} starts per round, from exec until a TCP connect succeeds (spawned with \

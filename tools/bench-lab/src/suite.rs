@@ -24,8 +24,6 @@ use crate::{ServerMonitor, Workload, interrupt, startup};
 pub(crate) const SLACK: Duration = Duration::from_secs(60);
 /// How long W6's clients sit idle before the pooler's memory is read.
 const IDLE_SETTLE: Duration = Duration::from_secs(1);
-/// How long W6 watches the pooler's CPU while its clients sit idle.
-const IDLE_CPU_WINDOW: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 pub struct Suite<'a> {
@@ -312,11 +310,12 @@ impl Suite<'_> {
 
     /// W5: the Lambda burst against a freshly started pooler (or directly), counting server connections.
     fn burst(&mut self, target: Target) -> Figures {
-        let metrics = burst_rows(
+        let rows = BurstRows::new(
             [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors],
             Metric::BurstCpu,
             target,
         );
+        let metrics = rows.all();
         let endpoint = match self.lab.fresh(target) {
             Ok(endpoint) => endpoint,
             Err(e) => return fail_all(&metrics, &e),
@@ -349,23 +348,23 @@ impl Suite<'_> {
             Ok(Err(e)) => return fail_all(&metrics, &format!("the server connection sampler failed: {e}")),
             Err(e) => return fail_all(&metrics, &e),
         };
-        self.burst_figures("W5", target, &report, report.peak_server_connections, &metrics, cpu_used)
+        self.burst_figures("W5", target, &report, report.peak_server_connections, &rows, cpu_used)
     }
 
-    /// W5's or W5n's figures from a report (`metrics` as [`burst_rows`] gives them), with the pooler's CPU
-    /// seconds during the burst; failed invocations noted.
+    /// W5's or W5n's figures from a report, with the pooler's CPU seconds during the burst; failed
+    /// invocations noted.
     pub(crate) fn burst_figures(
         &mut self,
         step: &str,
         target: Target,
         report: &crate::WorkloadReport,
         peak: Option<u64>,
-        metrics: &[Metric],
+        rows: &BurstRows,
         cpu_used: Result<f64, String>,
     ) -> Figures {
         if report.errors == report.invocations {
             let why = report.error_samples.first().map_or("every invocation failed", |s| s.message.as_str());
-            return fail_all(metrics, why);
+            return fail_all(&rows.all(), why);
         }
         if report.errors > 0 {
             let samples: Vec<String> =
@@ -379,19 +378,16 @@ impl Suite<'_> {
             ));
         }
         let value = |v: Option<f64>| v.map_or_else(|| Outcome::Failed("no samples".to_owned()), Outcome::Value);
-        let &[peak_row, p50_row, p99_row, errors_row, ref cpu_row @ ..] = metrics else {
-            return fail_all(metrics, "fewer rows than a burst fills");
-        };
         let mut figures = vec![
-            (peak_row, value(peak.map(|n| n as f64))),
-            (p50_row, value(report.query.p50_ms)),
-            (p99_row, value(report.query.p99_ms)),
-            (errors_row, Outcome::Value(report.errors as f64)),
+            (rows.peak, value(peak.map(|n| n as f64))),
+            (rows.p50, value(report.query.p50_ms)),
+            (rows.p99, value(report.query.p99_ms)),
+            (rows.errors, Outcome::Value(report.errors as f64)),
         ];
-        if let [cpu_row] = cpu_row {
+        if let Some(cpu_row) = rows.cpu {
             // Seconds per invocation × 10⁶: milliseconds per 1,000 invocations.
             let per_thousand = cpu_used.map(|secs| secs * 1e6 / report.invocations.max(1) as f64);
-            figures.push((*cpu_row, per_thousand.map_or_else(Outcome::Failed, Outcome::Value)));
+            figures.push((cpu_row, per_thousand.map_or_else(Outcome::Failed, Outcome::Value)));
         }
         figures
     }
@@ -432,7 +428,7 @@ impl Suite<'_> {
         std::thread::sleep(IDLE_SETTLE);
         let with = rss();
         // What the pooler does on its own while nothing happens: its timers' wake-ups.
-        let window = if self.plan.quick { Duration::from_secs(2) } else { IDLE_CPU_WINDOW };
+        let window = Duration::from_secs(self.plan.idle_cpu_secs);
         let cpu = CpuMark::now(Some(pid));
         std::thread::sleep(window);
         let cpu = cpu.used_finely().map(|secs| secs * 1e6 / window.as_secs_f64());
@@ -497,9 +493,26 @@ pub(crate) fn fail_all(metrics: &[Metric], why: &str) -> Figures {
     metrics.iter().map(|&m| (m, Outcome::Failed(why.to_owned()))).collect()
 }
 
-/// The rows a burst (W5, W5n) fills for `target`: its four, and the pooler's CPU where there is a pooler.
-pub(crate) fn burst_rows(rows: [Metric; 4], cpu: Metric, target: Target) -> Vec<Metric> {
-    rows.into_iter().chain(Some(cpu).filter(|m| m.applies_to(target))).collect()
+/// The rows a burst (W5, W5n) fills for one target: the server connections' peak, the queries' p50 and
+/// p99, the failed invocations, and the pooler's CPU where there is a pooler.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct BurstRows {
+    pub(crate) peak: Metric,
+    pub(crate) p50: Metric,
+    pub(crate) p99: Metric,
+    pub(crate) errors: Metric,
+    pub(crate) cpu: Option<Metric>,
+}
+
+impl BurstRows {
+    pub(crate) fn new([peak, p50, p99, errors]: [Metric; 4], cpu: Metric, target: Target) -> BurstRows {
+        BurstRows { peak, p50, p99, errors, cpu: Some(cpu).filter(|m| m.applies_to(target)) }
+    }
+
+    /// Every row, in the table's order.
+    pub(crate) fn all(&self) -> Vec<Metric> {
+        [self.peak, self.p50, self.p99, self.errors].into_iter().chain(self.cpu).collect()
+    }
 }
 
 /// A pooler process's CPU time (user and system) at one moment, to difference around a run: in clock ticks
@@ -577,7 +590,7 @@ mod tests {
     #[test]
     fn a_burst_has_a_cpu_row_only_where_a_pooler_runs() {
         let four = [Metric::BurstServerPeak, Metric::BurstQueryP50, Metric::BurstQueryP99, Metric::BurstErrors];
-        assert_eq!(burst_rows(four, Metric::BurstCpu, Target::Pgmux).last(), Some(&Metric::BurstCpu));
-        assert_eq!(burst_rows(four, Metric::BurstCpu, Target::Direct), four.to_vec());
+        assert_eq!(BurstRows::new(four, Metric::BurstCpu, Target::Pgmux).all().last(), Some(&Metric::BurstCpu));
+        assert_eq!(BurstRows::new(four, Metric::BurstCpu, Target::Direct).all(), four.to_vec());
     }
 }

@@ -12,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::jobs::{FleetReport, Job, JobReport};
 use crate::netlab::NetLab;
 use crate::results::{Metric, Outcome, Target};
-use crate::suite::{CpuMark, Figures, PgbenchRows, SLACK, Server, Suite, burst_rows, fail_all, rows_for};
+use crate::suite::{BurstRows, CpuMark, Figures, PgbenchRows, SLACK, Server, Suite, fail_all, rows_for};
 use crate::workload::ServerMonitor;
 use crate::{PgmuxProcess, interrupt};
 
@@ -53,11 +53,12 @@ impl Suite<'_> {
     /// W5n: the Lambda burst against a freshly started pooler on the application host (or directly, each
     /// invocation with its own TLS connection).
     pub(crate) fn net_burst(&mut self, target: Target) -> Figures {
-        let metrics = burst_rows(
+        let rows = BurstRows::new(
             [Metric::NetBurstServerPeak, Metric::NetBurstQueryP50, Metric::NetBurstQueryP99, Metric::NetBurstErrors],
             Metric::NetBurstCpu,
             target,
         );
+        let metrics = rows.all();
         let plan = self.plan;
         let limit = Duration::from_secs_f64(plan.burst_secs + 2.0 * plan.burst_think_secs) + SLACK;
         let outcome = self.net_for(plan.max_connections).and_then(|net| {
@@ -83,7 +84,7 @@ impl Suite<'_> {
         });
         match ran {
             Ok((JobReport::Burst(report), peak)) => {
-                self.burst_figures("W5n", target, &report, Some(peak), &metrics, cpu_used)
+                self.burst_figures("W5n", target, &report, Some(peak), &rows, cpu_used)
             }
             Ok(_) => fail_all(&metrics, "the client answered with another report"),
             Err(e) => fail_all(&metrics, &e),
