@@ -64,12 +64,13 @@ fn pool_backends(pg: &PgServer) -> i64 {
     .unwrap()
 }
 
-/// When the control connection started (Unix epoch ms), waiting up to 10 s for it to appear.
+/// When the control connection started (Unix epoch ms, truncated as the simulator truncates its own), waiting
+/// up to 10 s for it to appear.
 async fn control_started_ms(pg: &PgServer) -> i64 {
     let started = Instant::now();
     loop {
         let ms = pg.psql(
-            "select (extract(epoch from backend_start) * 1000)::bigint from pg_stat_activity \
+            "select floor(extract(epoch from backend_start) * 1000)::bigint from pg_stat_activity \
              where application_name like 'pgmux %'",
         );
         if let Ok(ms) = ms.parse() {
@@ -87,8 +88,9 @@ async fn registers_for_shutdown_only_serves_clients_and_leaves_nothing_open() {
         let sim = Simulator::builder().function_name("orders").shutdown_timeout(SHUTDOWN_BUDGET).build().await.unwrap();
         let port = free_port();
         let started = Instant::now();
+        let (runtime_api, open_door) = door(sim.addr()).await;
         let mut child = extension(
-            &format!("127.0.0.1:{}", sim.addr().port()),
+            &runtime_api,
             &[
                 ("PGMUX_DATABASE_URL", pg.url(&APP_USER)),
                 ("PGMUX_LISTEN", format!("127.0.0.1:{port}")),
@@ -103,13 +105,24 @@ async fn registers_for_shutdown_only_serves_clients_and_leaves_nothing_open() {
         let registered = sim.get_registered_extensions().await;
         assert_eq!(registered[0].name, "pgmux", "the name is the executable's file name");
         assert_eq!(registered[0].events, vec![EventType::Shutdown], "{mode}: SHUTDOWN only, never INVOKE");
+
+        // The door keeps event/next from reaching Lambda: Init is not over, and pgmux keeps off the database.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            sim.first_next_poll_at(&registered[0].id).await.is_none(),
+            "event/next reached Lambda past the door (on the registration's connection?)"
+        );
+        assert_eq!(pgmux_backends(&pg), 0, "{mode}: pgmux reached the database before Lambda heard event/next");
+        let opened_ms = now_ms() as i64;
+        open_door.send(()).unwrap();
+        sim.wait_for(|| async { sim.first_next_poll_at(&registered[0].id).await.is_some() }, Duration::from_secs(10))
+            .await
+            .expect("event/next called once the door opened");
         assert_eq!(pool_backends(&pg), 0, "{mode}: no pool connection before a client needs it");
         if mode == "lambda-managed-instances" {
-            // Sizing is on: the control connection opens only once the extension has called event/next.
-            let next_ms =
-                sim.first_next_poll_at(&registered[0].id).await.expect("event/next called").timestamp_millis();
+            // Sizing is on: the control connection opens once the extension's event/next has gone out.
             let control_ms = control_started_ms(&pg).await;
-            assert!(control_ms >= next_ms, "control connection at {control_ms} ms, event/next at {next_ms} ms");
+            assert!(control_ms >= opened_ms, "control connection at {control_ms} ms, door opened at {opened_ms} ms");
         } else {
             assert_eq!(pgmux_backends(&pg), 0, "{mode}: no control connection on classic Lambda");
         }
@@ -150,6 +163,36 @@ async fn registers_for_shutdown_only_serves_clients_and_leaves_nothing_open() {
         assert!(log.contains("SHUTDOWN received"), "{log}");
         assert!(log.lines().all(|l| l.starts_with('{')), "Lambda mode logs JSON lines: {log}");
         assert!(!log.contains(APP_USER.password), "the log shows the password");
+    }
+}
+
+/// A door in front of the simulator (returns its address, and what opens it). The extension's first
+/// connection, its registration, goes through. Every later one cannot connect until the door opens: the
+/// door's accept queue has one place, and a connection the door holds takes it, so the kernel drops the
+/// next SYN and the client sends it again a second later. Writes cannot be held back this way: a connected
+/// socket takes bytes whether or not anyone reads them.
+async fn door(to: std::net::SocketAddr) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let listener = socket.listen(0).unwrap();
+    let (open, opened) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (first, _) = listener.accept().await.unwrap();
+        let place_taken = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::spawn(forward(first, to));
+        let _ = opened.await;
+        drop(place_taken);
+        while let Ok((next, _)) = listener.accept().await {
+            tokio::spawn(forward(next, to));
+        }
+    });
+    (addr.to_string(), open)
+}
+
+async fn forward(mut from: tokio::net::TcpStream, to: std::net::SocketAddr) {
+    if let Ok(mut to) = tokio::net::TcpStream::connect(to).await {
+        let _ = tokio::io::copy_bidirectional(&mut from, &mut to).await;
     }
 }
 

@@ -5,12 +5,18 @@
 //! builder) rather than its `Extension` runner, which reads `AWS_LAMBDA_RUNTIME_API` from the process
 //! environment (and panics without it), cannot be pointed at a test simulator, polls `event/next` again after
 //! SHUTDOWN, and hides its register and next request builders. The `*_with` variants here take the Runtime
-//! API address explicitly; the others read it from `AWS_LAMBDA_RUNTIME_API`.
+//! API address explicitly; the others read it from `AWS_LAMBDA_RUNTIME_API`. `event/next` goes out on a
+//! hyper connection of its own, which can say when its request has been written.
 
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use http::{Method, Request, Uri};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
 use lambda_extension::requests::{ErrorRequest, init_error};
 use lambda_extension::{NextEvent, ShutdownEvent};
 use lambda_runtime_api_client::body::Body;
@@ -72,7 +78,7 @@ impl Shutdown {
 pub struct Running {
     registration: Registration,
     events: Option<oneshot::Receiver<Result<Shutdown, AwsError>>>,
-    /// Fires once the first `event/next` request is under way.
+    /// Fires once the first `event/next` request has left this process.
     next_called: Option<oneshot::Receiver<()>>,
     poller: JoinHandle<()>,
 }
@@ -83,9 +89,9 @@ impl Running {
         &self.registration
     }
 
-    /// A signal that fires once the first `event/next` call has been made (the request handed to the HTTP
-    /// client), which ends this extension's Init: whatever must not run during Init waits for it. Given out
-    /// once.
+    /// A signal that fires once the first `event/next` request has been written to the Runtime API's socket,
+    /// which ends this extension's Init: whatever must not run during Init waits for it. It is dropped
+    /// instead when the request cannot be sent. Given out once.
     pub fn take_next_called(&mut self) -> Option<oneshot::Receiver<()>> {
         self.next_called.take()
     }
@@ -124,25 +130,14 @@ pub async fn start(name: &str) -> Result<Running, AwsError> {
 /// as the registration succeeded. Needs a tokio runtime (on a current-thread runtime the first `event/next`
 /// goes out at the caller's next `.await`).
 pub async fn start_with(runtime_api: &str, name: &str) -> Result<Running, AwsError> {
-    let client = client_for(runtime_api)?;
+    let endpoint = endpoint_for(runtime_api)?;
+    let client = PooledClient::builder().with_endpoint(endpoint.clone()).build();
     let registration = register(&client, runtime_api, name).await?;
     let (tx, rx) = oneshot::channel();
     let (called_tx, called_rx) = oneshot::channel();
     let id = registration.extension_id.clone();
     let poller = tokio::spawn(async move {
-        let next = next_shutdown(&client, &id);
-        tokio::pin!(next);
-        let mut called = Some(called_tx);
-        // The first poll of `next` hands the request to the client; signal right after it.
-        let result = std::future::poll_fn(|cx| {
-            let polled = next.as_mut().poll(cx);
-            if let Some(called) = called.take() {
-                let _ = called.send(());
-            }
-            polled
-        })
-        .await;
-        let _ = tx.send(result);
+        let _ = tx.send(next_shutdown(&endpoint, &id, called_tx).await);
     });
     Ok(Running { registration, events: Some(rx), next_called: Some(called_rx), poller })
 }
@@ -194,9 +189,9 @@ fn registered_id(runtime_api: &str) -> Option<String> {
     registrations().iter().find(|(api, _)| api == runtime_api).map(|(_, id)| id.clone())
 }
 
-/// A Runtime API client for `host:port` or `http://host:port[/base]` (how cargo-lambda and simulators
+/// The Runtime API's address from `host:port` or `http://host:port[/base]` (how cargo-lambda and simulators
 /// give it).
-fn client_for(runtime_api: &str) -> Result<PooledClient, AwsError> {
+fn endpoint_for(runtime_api: &str) -> Result<Uri, AwsError> {
     let with_scheme =
         if runtime_api.contains("://") { runtime_api.to_string() } else { format!("http://{runtime_api}") };
     let invalid = |reason: String| AwsError::InvalidSetting { what: "Lambda Runtime API address", reason };
@@ -204,7 +199,11 @@ fn client_for(runtime_api: &str) -> Result<PooledClient, AwsError> {
     if uri.authority().is_none() || uri.scheme_str() != Some("http") {
         return Err(invalid(format!("{runtime_api:?} is not host:port or http://host:port")));
     }
-    Ok(PooledClient::builder().with_endpoint(uri).build())
+    Ok(uri)
+}
+
+fn client_for(runtime_api: &str) -> Result<PooledClient, AwsError> {
+    Ok(PooledClient::builder().with_endpoint(endpoint_for(runtime_api)?).build())
 }
 
 #[derive(Deserialize, Default)]
@@ -248,21 +247,92 @@ async fn register(client: &PooledClient, runtime_api: &str, name: &str) -> Resul
 
 /// Polls `event/next` until SHUTDOWN (an INVOKE, which a SHUTDOWN-only registration never gets, is
 /// skipped). Does not poll again afterwards: Lambda waits for the process to exit.
-async fn next_shutdown(client: &PooledClient, id: &str) -> Result<Shutdown, AwsError> {
+///
+/// The long poll has a connection of its own, so that `sent` can fire once the first request's bytes are
+/// in the socket: a pooled client's first poll only queues the request for a connection task, and what
+/// waits for `sent` could reach the database before Lambda has heard that Init is done.
+async fn next_shutdown(endpoint: &Uri, id: &str, sent: oneshot::Sender<()>) -> Result<Shutdown, AwsError> {
+    let failed = |reason: String| AwsError::Transport { service: SERVICE, endpoint: "event/next".into(), reason };
+    let authority = endpoint.authority().ok_or_else(|| failed("the address has no host".into()))?;
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let stream = tokio::net::TcpStream::connect((host, authority.port_u16().unwrap_or(80)))
+        .await
+        .map_err(|e| failed(format!("cannot connect to {authority}: {e}")))?;
+    let io = Announcing { io: TokioIo::new(stream), wrote: false, sent: Some(sent) };
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.map_err(|e| failed(chain(&e)))?;
+    // The connection task ends when `sender` is dropped, when this function returns.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let path = format!("{}/2020-01-01/extension/event/next", endpoint.path().trim_end_matches('/'));
     loop {
-        let request = build_request()
-            .method(Method::GET)
-            .uri("/2020-01-01/extension/event/next")
+        let request = Request::get(path.as_str())
+            .header(http::header::HOST, authority.as_str())
             .header(ID_HEADER, id)
-            .body(Body::empty())
+            .body(Empty::<Bytes>::new())
             .map_err(|e| AwsError::InvalidSetting { what: "extension id", reason: e.to_string() })?;
-        let response = client.call(request).await.map_err(|e| transport("event/next", e.as_ref()))?;
+        let response = sender.send_request(request).await.map_err(|e| transport("event/next", &e))?;
         let (parts, body) = response.into_parts();
         let body = body.collect().await.map_err(|e| transport("event/next", &e))?.to_bytes();
         check(parts.status.as_u16(), "event/next", &body)?;
         if let Some(shutdown) = parse_next_event(&body)? {
             return Ok(shutdown);
         }
+    }
+}
+
+/// The `event/next` connection's I/O: fires `sent` at the first flush that follows written bytes (hyper
+/// flushes once a request is wholly written).
+struct Announcing {
+    io: TokioIo<tokio::net::TcpStream>,
+    wrote: bool,
+    sent: Option<oneshot::Sender<()>>,
+}
+
+impl hyper::rt::Read for Announcing {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Announcing {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote |= matches!(written, Poll::Ready(Ok(n)) if n > 0);
+        written
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote |= matches!(written, Poll::Ready(Ok(n)) if n > 0);
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let flushed = Pin::new(&mut self.io).poll_flush(cx);
+        if self.wrote
+            && matches!(flushed, Poll::Ready(Ok(())))
+            && let Some(sent) = self.sent.take()
+        {
+            let _ = sent.send(());
+        }
+        flushed
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -294,7 +364,7 @@ async fn call(
     client: &PooledClient,
     operation: &'static str,
     request: Request<Body>,
-) -> Result<(u16, http::HeaderMap, bytes::Bytes), AwsError> {
+) -> Result<(u16, http::HeaderMap, Bytes), AwsError> {
     let exchange = async {
         let response = client.call(request).await.map_err(|e| transport(operation, e.as_ref()))?;
         let (parts, body) = response.into_parts();

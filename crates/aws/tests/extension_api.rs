@@ -229,3 +229,52 @@ async fn unreachable_runtime_api_is_a_transport_error() {
     let err = start_with(&format!("127.0.0.1:{port}"), "pgmux").await.unwrap_err();
     assert!(matches!(err, AwsError::Transport { .. }), "{err}");
 }
+
+/// Whatever waits for `take_next_called` (pgmux's own database work) starts only once the `event/next`
+/// request is in the Runtime API's socket. A stand-in answers register on one connection and then reads
+/// nothing; when the signal fires, the test looks, without waiting, at what has reached it on any
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_called_signal_fires_once_the_request_has_left() {
+    use std::io::{Read, Write};
+    for round in 0..20 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let registrar = listener.try_clone().unwrap();
+        let (streams, registered) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = registrar.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            let mut body = vec![0; r#"{"events":["SHUTDOWN"]}"#.len()];
+            stream.read_exact(&mut body).unwrap();
+            let answer = "HTTP/1.1 200 OK\r\nLambda-Extension-Identifier: ext-id-7\r\nContent-Length: 2\r\n\r\n{}";
+            stream.write_all(answer.as_bytes()).unwrap();
+            streams.send(stream).unwrap();
+        });
+        let mut running = start_with(&addr, "pgmux").await.unwrap();
+        let mut connections = vec![registered.recv_timeout(Duration::from_secs(5)).unwrap()];
+        let called = running.take_next_called().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), called).await.unwrap().unwrap();
+
+        // Now, with no await in between: every connection made so far, and what each holds.
+        listener.set_nonblocking(true).unwrap();
+        while let Ok((stream, _)) = listener.accept() {
+            connections.push(stream);
+        }
+        let mut held = Vec::new();
+        for stream in &connections {
+            stream.set_nonblocking(true).unwrap();
+            let mut buf = [0; 1024];
+            let n = stream.peek(&mut buf).unwrap_or(0);
+            held.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        assert!(
+            held.iter().any(|h| h.starts_with("GET /2020-01-01/extension/event/next ") && h.ends_with("\r\n\r\n")),
+            "round {round}: the signal fired before the request was sent; the Runtime API holds {held:?}"
+        );
+    }
+}
