@@ -146,7 +146,11 @@ async fn a_client_that_vanishes_mid_statement_has_its_statement_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_database_gives_08001_naming_host_and_cause() {
     let pg = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
-    let closed = pgmux_testkit::free_port();
+    // A port bound and never listened on: connecting to it is refused, and no other test's server can take
+    // it while pgmux retries (a port that was merely free once could be).
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = refusing.local_addr().unwrap().port();
     let text = format!(
         "listen = \"127.0.0.1:0\"\ndatabase_url = \"postgres://pgmux_app:app-pw-1@127.0.0.1:{closed}/pgmux\"\n\
          client_auth = \"scram-sha-256\"\nserver_connect_timeout = \"2s\""
@@ -158,6 +162,7 @@ async fn an_unreachable_database_gives_08001_naming_host_and_cause() {
     let msg = common::message(&err);
     assert!(msg.contains(&format!("127.0.0.1:{closed}")) && msg.contains("refused"), "{msg}");
     proxy.shutdown().await;
+    drop(refusing);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
