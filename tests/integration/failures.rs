@@ -153,7 +153,7 @@ async fn an_unreachable_database_gives_08001_naming_host_and_cause() {
     let closed = refusing.local_addr().unwrap().port();
     let text = format!(
         "listen = \"127.0.0.1:0\"\ndatabase_url = \"postgres://pgmux_app:app-pw-1@127.0.0.1:{closed}/pgmux\"\n\
-         client_auth = \"scram-sha-256\"\nserver_connect_timeout = \"2s\""
+         client_auth = \"scram-sha-256\"\nserver_connect_timeout = \"2s\"\nquery_wait_timeout = \"3s\""
     );
     drop(pg);
     let proxy = pgmux_proxy::Listener::start(pgmux_proxy::Config::from_toml_str(&text).unwrap()).await.unwrap();
