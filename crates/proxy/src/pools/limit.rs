@@ -98,23 +98,29 @@ impl BudgetClock {
         self.read.notify_waiters();
     }
 
+    /// A reading was tried and failed (the control connection lost, say, in a failover): whoever waits for
+    /// one goes on at once with the limit as it is, rather than for the rest of its wait.
+    pub(crate) fn read_failed(&self) {
+        self.read.notify_waiters();
+    }
+
     /// Resolves when someone asks for a fresh reading.
     pub(crate) async fn wanted(&self) {
         self.wanted.notified().await;
     }
 
-    /// If there was a reading and it is older than `age`, asks for a new one and waits for it, at most `wait`.
-    /// True if a fresh reading came.
+    /// If there was a reading and it is older than `age`, asks for a new one and waits for it, at most `wait`,
+    /// and no longer than an attempt that failed. True if a fresh reading came.
     pub(crate) async fn refresh_if_older(&self, age: Duration, wait: Duration) -> bool {
-        let stale = self.read_at.lock().is_some_and(|at| at.elapsed() >= age);
-        if !stale {
+        let before = *self.read_at.lock();
+        if before.is_none_or(|at| at.elapsed() < age) {
             return false;
         }
         let read = self.read.notified();
         tokio::pin!(read);
         read.as_mut().enable();
         self.wanted.notify_one();
-        pgmux_timer::timeout(wait, read).await.is_ok()
+        pgmux_timer::timeout(wait, read).await.is_ok() && *self.read_at.lock() != before
     }
 }
 
@@ -163,5 +169,25 @@ mod tests {
         reader.await.unwrap();
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(!clock.refresh_if_older(age, wait).await, "nobody reads: gives up after `wait`");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_reading_lets_the_waiter_go_at_once_and_is_not_called_fresh() {
+        let clock = std::sync::Arc::new(BudgetClock::default());
+        clock.read_now();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let failing = tokio::spawn({
+            let clock = std::sync::Arc::clone(&clock);
+            async move {
+                clock.wanted().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                clock.read_failed();
+            }
+        });
+        let asked = tokio::time::Instant::now();
+        let fresh = clock.refresh_if_older(Duration::ZERO, Duration::from_secs(1)).await;
+        assert!(!fresh, "a failed attempt is no reading");
+        assert_eq!(asked.elapsed(), Duration::from_millis(50), "waited past the failed attempt");
+        failing.await.unwrap();
     }
 }

@@ -408,6 +408,11 @@ impl ServerPool {
         self.globals.budget.read_now();
     }
 
+    /// Sizing tried to read the database's budget and could not.
+    pub(crate) fn budget_read_failed(&self) {
+        self.globals.budget.read_failed();
+    }
+
     /// Resolves when the pool, about to grow on an old reading, wants a fresh one.
     pub(crate) async fn budget_wanted(&self) {
         self.globals.budget.wanted().await;

@@ -314,6 +314,8 @@ impl<G: Gauge> Control<G> {
                 self.due = Instant::now() + pool.config().pool_sizing_interval;
             }
             Err(e) => {
+                // A pool waiting for this reading before it grows goes on with the limit it has.
+                pool.budget_read_failed();
                 self.retry = (self.retry * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
                 self.due = Instant::now() + self.retry;
                 tracing::warn!(error = %e, retry_in = ?self.retry, limit = pool.limit(),

@@ -120,6 +120,25 @@ async fn a_failed_reading_keeps_the_limit_and_retries_back_off() {
     stop.begin_graceful();
 }
 
+/// A pool about to grow asks for a fresh reading first (`checkout::room_to_grow`); when the attempt fails (the
+/// control connection lost in a failover), it goes on at once with the limit it has, not after its whole wait.
+#[tokio::test(start_paused = true)]
+async fn a_pool_waiting_to_grow_goes_on_as_soon_as_the_reading_fails() {
+    let pool = pool("pool_sizing_interval = \"10s\"");
+    let script = Script::default();
+    script.push(Ok(reading(100, 10)));
+    let stop = start(&pool, &script, None);
+    // Past the first reading and the failed republish; the next retry is not due yet.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let calls = script.calls().len();
+    let asked = Instant::now();
+    let fresh = pool.globals().budget.refresh_if_older(Duration::ZERO, Duration::from_secs(1)).await;
+    assert!(!fresh, "the reading failed");
+    assert_eq!(script.calls().len(), calls + 1, "the wish made sizing read at once");
+    assert!(asked.elapsed() < Duration::from_millis(100), "waited {:?} for a reading that had failed", asked.elapsed());
+    stop.begin_graceful();
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_tag_says_what_this_instance_holds_and_may_hold_and_pool_max_counts_the_control_connection() {
     let pool = pool("pool_max = 5");
