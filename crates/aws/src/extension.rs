@@ -271,6 +271,8 @@ async fn next_shutdown(endpoint: &Uri, id: &str, sent: oneshot::Sender<()>) -> R
             .header(ID_HEADER, id)
             .body(Empty::<Bytes>::new())
             .map_err(|e| AwsError::InvalidSetting { what: "extension id", reason: e.to_string() })?;
+        // Ready at once the first time; after a skipped INVOKE, once the connection has read its answer.
+        sender.ready().await.map_err(|e| transport("event/next", &e))?;
         let response = sender.send_request(request).await.map_err(|e| transport("event/next", &e))?;
         let (parts, body) = response.into_parts();
         let body = body.collect().await.map_err(|e| transport("event/next", &e))?.to_bytes();

@@ -278,3 +278,49 @@ async fn the_next_called_signal_fires_once_the_request_has_left() {
         );
     }
 }
+
+/// An INVOKE (which a SHUTDOWN-only registration never gets, but a Runtime API could send) is skipped, and
+/// the next `event/next` goes out on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invoke_is_skipped_and_the_next_request_brings_the_shutdown() {
+    use std::io::{Read, Write};
+    fn head(stream: &mut std::net::TcpStream) -> String {
+        let mut head = Vec::new();
+        let mut byte = [0; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        String::from_utf8_lossy(&head).into_owned()
+    }
+    fn answer(stream: &mut std::net::TcpStream, headers: &str, body: &str) {
+        let text = format!("HTTP/1.1 200 OK\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len());
+        stream.write_all(text.as_bytes()).unwrap();
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let api = std::thread::spawn(move || {
+        let (mut register, _) = listener.accept().unwrap();
+        head(&mut register);
+        let mut body = vec![0; r#"{"events":["SHUTDOWN"]}"#.len()];
+        register.read_exact(&mut body).unwrap();
+        answer(&mut register, "Lambda-Extension-Identifier: ext-id-9\r\n", "{}");
+        let (mut next, _) = listener.accept().unwrap();
+        let mut asked = vec![head(&mut next)];
+        answer(
+            &mut next,
+            "",
+            r#"{"eventType":"INVOKE","deadlineMs":1,"requestId":"r1","invokedFunctionArn":"arn:aws:lambda:us-east-1:123456789012:function:f","tracing":{"type":"X-Amzn-Trace-Id","value":"Root=1-2-3"}}"#,
+        );
+        asked.push(head(&mut next));
+        answer(&mut next, "", r#"{"eventType":"SHUTDOWN","shutdownReason":"spindown","deadlineMs":42}"#);
+        asked
+    });
+    let mut running = start_with(&addr, "pgmux").await.unwrap();
+    let shutdown = tokio::time::timeout(Duration::from_secs(10), running.shutdown()).await.unwrap().unwrap();
+    assert_eq!((shutdown.reason.as_str(), shutdown.deadline_ms), ("spindown", 42));
+    let asked = api.join().unwrap();
+    for request in &asked {
+        assert!(request.starts_with("GET /2020-01-01/extension/event/next HTTP/1.1\r\n"), "{request}");
+        assert!(request.to_ascii_lowercase().contains("lambda-extension-identifier: ext-id-9\r\n"), "{request}");
+    }
+}
