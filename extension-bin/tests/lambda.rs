@@ -64,8 +64,8 @@ fn pool_backends(pg: &PgServer) -> i64 {
     .unwrap()
 }
 
-/// When the control connection started (Unix epoch ms, truncated as the simulator truncates its own), waiting
-/// up to 10 s for it to appear.
+/// When the control connection started (Unix epoch ms, truncated as [`now_ms`] truncates), waiting up to 10 s
+/// for it to appear.
 async fn control_started_ms(pg: &PgServer) -> i64 {
     let started = Instant::now();
     loop {

@@ -230,13 +230,33 @@ async fn unreachable_runtime_api_is_a_transport_error() {
     assert!(matches!(err, AwsError::Transport { .. }), "{err}");
 }
 
+/// A raw stand-in's side of one HTTP/1.1 exchange: the request's head, read byte by byte (nothing after it).
+fn read_head(stream: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let mut byte = [0; 1];
+    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).expect("read the request") == 1 {
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// Reads a SHUTDOWN-only registration and answers it with extension id `id`.
+fn answer_register(stream: &mut std::net::TcpStream, id: &str) {
+    use std::io::{Read, Write};
+    read_head(stream);
+    let mut body = vec![0; r#"{"events":["SHUTDOWN"]}"#.len()];
+    stream.read_exact(&mut body).expect("read the registration's body");
+    let answer = format!("HTTP/1.1 200 OK\r\nLambda-Extension-Identifier: {id}\r\nContent-Length: 2\r\n\r\n{{}}");
+    stream.write_all(answer.as_bytes()).expect("answer the registration");
+}
+
 /// Whatever waits for `take_next_called` (pgmux's own database work) starts only once the `event/next`
 /// request is in the Runtime API's socket. A stand-in answers register on one connection and then reads
 /// nothing; when the signal fires, the test looks, without waiting, at what has reached it on any
 /// connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_called_signal_fires_once_the_request_has_left() {
-    use std::io::{Read, Write};
     for round in 0..20 {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -244,15 +264,7 @@ async fn the_next_called_signal_fires_once_the_request_has_left() {
         let (streams, registered) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let (mut stream, _) = registrar.accept().unwrap();
-            let mut head = Vec::new();
-            let mut byte = [0; 1];
-            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
-                head.push(byte[0]);
-            }
-            let mut body = vec![0; r#"{"events":["SHUTDOWN"]}"#.len()];
-            stream.read_exact(&mut body).unwrap();
-            let answer = "HTTP/1.1 200 OK\r\nLambda-Extension-Identifier: ext-id-7\r\nContent-Length: 2\r\n\r\n{}";
-            stream.write_all(answer.as_bytes()).unwrap();
+            answer_register(&mut stream, "ext-id-7");
             streams.send(stream).unwrap();
         });
         let mut running = start_with(&addr, "pgmux").await.unwrap();
@@ -283,36 +295,24 @@ async fn the_next_called_signal_fires_once_the_request_has_left() {
 /// the next `event/next` goes out on the same connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invoke_is_skipped_and_the_next_request_brings_the_shutdown() {
-    use std::io::{Read, Write};
-    fn head(stream: &mut std::net::TcpStream) -> String {
-        let mut head = Vec::new();
-        let mut byte = [0; 1];
-        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
-            head.push(byte[0]);
-        }
-        String::from_utf8_lossy(&head).into_owned()
-    }
-    fn answer(stream: &mut std::net::TcpStream, headers: &str, body: &str) {
-        let text = format!("HTTP/1.1 200 OK\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len());
+    use std::io::Write;
+    fn answer(stream: &mut std::net::TcpStream, body: &str) {
+        let text = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
         stream.write_all(text.as_bytes()).unwrap();
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let api = std::thread::spawn(move || {
         let (mut register, _) = listener.accept().unwrap();
-        head(&mut register);
-        let mut body = vec![0; r#"{"events":["SHUTDOWN"]}"#.len()];
-        register.read_exact(&mut body).unwrap();
-        answer(&mut register, "Lambda-Extension-Identifier: ext-id-9\r\n", "{}");
+        answer_register(&mut register, "ext-id-9");
         let (mut next, _) = listener.accept().unwrap();
-        let mut asked = vec![head(&mut next)];
+        let mut asked = vec![read_head(&mut next)];
         answer(
             &mut next,
-            "",
             r#"{"eventType":"INVOKE","deadlineMs":1,"requestId":"r1","invokedFunctionArn":"arn:aws:lambda:us-east-1:123456789012:function:f","tracing":{"type":"X-Amzn-Trace-Id","value":"Root=1-2-3"}}"#,
         );
-        asked.push(head(&mut next));
-        answer(&mut next, "", r#"{"eventType":"SHUTDOWN","shutdownReason":"spindown","deadlineMs":42}"#);
+        asked.push(read_head(&mut next));
+        answer(&mut next, r#"{"eventType":"SHUTDOWN","shutdownReason":"spindown","deadlineMs":42}"#);
         asked
     });
     let mut running = start_with(&addr, "pgmux").await.unwrap();
