@@ -218,5 +218,57 @@ fn live_settings(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, framing, tracking, statement_scan, meter_clock, live_settings, pool);
+fn socket_write(c: &mut Criterion) {
+    // What a flush of one chunk costs on a plain socket: through tokio's `poll_write` (its readiness and
+    // the task's budget first), as pgmux wrote before issue 32's ninth session, and straight to the socket,
+    // as it writes now while the socket has room. A thread drains the peer, so writes rarely find it full.
+    use std::io::Read as _;
+    use std::os::fd::AsFd as _;
+    use tokio::io::AsyncWrite as _;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().expect("a runtime");
+    let _entered = rt.enter();
+    let (ours, peer) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    ours.set_nonblocking(true).expect("non-blocking");
+    let mut ours = tokio::net::UnixStream::from_std(ours).expect("registered with tokio");
+    std::thread::spawn(move || {
+        let (mut peer, mut buf) = (peer, vec![0u8; 1 << 16]);
+        while matches!(peer.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let chunk = [7u8; 64];
+    let mut g = c.benchmark_group("socket write");
+    g.bench_function("64 bytes through tokio's poll_write", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let start = std::time::Instant::now();
+                for _ in 0..n {
+                    let written = std::future::poll_fn(|cx| std::pin::Pin::new(&mut ours).poll_write(cx, &chunk));
+                    black_box(written.await.expect("a write"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    g.bench_function("64 bytes straight to the socket", |b| {
+        b.iter_custom(|n| {
+            rt.block_on(async {
+                let start = std::time::Instant::now();
+                for _ in 0..n {
+                    loop {
+                        match rustix::net::send(ours.as_fd(), black_box(&chunk), rustix::net::SendFlags::NOSIGNAL) {
+                            Err(rustix::io::Errno::AGAIN) => ours.writable().await.expect("room"),
+                            written => {
+                                black_box(written.expect("a write"));
+                                break;
+                            }
+                        }
+                    }
+                }
+                start.elapsed()
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, framing, tracking, statement_scan, meter_clock, live_settings, pool, socket_write);
 criterion_main!(benches);

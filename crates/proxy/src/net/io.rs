@@ -42,6 +42,18 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// The socket of a plain (not TLS) stream, which bytes can be written to directly.
+    fn plain_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match self {
+            Stream::Tcp(s) => Some(s.as_fd()),
+            Stream::Unix(s) => Some(s.as_fd()),
+            _ => None,
+        }
+    }
+}
+
 fn detached() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "socket is being upgraded to TLS")
 }
@@ -158,6 +170,21 @@ fn poll_write_chunks<const N: usize>(
     Pin::new(stream).poll_write_vectored(cx, &slices[..n])
 }
 
+/// One vectored write of `head` and the first chunks of `tail`, at most `N` in all, straight to the socket.
+fn write_chunks<const N: usize>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    head: &Bytes,
+    tail: &VecDeque<Bytes>,
+) -> rustix::io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); N];
+    slices[0] = IoSlice::new(head);
+    let n = (tail.len() + 1).min(N);
+    for (slot, chunk) in slices[1..n].iter_mut().zip(tail.iter()) {
+        *slot = IoSlice::new(chunk);
+    }
+    rustix::io::writev(fd, &slices[..n])
+}
+
 impl WriteQueue {
     /// Bytes written to the socket so far (not merely queued).
     pub(crate) fn sent(&self) -> u64 {
@@ -188,6 +215,25 @@ impl WriteQueue {
     /// Writes until the queue is empty (`Ready(Ok)`) or the socket is full (`Pending`).
     pub(crate) fn poll_flush(&mut self, stream: &mut Stream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some(head) = &self.head {
+            // A plain socket almost always has room: write at once, without tokio's readiness bookkeeping,
+            // and go through tokio only when the socket is full (it then registers the task's waker).
+            if let Some(fd) = stream.plain_fd() {
+                let result = match self.tail.len() {
+                    0 => rustix::net::send(fd, head, rustix::net::SendFlags::NOSIGNAL),
+                    1..FEW_SLICES => write_chunks::<FEW_SLICES>(fd, head, &self.tail),
+                    _ => write_chunks::<MAX_SLICES>(fd, head, &self.tail),
+                };
+                match result {
+                    Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Ok(written) => {
+                        self.advance(written);
+                        continue;
+                    }
+                    Err(rustix::io::Errno::AGAIN) => {}
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Poll::Ready(Err(e.into())),
+                }
+            }
             let result = match self.tail.len() {
                 0 => Pin::new(&mut *stream).poll_write(cx, head),
                 // An extended-protocol unit and its replies come in a few chunks: a few slices to fill.
@@ -489,6 +535,39 @@ mod tests {
         let mut got = Vec::new();
         conn.stream.read_to_end(&mut got).await.expect("its words, then a plain end of file");
         assert!(!conn.stream.reset_after_close(), "a plain close, with our bytes read");
+    }
+
+    #[tokio::test]
+    async fn a_flush_into_a_full_socket_waits_for_room_and_then_writes_the_rest() {
+        // Writes go to a plain socket directly; when it is full, tokio must hold the task's waker, or the
+        // flush never finishes once the peer reads. Over TCP and a Unix socket, one chunk and many.
+        let (tcp, tcp_peer) = pair().await;
+        let (unix, unix_peer) = UnixStream::pair().expect("a Unix socket pair");
+        let ends: [(Stream, Box<dyn tokio::io::AsyncRead + Unpin + Send>); 2] =
+            [(tcp.stream, Box::new(tcp_peer)), (Stream::Unix(unix), Box::new(unix_peer))];
+        for (mut stream, mut peer) in ends {
+            for chunks in [1, 40] {
+                let mut q = WriteQueue::default();
+                let step = (32 << 20) / chunks;
+                let total = step * chunks;
+                for i in 0..chunks {
+                    q.push(Bytes::from(vec![(i % 251) as u8; step]));
+                }
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                assert!(q.poll_flush(&mut stream, &mut cx).is_pending(), "32 MiB fill the socket");
+                let reader = tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    let mut got = vec![0u8; total];
+                    peer.read_exact(&mut got).await.map(|_| (got, peer))
+                });
+                let flushed = pgmux_timer::timeout(std::time::Duration::from_secs(20), q.flush(&mut stream)).await;
+                assert!(matches!(flushed, Ok(Ok(()))), "the flush finishes once the peer reads ({chunks} chunks)");
+                assert_eq!((q.len(), q.sent()), (0, total as u64));
+                let (got, back) = reader.await.expect("the reader").expect("the peer reads every byte");
+                peer = back;
+                assert!(got.chunks(step).enumerate().all(|(i, c)| c.iter().all(|&b| b == (i % 251) as u8)));
+            }
+        }
     }
 
     use tokio::io::AsyncReadExt as _;
