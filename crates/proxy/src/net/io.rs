@@ -212,6 +212,23 @@ impl WriteQueue {
         self.len
     }
 
+    /// Writes `bytes` straight to a plain socket when nothing is queued ahead of them, and says how many
+    /// went: the caller queues the rest. A full socket or a failed write takes none (a failure shows again
+    /// at the flush, whose write fails the same way).
+    pub(crate) fn write_through(&mut self, stream: &Stream, bytes: &[u8]) -> usize {
+        if self.len > 0 || bytes.is_empty() {
+            return 0;
+        }
+        let Some(fd) = stream.plain_fd() else { return 0 };
+        match rustix::net::send(fd, bytes, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(written) => {
+                self.sent += written as u64;
+                written
+            }
+            Err(_) => 0,
+        }
+    }
+
     /// Writes until the queue is empty (`Ready(Ok)`) or the socket is full (`Pending`).
     pub(crate) fn poll_flush(&mut self, stream: &mut Stream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some(head) = &self.head {
@@ -427,6 +444,15 @@ impl Conn {
         }
     }
 
+    /// Sends the first `n` buffered bytes to `stream` at once if nothing waits in `to`, its write queue, and
+    /// moves what the socket did not take to that queue. The bytes written never leave the read buffer as a
+    /// chunk of their own, which spares the buffer's sharing (a count and its atomic updates) and the queue.
+    pub(crate) fn forward_through(&mut self, n: usize, to: &mut WriteQueue, stream: &Stream) {
+        let written = to.write_through(stream, &self.rbuf[..n]);
+        bytes::Buf::advance(&mut self.rbuf, written);
+        self.forward(n - written, to);
+    }
+
     /// Gives back buffers larger than `keep` once they are empty, so that idle connections stay small. With
     /// `keep` zero the read buffer is always let go: even an empty one may still share (and so keep alive)
     /// the allocation of bytes already split off and sent. The write queue keeps room for `keep_slots`
@@ -568,6 +594,42 @@ mod tests {
                 assert!(got.chunks(step).enumerate().all(|(i, c)| c.iter().all(|&b| b == (i % 251) as u8)));
             }
         }
+    }
+
+    #[tokio::test]
+    async fn bytes_forwarded_through_keep_their_order_behind_queued_ones_and_count_as_sent() {
+        let (mut client, mut peer) = pair().await;
+        let mut server = Conn::with_stream(Stream::Detached, Sender::Backend);
+        // Nothing queued: the socket takes the bytes at once, and they count as sent.
+        server.rbuf.extend_from_slice(b"first|rest");
+        server.forward_through(6, &mut client.out, &client.stream);
+        assert_eq!((client.out.len(), client.out.sent()), (0, 6), "written at once");
+        assert_eq!(&server.rbuf[..], b"rest", "the bytes written left the read buffer");
+        // Something queued: the next bytes wait behind it.
+        client.out.push(Bytes::from_static(b"queued|"));
+        server.forward_through(4, &mut client.out, &client.stream);
+        assert_eq!((client.out.len(), client.out.sent()), (11, 6), "queued behind, not written ahead");
+        assert!(server.rbuf.is_empty());
+        let flushed = pgmux_timer::timeout(std::time::Duration::from_secs(10), client.out.flush(&mut client.stream));
+        assert!(matches!(flushed.await, Ok(Ok(()))));
+        let mut got = vec![0; 17];
+        peer.read_exact(&mut got).await.expect("every byte");
+        assert_eq!(&got, b"first|queued|rest");
+
+        // A socket that takes part of them: the rest is queued, in order, and flushed once the peer reads.
+        let big: Vec<u8> = (0..(32u32 << 20)).map(|i| (i % 251) as u8).collect();
+        server.rbuf.extend_from_slice(&big);
+        server.forward_through(big.len(), &mut client.out, &client.stream);
+        let taken = client.out.sent() - 17;
+        assert!(taken > 0 && (taken as usize) < big.len(), "the socket took some, not 32 MiB");
+        assert_eq!(client.out.len() as u64 + taken, big.len() as u64);
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; big.len()];
+            peer.read_exact(&mut got).await.map(|_| got == big)
+        });
+        let flushed = pgmux_timer::timeout(std::time::Duration::from_secs(20), client.out.flush(&mut client.stream));
+        assert!(matches!(flushed.await, Ok(Ok(()))));
+        assert_eq!(reader.await.expect("the reader").ok(), Some(true), "every byte, in order");
     }
 
     use tokio::io::AsyncReadExt as _;

@@ -359,7 +359,7 @@ impl Session {
                 Some(_) => self.replay.close(),
             }
         }
-        let out = &mut self.client.out;
+        let (out, client_stream) = (&mut self.client.out, &self.client.stream);
         let registry = &self.shared.statements;
         let mut run = 0;
         let progress = loop {
@@ -406,7 +406,7 @@ impl Session {
                 }
             }
         };
-        server.io.forward(run, out);
+        server.io.forward_through(run, out, client_stream);
         if !matches!(progress, ServerProgress::Lost(_)) {
             server.tracker.take_answers(|b| out.push(b));
         }
